@@ -1,0 +1,225 @@
+package comm
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/gpucomm/gpucomm/devmem"
+)
+
+// Operation names a Communicator method.
+type Operation int
+
+// Operations of a Communicator.
+const (
+	OpAllReduce Operation = iota + 1
+	OpReduce
+	OpBroadcast
+	OpAllGather
+	OpReduceScatter
+	OpAllToAll
+	OpGather
+	OpScatter
+	OpSend
+	OpRecv
+	OpGroupP2P
+	OpBarrier
+	OpSplit
+)
+
+var operationNames = [...]string{"", "AllReduce", "Reduce", "Broadcast", "AllGather", "ReduceScatter",
+	"AllToAll", "Gather", "Scatter", "Send", "Recv", "GroupP2P", "Barrier", "Split"}
+
+func (o Operation) String() string {
+	if o < OpAllReduce || o > OpSplit {
+		return "Operation(" + strconv.Itoa(int(o)) + ")"
+	}
+	return operationNames[o]
+}
+
+// Call is one call of a Communicator method with its arguments. Backends
+// build one to check arguments (Validate) and to compare what the ranks
+// called (Signature).
+type Call struct {
+	Operation Operation
+	Send      devmem.Buffer
+	Recv      devmem.Buffer
+	Count     int
+	DType     DType
+	Op        Op  // reductions only
+	Root      int // rooted collectives; the peer of Send and Recv
+	P2P       []P2P
+	Stream    *devmem.Stream
+}
+
+// Rooted reports whether the operation has a root.
+func (c Call) Rooted() bool {
+	switch c.Operation {
+	case OpReduce, OpBroadcast, OpGather, OpScatter:
+		return true
+	}
+	return false
+}
+
+// Reduces reports whether the operation takes an Op.
+func (c Call) Reduces() bool {
+	switch c.Operation {
+	case OpAllReduce, OpReduce, OpReduceScatter:
+		return true
+	}
+	return false
+}
+
+// Signature is what every rank's call of a collective must agree on.
+func (c Call) Signature() string {
+	s := fmt.Sprintf("%v(count=%d dtype=%v", c.Operation, c.Count, c.DType)
+	if c.Reduces() {
+		s += " op=" + c.Op.String()
+	}
+	if c.Rooted() {
+		s += " root=" + strconv.Itoa(c.Root)
+	}
+	return s + ")"
+}
+
+// Validate checks the call's arguments for a rank of a communicator of the
+// given size whose buffers must live on dev. It touches no memory.
+func (c Call) Validate(rank, size int, dev *devmem.Device) error {
+	if err := c.Stream.Check(dev); err != nil {
+		return err
+	}
+	switch c.Operation {
+	case OpBarrier, OpSplit:
+		return nil
+	case OpGroupP2P:
+		for i, p := range c.P2P {
+			if err := checkP2P(p, rank, size, dev, true); err != nil {
+				return fmt.Errorf("entry %d: %w", i, err)
+			}
+		}
+		return nil
+	case OpSend, OpRecv:
+		kind, buf := SendKind, c.Send
+		if c.Operation == OpRecv {
+			kind, buf = RecvKind, c.Recv
+		}
+		return checkP2P(P2P{Kind: kind, Buf: buf, Count: c.Count, DType: c.DType, Peer: c.Root}, rank, size, dev, false)
+	}
+	if c.Operation < OpAllReduce || c.Operation > OpSplit {
+		return fmt.Errorf("unknown operation %d: %w", int(c.Operation), ErrInvalidArgument)
+	}
+	if !c.DType.Valid() {
+		return fmt.Errorf("dtype %v is not an element type: %w", c.DType, ErrInvalidArgument)
+	}
+	if c.Count < 0 {
+		return fmt.Errorf("count %d is negative: %w", c.Count, ErrInvalidArgument)
+	}
+	if c.Reduces() && !c.Op.Valid() {
+		return fmt.Errorf("op %v is not a reduction: %w", c.Op, ErrInvalidArgument)
+	}
+	if c.Rooted() && (c.Root < 0 || c.Root >= size) {
+		return fmt.Errorf("root %d is not a rank of a %d-rank communicator: %w", c.Root, size, ErrInvalidArgument)
+	}
+	n := c.Count * c.DType.Size()
+	if c.Count > 0 && n/c.Count != c.DType.Size() {
+		return fmt.Errorf("count %d overflows: %w", c.Count, ErrInvalidArgument)
+	}
+	root := rank == c.Root
+	var sendN, recvN int // bytes needed; -1 when the buffer is not used here
+	inPlaceBlock := -1   // where send may sit inside recv (or recv inside send)
+	switch c.Operation {
+	case OpAllReduce:
+		sendN, recvN = n, n
+	case OpReduce:
+		sendN, recvN = n, -1
+		if root {
+			recvN = n
+		}
+	case OpBroadcast:
+		sendN, recvN = -1, n
+		if root {
+			sendN = n
+		}
+	case OpAllGather:
+		sendN, recvN, inPlaceBlock = n, size*n, rank*n
+	case OpReduceScatter:
+		sendN, recvN, inPlaceBlock = size*n, n, rank*n
+	case OpAllToAll:
+		sendN, recvN = size*n, size*n
+	case OpGather:
+		sendN, recvN = n, -1
+		if root {
+			recvN, inPlaceBlock = size*n, rank*n
+		}
+	case OpScatter:
+		sendN, recvN = -1, n
+		if root {
+			sendN, inPlaceBlock = size*n, rank*n
+		}
+	}
+	if sendN >= 0 {
+		if err := checkBuf("send", c.Send, dev, sendN); err != nil {
+			return err
+		}
+	}
+	if recvN >= 0 {
+		if err := checkBuf("recv", c.Recv, dev, recvN); err != nil {
+			return err
+		}
+	}
+	if sendN > 0 && recvN > 0 && c.Send.Overlaps(c.Recv) {
+		return checkInPlace(c, sendN, recvN, inPlaceBlock)
+	}
+	return nil
+}
+
+// checkInPlace accepts the overlaps an operation allows: the same bytes, or
+// the smaller buffer being this rank's block of the larger.
+func checkInPlace(c Call, sendN, recvN, block int) error {
+	small, large := c.Send, c.Recv
+	if sendN > recvN {
+		small, large = c.Recv, c.Send
+	}
+	switch {
+	case c.Operation == OpAllToAll:
+		return fmt.Errorf("send and recv overlap; AllToAll cannot run in place: %w", ErrInvalidArgument)
+	case block < 0 && c.Send.Addr() == c.Recv.Addr():
+		return nil
+	case block >= 0 && small.Addr() == large.Addr()+uintptr(block):
+		return nil
+	case block >= 0:
+		return fmt.Errorf("send and recv overlap; in place, the %d-byte buffer must be this rank's block at byte %d of the other: %w",
+			min(sendN, recvN), block, ErrInvalidArgument)
+	}
+	return fmt.Errorf("send and recv overlap without being the same buffer: %w", ErrInvalidArgument)
+}
+
+func checkBuf(what string, b devmem.Buffer, dev *devmem.Device, n int) error {
+	if n == 0 && b.IsZero() {
+		return nil
+	}
+	return b.Check(what, dev, n)
+}
+
+func checkP2P(p P2P, rank, size int, dev *devmem.Device, grouped bool) error {
+	if p.Kind != SendKind && p.Kind != RecvKind {
+		return fmt.Errorf("P2P kind %d is neither send nor receive: %w", int(p.Kind), ErrInvalidArgument)
+	}
+	if !p.DType.Valid() {
+		return fmt.Errorf("dtype %v is not an element type: %w", p.DType, ErrInvalidArgument)
+	}
+	if p.Count < 0 {
+		return fmt.Errorf("count %d is negative: %w", p.Count, ErrInvalidArgument)
+	}
+	if p.Peer < 0 || p.Peer >= size {
+		return fmt.Errorf("peer %d is not a rank of a %d-rank communicator: %w", p.Peer, size, ErrInvalidArgument)
+	}
+	if p.Peer == rank && !grouped {
+		return fmt.Errorf("peer %d is this rank; a transfer to self must be inside GroupP2P: %w", p.Peer, ErrInvalidArgument)
+	}
+	what := "send"
+	if p.Kind == RecvKind {
+		what = "recv"
+	}
+	return checkBuf(what, p.Buf, dev, p.Count*p.DType.Size())
+}

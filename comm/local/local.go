@@ -1,0 +1,428 @@
+package local
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/devmem"
+)
+
+// Name is the backend's registered name.
+const Name = "local"
+
+func init() {
+	comm.Register(Name, comm.Driver{
+		Open: func(o comm.Options) (comm.Communicator, error) {
+			cs, err := newGroup(1, o)
+			if err != nil {
+				return nil, err
+			}
+			return cs[0], nil
+		},
+		Probe: func() comm.Verdict {
+			return comm.Verdict{Usable: true, Reason: "in-process ranks on host devices; always available"}
+		},
+	})
+}
+
+// NewGroup makes n communicators that talk to each other in this process,
+// rank r at index r, each on a fresh host device. Options give the timeout
+// (GPUCOMM_TIMEOUT by default); the device option is ignored.
+func NewGroup(n int, opts ...comm.Option) ([]comm.Communicator, error) {
+	o, err := comm.DefaultOptions()
+	if err != nil {
+		return nil, err
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return newGroup(n, o)
+}
+
+func newGroup(n int, o comm.Options) ([]comm.Communicator, error) {
+	if n < 1 {
+		return nil, comm.Errorf(Name, "NewGroup", 0, comm.ErrInvalidArgument, "group of %d ranks", n)
+	}
+	devs := make([]*devmem.Device, n)
+	for i := range devs {
+		devs[i] = devmem.NewHostDevice()
+	}
+	return makeGroup(devs, o.Timeout), nil
+}
+
+func makeGroup(devs []*devmem.Device, timeout time.Duration) []comm.Communicator {
+	g := &group{n: len(devs), devs: devs, timeout: timeout, rounds: map[uint64]*round{}, links: map[[2]int]*link{}}
+	cs := make([]comm.Communicator, len(devs))
+	for i, d := range devs {
+		cs[i] = &Comm{g: g, rank: i, dev: d}
+	}
+	return cs
+}
+
+// group is what the ranks of one communicator share.
+type group struct {
+	n       int
+	devs    []*devmem.Device
+	timeout time.Duration
+	mu      sync.Mutex
+	rounds  map[uint64]*round // the k-th collective, while ranks meet in it
+	links   map[[2]int]*link  // messages from rank a to rank b, in order
+}
+
+// round is one collective: every rank's call and input.
+type round struct {
+	calls   []comm.Call
+	inputs  [][]byte
+	arrived []bool
+	count   int
+	left    int
+	done    chan struct{}
+	err     error
+	result  any // what the last rank computed for all (Split)
+}
+
+// Comm is one rank of a local group.
+type Comm struct {
+	g      *group
+	rank   int
+	dev    *devmem.Device
+	seq    atomic.Uint64
+	closed atomic.Bool
+}
+
+var _ comm.Communicator = (*Comm)(nil)
+
+func (c *Comm) Rank() int              { return c.rank }
+func (c *Comm) Size() int              { return c.g.n }
+func (c *Comm) LocalRank() int         { return c.rank }
+func (c *Comm) LocalSize() int         { return c.g.n }
+func (c *Comm) Backend() string        { return Name }
+func (c *Comm) Device() *devmem.Device { return c.dev }
+
+// Close marks the communicator closed; later calls return ErrClosed.
+func (c *Comm) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return comm.Errorf(Name, "Close", c.rank, comm.ErrClosed, "closed twice")
+	}
+	return nil
+}
+
+func (c *Comm) AllReduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
+	return c.collective(comm.Call{Operation: comm.OpAllReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s})
+}
+
+func (c *Comm) Reduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, root int, s *devmem.Stream) error {
+	return c.collective(comm.Call{Operation: comm.OpReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Root: root, Stream: s})
+}
+
+func (c *Comm) Broadcast(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
+	return c.collective(comm.Call{Operation: comm.OpBroadcast, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s})
+}
+
+func (c *Comm) AllGather(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
+	return c.collective(comm.Call{Operation: comm.OpAllGather, Send: send, Recv: recv, Count: count, DType: dt, Stream: s})
+}
+
+func (c *Comm) ReduceScatter(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
+	return c.collective(comm.Call{Operation: comm.OpReduceScatter, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s})
+}
+
+func (c *Comm) AllToAll(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
+	return c.collective(comm.Call{Operation: comm.OpAllToAll, Send: send, Recv: recv, Count: count, DType: dt, Stream: s})
+}
+
+func (c *Comm) Gather(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
+	return c.collective(comm.Call{Operation: comm.OpGather, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s})
+}
+
+func (c *Comm) Scatter(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
+	return c.collective(comm.Call{Operation: comm.OpScatter, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s})
+}
+
+func (c *Comm) Barrier(s *devmem.Stream) error {
+	return c.collective(comm.Call{Operation: comm.OpBarrier, Stream: s})
+}
+
+func (c *Comm) Send(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpSend, Send: buf, Count: count, DType: dt, Root: peer, Stream: s}
+	return c.p2p(call, []comm.P2P{comm.SendTo(peer, buf, count, dt)})
+}
+
+func (c *Comm) Recv(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpRecv, Recv: buf, Count: count, DType: dt, Root: peer, Stream: s}
+	return c.p2p(call, []comm.P2P{comm.RecvFrom(peer, buf, count, dt)})
+}
+
+func (c *Comm) GroupP2P(ops []comm.P2P, s *devmem.Stream) error {
+	ops = append([]comm.P2P(nil), ops...) // the caller may reuse its slice at once
+	return c.p2p(comm.Call{Operation: comm.OpGroupP2P, P2P: ops, Stream: s}, ops)
+}
+
+func (c *Comm) fail(op comm.Operation, sentinel error, format string, args ...any) error {
+	return comm.Errorf(Name, op.String(), c.rank, sentinel, format, args...)
+}
+
+func (c *Comm) check(call comm.Call) error {
+	if c.closed.Load() {
+		return c.fail(call.Operation, comm.ErrClosed, "communicator is closed")
+	}
+	if err := call.Validate(c.rank, c.g.n, c.dev); err != nil {
+		return comm.Wrap(Name, call.Operation.String(), c.rank, err)
+	}
+	return nil
+}
+
+// collective queues the call on its stream as one round of the group.
+func (c *Comm) collective(call comm.Call) error {
+	if err := c.check(call); err != nil {
+		return err
+	}
+	seq := c.seq.Add(1)
+	return call.Stream.HostFunc(func() error {
+		return comm.Wrap(Name, call.Operation.String(), c.rank, c.run(seq, call))
+	})
+}
+
+// bytesOf is the host view of a buffer (host devices always have one).
+func bytesOf(b devmem.Buffer, n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	v, _ := b.Bytes()
+	return v[:n]
+}
+
+func (c *Comm) run(seq uint64, call comm.Call) error {
+	n, size := call.Count*call.DType.Size(), c.g.n
+	var in []byte
+	switch call.Operation {
+	case comm.OpAllReduce, comm.OpReduce, comm.OpAllGather, comm.OpGather:
+		in = clone(bytesOf(call.Send, n))
+	case comm.OpReduceScatter, comm.OpAllToAll:
+		in = clone(bytesOf(call.Send, size*n))
+	case comm.OpBroadcast:
+		if c.rank == call.Root {
+			in = clone(bytesOf(call.Send, n))
+		}
+	case comm.OpScatter:
+		if c.rank == call.Root {
+			in = clone(bytesOf(call.Send, size*n))
+		}
+	}
+	r, err := c.g.meet(seq, c.rank, call, in, nil)
+	if err != nil {
+		return err
+	}
+	defer c.g.leave(seq, r)
+	block := func(b []byte, j int) []byte { return b[j*n : (j+1)*n] }
+	switch call.Operation {
+	case comm.OpAllReduce:
+		return reduceAll(call, r.inputs, bytesOf(call.Recv, n), nil)
+	case comm.OpReduce:
+		if c.rank == call.Root {
+			return reduceAll(call, r.inputs, bytesOf(call.Recv, n), nil)
+		}
+	case comm.OpReduceScatter:
+		return reduceAll(call, r.inputs, bytesOf(call.Recv, n), func(b []byte) []byte { return block(b, c.rank) })
+	case comm.OpBroadcast:
+		copy(bytesOf(call.Recv, n), r.inputs[call.Root])
+	case comm.OpAllGather:
+		out := bytesOf(call.Recv, size*n)
+		for j, v := range r.inputs {
+			copy(block(out, j), v)
+		}
+	case comm.OpGather:
+		if c.rank == call.Root {
+			out := bytesOf(call.Recv, size*n)
+			for j, v := range r.inputs {
+				copy(block(out, j), v)
+			}
+		}
+	case comm.OpScatter:
+		copy(bytesOf(call.Recv, n), block(r.inputs[call.Root], c.rank))
+	case comm.OpAllToAll:
+		out := bytesOf(call.Recv, size*n)
+		for j, v := range r.inputs {
+			copy(block(out, j), block(v, c.rank))
+		}
+	}
+	return nil
+}
+
+// reduceAll folds every rank's input in rank order into out.
+func reduceAll(call comm.Call, inputs [][]byte, out []byte, pick func([]byte) []byte) error {
+	if pick == nil {
+		pick = func(b []byte) []byte { return b }
+	}
+	acc := clone(pick(inputs[0]))
+	for _, v := range inputs[1:] {
+		if err := comm.ReduceInto(call.DType, call.Op, acc, pick(v)); err != nil {
+			return err
+		}
+	}
+	if call.Op == comm.Avg {
+		if err := comm.DivideInto(call.DType, acc, len(inputs)); err != nil {
+			return err
+		}
+	}
+	copy(out, acc)
+	return nil
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append(make([]byte, 0, len(b)), b...)
+}
+
+// meet waits until every rank has reached collective seq, then returns the
+// round. finish, when given, runs once, on the last rank to arrive.
+func (g *group) meet(seq uint64, rank int, call comm.Call, in []byte, finish func(*round)) (*round, error) {
+	g.mu.Lock()
+	r := g.rounds[seq]
+	if r == nil {
+		r = &round{calls: make([]comm.Call, g.n), inputs: make([][]byte, g.n), arrived: make([]bool, g.n), left: g.n, done: make(chan struct{})}
+		g.rounds[seq] = r
+	}
+	r.calls[rank], r.inputs[rank], r.arrived[rank] = call, in, true
+	r.count++
+	if r.count == g.n {
+		r.err = mismatch(r.calls)
+		if r.err == nil && finish != nil {
+			finish(r)
+		}
+		close(r.done)
+	}
+	g.mu.Unlock()
+	if err := g.wait(r.done, func() string { return g.missing(r) }); err != nil {
+		return nil, fmt.Errorf("%v: %w", call.Signature(), err)
+	}
+	if r.err != nil {
+		g.leave(seq, r)
+		return nil, r.err
+	}
+	return r, nil
+}
+
+// leave lets the round go once every rank has read it.
+func (g *group) leave(seq uint64, r *round) {
+	g.mu.Lock()
+	r.left--
+	if r.left == 0 {
+		delete(g.rounds, seq)
+	}
+	g.mu.Unlock()
+}
+
+func (g *group) missing(r *round) string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var ranks []string
+	for i, ok := range r.arrived {
+		if !ok {
+			ranks = append(ranks, fmt.Sprint(i))
+		}
+	}
+	return "ranks that never arrived: " + strings.Join(ranks, ", ")
+}
+
+func (g *group) wait(done <-chan struct{}, why func() string) error {
+	if g.timeout <= 0 {
+		<-done
+		return nil
+	}
+	t := time.NewTimer(g.timeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("no progress after %v; %s: %w", g.timeout, why(), comm.ErrTimeout)
+	}
+}
+
+// mismatch names the ranks whose call differs from rank 0's.
+func mismatch(calls []comm.Call) error {
+	want := calls[0].Signature()
+	var bad []string
+	for i, c := range calls[1:] {
+		if got := c.Signature(); got != want {
+			bad = append(bad, fmt.Sprintf("rank %d called %s", i+1, got))
+		}
+	}
+	if bad == nil {
+		return nil
+	}
+	return fmt.Errorf("rank 0 called %s but %s: %w", want, strings.Join(bad, "; "), comm.ErrMismatch)
+}
+
+// Split is collective over the group and runs now, not on a stream.
+func (c *Comm) Split(color, key int) (comm.Communicator, error) {
+	call := comm.Call{Operation: comm.OpSplit}
+	if err := c.check(call); err != nil {
+		return nil, err
+	}
+	if color < 0 && color != comm.Undefined {
+		return nil, c.fail(comm.OpSplit, comm.ErrInvalidArgument, "color %d: want >= 0 or comm.Undefined", color)
+	}
+	seq := c.seq.Add(1)
+	type member struct{ color, key, rank int }
+	type result map[int][]comm.Communicator // new communicators by old rank's color, in new-rank order
+	in := []byte(fmt.Sprintf("%d %d", color, key))
+	var members []member
+	finish := func(r *round) {
+		members = members[:0]
+		for rank, b := range r.inputs {
+			var m member
+			fmt.Sscanf(string(b), "%d %d", &m.color, &m.key)
+			m.rank = rank
+			members = append(members, m)
+		}
+		sort.Slice(members, func(i, j int) bool {
+			a, b := members[i], members[j]
+			if a.color != b.color {
+				return a.color < b.color
+			}
+			if a.key != b.key {
+				return a.key < b.key
+			}
+			return a.rank < b.rank
+		})
+		out := result{}
+		for i := 0; i < len(members); {
+			j := i
+			for j < len(members) && members[j].color == members[i].color {
+				j++
+			}
+			if members[i].color != comm.Undefined {
+				devs := make([]*devmem.Device, 0, j-i)
+				for _, m := range members[i:j] {
+					devs = append(devs, c.g.devs[m.rank])
+				}
+				cs := makeGroup(devs, c.g.timeout)
+				byRank := make([]comm.Communicator, c.g.n)
+				for k, m := range members[i:j] {
+					byRank[m.rank] = cs[k]
+				}
+				out[members[i].color] = byRank
+			}
+			i = j
+		}
+		r.result = out
+	}
+	r, err := c.g.meet(seq, c.rank, call, in, finish)
+	if err != nil {
+		return nil, comm.Wrap(Name, "Split", c.rank, err)
+	}
+	defer c.g.leave(seq, r)
+	if color == comm.Undefined {
+		return nil, nil
+	}
+	return r.result.(result)[color][c.rank], nil
+}

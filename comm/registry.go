@@ -1,0 +1,185 @@
+package comm
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Options configure Open. Zero values mean the defaults; DefaultOptions fills
+// them from the environment.
+type Options struct {
+	// Device names the device: "auto", "host", "cuda" or "cuda:N"
+	// (GPUCOMM_DEVICE).
+	Device string
+	// Timeout bounds each operation; 0 waits forever (GPUCOMM_TIMEOUT,
+	// a Go duration such as "30s").
+	Timeout time.Duration
+	// Debug checks each collective's signature across the ranks before
+	// running it (GPUCOMM_DEBUG=1).
+	Debug bool
+	// ChunkBytes is the pipelining chunk of host-staged transfers; 0 picks
+	// the backend's default (GPUCOMM_CHUNK_BYTES).
+	ChunkBytes int
+}
+
+// Option changes Options.
+type Option func(*Options)
+
+// WithDevice picks the device ("auto", "host", "cuda", "cuda:N").
+func WithDevice(spec string) Option { return func(o *Options) { o.Device = spec } }
+
+// WithTimeout bounds each operation.
+func WithTimeout(d time.Duration) Option { return func(o *Options) { o.Timeout = d } }
+
+// WithDebug turns signature checks across ranks on or off.
+func WithDebug(on bool) Option { return func(o *Options) { o.Debug = on } }
+
+// WithChunkBytes sets the pipelining chunk of host-staged transfers.
+func WithChunkBytes(n int) Option { return func(o *Options) { o.ChunkBytes = n } }
+
+// DefaultOptions reads GPUCOMM_DEVICE, GPUCOMM_TIMEOUT, GPUCOMM_DEBUG and
+// GPUCOMM_CHUNK_BYTES. A malformed value is an error rather than ignored.
+func DefaultOptions() (Options, error) {
+	var o Options
+	o.Device = os.Getenv("GPUCOMM_DEVICE")
+	if v := os.Getenv("GPUCOMM_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			if secs, err2 := strconv.ParseFloat(v, 64); err2 == nil {
+				d, err = time.Duration(secs*float64(time.Second)), nil
+			}
+		}
+		if err != nil || d < 0 {
+			return o, fmt.Errorf("GPUCOMM_TIMEOUT=%q: want a duration such as 30s: %w", v, ErrInvalidArgument)
+		}
+		o.Timeout = d
+	}
+	if v := os.Getenv("GPUCOMM_DEBUG"); v != "" {
+		on, err := strconv.ParseBool(v)
+		if err != nil {
+			return o, fmt.Errorf("GPUCOMM_DEBUG=%q: want 1 or 0: %w", v, ErrInvalidArgument)
+		}
+		o.Debug = on
+	}
+	if v := os.Getenv("GPUCOMM_CHUNK_BYTES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return o, fmt.Errorf("GPUCOMM_CHUNK_BYTES=%q: want a positive byte count: %w", v, ErrInvalidArgument)
+		}
+		o.ChunkBytes = n
+	}
+	return o, nil
+}
+
+// Verdict is a backend's answer to "can you run here?".
+type Verdict struct {
+	Usable bool
+	Reason string // why not, or what it will use
+}
+
+// Driver is what a backend registers.
+type Driver struct {
+	// Open makes this process's communicator over all ranks of the job.
+	Open func(Options) (Communicator, error)
+	// Probe says whether Open can work here, without starting anything
+	// expensive.
+	Probe func() Verdict
+	// Rank orders backends for "auto": higher is preferred.
+	Rank int
+}
+
+var (
+	regMu   sync.RWMutex
+	drivers = map[string]Driver{}
+)
+
+// Register makes a backend available by name. It panics if the name is
+// taken or the driver incomplete, as database/sql.Register does: both are
+// programming errors found at init.
+func Register(name string, d Driver) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	if d.Open == nil || d.Probe == nil {
+		panic("comm: Register of backend " + name + " without Open or Probe")
+	}
+	if _, dup := drivers[name]; dup || name == "auto" || name == "" {
+		panic("comm: Register called twice for backend " + name)
+	}
+	drivers[name] = d
+}
+
+// Backends lists the registered backends, best first.
+func Backends() []string {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	names := make([]string, 0, len(drivers))
+	for n := range drivers {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		a, b := drivers[names[i]], drivers[names[j]]
+		if a.Rank != b.Rank {
+			return a.Rank > b.Rank
+		}
+		return names[i] < names[j]
+	})
+	return names
+}
+
+// Probe asks the named backend whether it can run here.
+func Probe(name string) (Verdict, error) {
+	regMu.RLock()
+	d, ok := drivers[name]
+	regMu.RUnlock()
+	if !ok {
+		return Verdict{}, unknown(name)
+	}
+	return d.Probe(), nil
+}
+
+func unknown(name string) error {
+	return fmt.Errorf("comm: unknown backend %q; registered: %s, or auto (import gpucomm/comm/all to register every backend): %w",
+		name, strings.Join(Backends(), ", "), ErrInvalidArgument)
+}
+
+// Open opens this process's communicator on the named backend, or on the
+// best usable one for "auto" or "". GPUCOMM_BACKEND, when set, overrides
+// name. Options from the environment apply first, then opts.
+func Open(name string, opts ...Option) (Communicator, error) {
+	if env := os.Getenv("GPUCOMM_BACKEND"); env != "" {
+		name = env
+	}
+	o, err := DefaultOptions()
+	if err != nil {
+		return nil, err
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if name == "" || name == "auto" {
+		var why []string
+		for _, n := range Backends() {
+			regMu.RLock()
+			d := drivers[n]
+			regMu.RUnlock()
+			if v := d.Probe(); v.Usable {
+				return d.Open(o)
+			} else {
+				why = append(why, n+": "+v.Reason)
+			}
+		}
+		return nil, fmt.Errorf("comm: no usable backend (%s): %w", strings.Join(why, "; "), ErrUnsupported)
+	}
+	regMu.RLock()
+	d, ok := drivers[name]
+	regMu.RUnlock()
+	if !ok {
+		return nil, unknown(name)
+	}
+	return d.Open(o)
+}

@@ -1,0 +1,229 @@
+package devmem
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+)
+
+// allocation is one piece of memory a driver handed out.
+type allocation struct {
+	dev     *Device
+	addr    uintptr // device address, or host address for host-accessible memory
+	host    []byte  // host view; nil when the host cannot touch the memory
+	size    int
+	pinned  bool
+	freed   atomic.Bool
+	release func() error // returns the memory to the driver
+	shared  *sharedMem   // host driver memory that can be exported
+	once    sync.Once
+	err     error
+}
+
+// Buffer is a range of bytes on a device: a whole allocation or a view into
+// one. The zero Buffer is "no buffer". Buffers are small values; copies of
+// one refer to the same memory.
+type Buffer struct {
+	a      *allocation
+	off, n int
+}
+
+// Alloc allocates n bytes of device memory.
+func (d *Device) Alloc(n int) (Buffer, error) {
+	return d.allocate(n, false)
+}
+
+// AllocPinned allocates n bytes of page-locked host memory that the device
+// copies to and from asynchronously. Its Bytes are the host view.
+func (d *Device) AllocPinned(n int) (Buffer, error) {
+	return d.allocate(n, true)
+}
+
+func (d *Device) allocate(n int, pinned bool) (Buffer, error) {
+	if d == nil {
+		return Buffer{}, fmt.Errorf("devmem: alloc on nil device: %w", ErrInvalidArgument)
+	}
+	if n < 0 {
+		return Buffer{}, fmt.Errorf("devmem: alloc of %d bytes: %w", n, ErrInvalidArgument)
+	}
+	a, err := d.drv.alloc(n, pinned)
+	if err != nil {
+		return Buffer{}, err
+	}
+	a.dev, a.size, a.pinned = d, n, pinned
+	if pinned {
+		d.stats.pinned.Add(1)
+	} else {
+		d.stats.buffers.Add(1)
+	}
+	d.stats.bytes.Add(int64(n))
+	return Buffer{a: a, n: n}, nil
+}
+
+// Free returns the allocation to its device. Only the whole allocation can be
+// freed; freeing twice or freeing a view is an error.
+func (b Buffer) Free() error {
+	if b.a == nil {
+		return fmt.Errorf("devmem: free of the zero Buffer: %w", ErrInvalidArgument)
+	}
+	if b.off != 0 || b.n != b.a.size || b.a.release == nil {
+		return fmt.Errorf("devmem: free of a view (offset %d, %d of %d bytes): %w", b.off, b.n, b.a.size, ErrInvalidArgument)
+	}
+	if !b.a.freed.CompareAndSwap(false, true) {
+		return fmt.Errorf("devmem: buffer freed twice: %w", ErrInvalidArgument)
+	}
+	b.a.once.Do(func() { b.a.err = b.a.release() })
+	st := &b.a.dev.stats
+	if b.a.pinned {
+		st.pinned.Add(-1)
+	} else {
+		st.buffers.Add(-1)
+	}
+	st.bytes.Add(-int64(b.a.size))
+	return b.a.err
+}
+
+// IsZero reports whether b is the zero Buffer.
+func (b Buffer) IsZero() bool { return b.a == nil }
+
+// Len is the buffer's size in bytes.
+func (b Buffer) Len() int { return b.n }
+
+// Device is the device the memory belongs to (nil for the zero Buffer).
+func (b Buffer) Device() *Device {
+	if b.a == nil {
+		return nil
+	}
+	return b.a.dev
+}
+
+// Pinned reports whether b is page-locked host memory rather than device memory.
+func (b Buffer) Pinned() bool { return b.a != nil && b.a.pinned }
+
+// Addr is the address of the first byte: a device pointer for device memory,
+// a host address for pinned or host-device memory. It is for handing to C
+// libraries (MPI, NCCL); Go code uses Bytes.
+func (b Buffer) Addr() uintptr {
+	if b.a == nil {
+		return 0
+	}
+	return b.a.addr + uintptr(b.off)
+}
+
+// Bytes is the host view of the buffer, when the host can touch it (pinned
+// memory, and device memory of the host driver). The second result is false
+// otherwise.
+func (b Buffer) Bytes() ([]byte, bool) {
+	if b.a == nil || b.a.host == nil {
+		return nil, false
+	}
+	return b.a.host[b.off : b.off+b.n : b.off+b.n], true
+}
+
+// Slice returns the view of n bytes starting at off.
+func (b Buffer) Slice(off, n int) (Buffer, error) {
+	if b.a == nil {
+		return Buffer{}, fmt.Errorf("devmem: slice of the zero Buffer: %w", ErrInvalidArgument)
+	}
+	if off < 0 || n < 0 || off > b.n || n > b.n-off {
+		return Buffer{}, fmt.Errorf("devmem: slice [%d:+%d] of a %d-byte buffer: %w", off, n, b.n, ErrInvalidArgument)
+	}
+	return Buffer{a: b.a, off: b.off + off, n: n}, nil
+}
+
+// Same reports whether a and b are the same bytes.
+func (b Buffer) Same(o Buffer) bool { return b.a == o.a && b.off == o.off && b.n == o.n }
+
+// Overlaps reports whether a and b share any byte.
+func (b Buffer) Overlaps(o Buffer) bool {
+	if b.a == nil || b.a != o.a || b.n == 0 || o.n == 0 {
+		return false
+	}
+	return b.off < o.off+o.n && o.off < b.off+b.n
+}
+
+// Check returns an error unless b is live, on dev (when dev is not nil) and
+// at least n bytes long. what names the buffer in the message.
+func (b Buffer) Check(what string, dev *Device, n int) error {
+	switch {
+	case b.a == nil:
+		return fmt.Errorf("%s: no buffer given: %w", what, ErrInvalidArgument)
+	case b.a.freed.Load():
+		return fmt.Errorf("%s: buffer was freed: %w", what, ErrInvalidArgument)
+	case dev != nil && b.a.dev != dev:
+		return fmt.Errorf("%s: buffer is on %v, not %v: %w", what, b.a.dev, dev, ErrInvalidArgument)
+	case n > b.n:
+		return fmt.Errorf("%s: buffer holds %d bytes, %d needed: %w", what, b.n, n, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Copy copies all of src into the start of dst, in stream order on s.
+func Copy(dst, src Buffer, s *Stream) error { return CopyN(dst, src, src.n, s) }
+
+// CopyN copies the first n bytes of src to the start of dst, in stream order
+// on s. Either side may be device or pinned memory; dst and src must belong
+// to the same device.
+func CopyN(dst, src Buffer, n int, s *Stream) error {
+	if err := src.Check("devmem: copy source", nil, n); err != nil {
+		return err
+	}
+	if err := dst.Check("devmem: copy destination", src.a.dev, n); err != nil {
+		return err
+	}
+	if n < 0 {
+		return fmt.Errorf("devmem: copy of %d bytes: %w", n, ErrInvalidArgument)
+	}
+	if err := s.check(src.a.dev); err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	return src.a.dev.drv.copy(dst, src, n, s)
+}
+
+// CopyFromHost copies src, in Go memory, to the start of dst. Because the
+// caller may reuse src as soon as this returns, it waits for s's earlier work
+// and for the copy itself.
+func CopyFromHost(dst Buffer, src []byte, s *Stream) error {
+	if err := dst.Check("devmem: copy destination", nil, len(src)); err != nil {
+		return err
+	}
+	if err := s.check(dst.a.dev); err != nil {
+		return err
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	return dst.a.dev.drv.copyFromHost(dst, src, s)
+}
+
+// CopyToHost copies the first len(dst) bytes of src into Go memory, waiting
+// for s's earlier work and for the copy itself.
+func CopyToHost(dst []byte, src Buffer, s *Stream) error {
+	if err := src.Check("devmem: copy source", nil, len(dst)); err != nil {
+		return err
+	}
+	if err := s.check(src.a.dev); err != nil {
+		return err
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	return src.a.dev.drv.copyToHost(dst, src, s)
+}
+
+// Memset sets every byte of dst to v, in stream order on s.
+func Memset(dst Buffer, v byte, s *Stream) error {
+	if err := dst.Check("devmem: memset", nil, 0); err != nil {
+		return err
+	}
+	if err := s.check(dst.a.dev); err != nil {
+		return err
+	}
+	if dst.n == 0 {
+		return nil
+	}
+	return dst.a.dev.drv.memset(dst, v, s)
+}

@@ -1,0 +1,154 @@
+package devmem
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"github.com/gpucomm/gpucomm/internal/errs"
+)
+
+// Sentinels shared with comm; errors.Is works with either name.
+var (
+	ErrInvalidArgument = errs.ErrInvalidArgument
+	ErrUnsupported     = errs.ErrUnsupported
+	ErrLibraryNotFound = errs.ErrLibraryNotFound
+	ErrBadHandle       = errs.ErrBadHandle
+	ErrClosed          = errs.ErrClosed
+)
+
+// Kind says which driver a Device uses.
+type Kind int
+
+const (
+	// Host is the simulated device whose memory is host memory.
+	Host Kind = iota + 1
+	// CUDA is an NVIDIA GPU driven through the CUDA driver API.
+	CUDA
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Host:
+		return "host"
+	case CUDA:
+		return "cuda"
+	}
+	return "Kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Device is one device: a GPU, or a simulated host device.
+type Device struct {
+	drv     driver
+	kind    Kind
+	ordinal int
+	name    string
+	uuid    [16]byte
+	stats   stats
+}
+
+// Kind reports the device's driver.
+func (d *Device) Kind() Kind { return d.kind }
+
+// Ordinal is the device's index among the driver's devices of this process.
+func (d *Device) Ordinal() int { return d.ordinal }
+
+// Name is the device's product name ("NVIDIA H200", "host").
+func (d *Device) Name() string { return d.name }
+
+// UUID identifies the device across processes.
+func (d *Device) UUID() [16]byte { return d.uuid }
+
+func (d *Device) String() string {
+	if d == nil {
+		return "<nil device>"
+	}
+	return fmt.Sprintf("%s:%d (%s)", d.kind, d.ordinal, d.name)
+}
+
+// Synchronize waits for all work queued on the device's streams.
+func (d *Device) Synchronize() error { return d.drv.synchronize() }
+
+// Stats counts a device's live objects, so tests can assert nothing leaked.
+type Stats struct {
+	Buffers int64 // device allocations not yet freed
+	Pinned  int64 // pinned host allocations not yet freed
+	Bytes   int64 // bytes held by both
+	Streams int64
+	Events  int64
+	Opened  int64 // IPC views opened and not yet closed
+}
+
+type stats struct{ buffers, pinned, bytes, streams, events, opened atomic.Int64 }
+
+// Stats returns the device's live-object counts.
+func (d *Device) Stats() Stats {
+	s := &d.stats
+	return Stats{s.buffers.Load(), s.pinned.Load(), s.bytes.Load(), s.streams.Load(), s.events.Load(), s.opened.Load()}
+}
+
+var hostDevices atomic.Int64
+
+// NewHostDevice makes a simulated device whose memory is host memory. Each
+// call makes a distinct device with its own UUID and counters.
+func NewHostDevice() *Device {
+	n := hostDevices.Add(1) - 1
+	d := &Device{kind: Host, ordinal: int(n), name: "host"}
+	d.uuid = hostUUID(n)
+	d.drv = &hostDriver{dev: d}
+	return d
+}
+
+// openCUDA is set by the cuda driver when it is compiled in.
+var openCUDA func(ordinal int) (*Device, error)
+
+// CUDADeviceCount reports how many GPUs the cuda driver sees (0 and an error
+// when it cannot run here).
+var CUDADeviceCount = func() (int, error) {
+	return 0, fmt.Errorf("devmem: cuda driver not available: %w", ErrLibraryNotFound)
+}
+
+// Open returns the device named by spec for a process with the given local
+// rank: "host", "cuda" (GPU localRank mod count), "cuda:N", or "auto"/"" (a
+// GPU when one is usable, else the host device). An empty spec reads
+// GPUCOMM_DEVICE first.
+func Open(spec string, localRank int) (*Device, error) {
+	if spec == "" {
+		spec = os.Getenv("GPUCOMM_DEVICE")
+	}
+	spec = strings.ToLower(strings.TrimSpace(spec))
+	if localRank < 0 {
+		localRank = 0
+	}
+	switch {
+	case spec == "" || spec == "auto":
+		if n, err := CUDADeviceCount(); err == nil && n > 0 && openCUDA != nil {
+			return openCUDA(localRank % n)
+		}
+		return NewHostDevice(), nil
+	case spec == "host":
+		return NewHostDevice(), nil
+	case spec == "cuda" || strings.HasPrefix(spec, "cuda:"):
+		if openCUDA == nil {
+			return nil, fmt.Errorf("devmem: device %q: cuda driver not compiled in (needs cgo): %w", spec, ErrUnsupported)
+		}
+		n, err := CUDADeviceCount()
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("devmem: device %q: no CUDA device visible: %w", spec, ErrInvalidArgument)
+		}
+		ord := localRank % n
+		if rest, ok := strings.CutPrefix(spec, "cuda:"); ok {
+			ord, err = strconv.Atoi(rest)
+			if err != nil || ord < 0 || ord >= n {
+				return nil, fmt.Errorf("devmem: device %q: want cuda:0..cuda:%d: %w", spec, n-1, ErrInvalidArgument)
+			}
+		}
+		return openCUDA(ord)
+	}
+	return nil, fmt.Errorf("devmem: unknown device %q (want auto, host, cuda or cuda:N): %w", spec, ErrInvalidArgument)
+}

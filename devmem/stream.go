@@ -1,0 +1,182 @@
+package devmem
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Stream is an ordered queue of work on one device.
+type Stream struct {
+	dev       *Device
+	impl      streamImpl
+	destroyed atomic.Bool
+}
+
+// NewStream makes a stream on d.
+func (d *Device) NewStream() (*Stream, error) {
+	impl, err := d.drv.newStream()
+	if err != nil {
+		return nil, err
+	}
+	d.stats.streams.Add(1)
+	return &Stream{dev: d, impl: impl}, nil
+}
+
+// Device is the stream's device.
+func (s *Stream) Device() *Device { return s.dev }
+
+// check accepts a nil stream (meaning "now") or a live stream of dev.
+func (s *Stream) check(dev *Device) error {
+	if s == nil {
+		return nil
+	}
+	if s.destroyed.Load() {
+		return fmt.Errorf("devmem: stream was destroyed: %w", ErrInvalidArgument)
+	}
+	if dev != nil && s.dev != dev {
+		return fmt.Errorf("devmem: stream of %v used with %v: %w", s.dev, dev, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Check returns an error unless s is nil or a live stream of dev.
+func (s *Stream) Check(dev *Device) error { return s.check(dev) }
+
+// HostFunc runs fn on the host once all earlier work on s is done; later work
+// on s waits for it. On the host driver fn runs on the stream's own goroutine
+// and HostFunc returns at once; on the cuda driver HostFunc synchronises the
+// stream and runs fn before it returns. With a nil stream fn runs now. An
+// error from fn that cannot be returned here is returned by the next
+// Synchronize of s.
+func (s *Stream) HostFunc(fn func() error) error {
+	if s == nil {
+		return fn()
+	}
+	if err := s.check(nil); err != nil {
+		return err
+	}
+	return s.impl.hostFunc(fn)
+}
+
+// Synchronize waits for all work queued on s and returns the first error that
+// work met since the last Synchronize.
+func (s *Stream) Synchronize() error {
+	if s == nil {
+		return nil
+	}
+	if err := s.check(nil); err != nil {
+		return err
+	}
+	return s.impl.synchronize()
+}
+
+// WaitEvent makes later work on s wait until e's last recorded point is done.
+func (s *Stream) WaitEvent(e *Event) error {
+	if err := s.check(nil); err != nil {
+		return err
+	}
+	if s == nil {
+		return e.Synchronize()
+	}
+	if err := e.check(s.dev); err != nil {
+		return err
+	}
+	return s.impl.waitEvent(e.impl)
+}
+
+// Destroy waits for the stream's work and releases it.
+func (s *Stream) Destroy() error {
+	if s == nil {
+		return fmt.Errorf("devmem: destroy of a nil stream: %w", ErrInvalidArgument)
+	}
+	if !s.destroyed.CompareAndSwap(false, true) {
+		return fmt.Errorf("devmem: stream destroyed twice: %w", ErrInvalidArgument)
+	}
+	s.dev.stats.streams.Add(-1)
+	return s.impl.destroy()
+}
+
+// Event marks a point in a stream's work, to wait for or to time.
+type Event struct {
+	dev       *Device
+	impl      eventImpl
+	destroyed atomic.Bool
+}
+
+// NewEvent makes an event on d.
+func (d *Device) NewEvent() (*Event, error) {
+	impl, err := d.drv.newEvent()
+	if err != nil {
+		return nil, err
+	}
+	d.stats.events.Add(1)
+	return &Event{dev: d, impl: impl}, nil
+}
+
+func (e *Event) check(dev *Device) error {
+	switch {
+	case e == nil:
+		return fmt.Errorf("devmem: nil event: %w", ErrInvalidArgument)
+	case e.destroyed.Load():
+		return fmt.Errorf("devmem: event was destroyed: %w", ErrInvalidArgument)
+	case dev != nil && e.dev != dev:
+		return fmt.Errorf("devmem: event of %v used with %v: %w", e.dev, dev, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Record marks the point after all work queued on s so far. With a nil
+// stream the point is now.
+func (e *Event) Record(s *Stream) error {
+	if err := e.check(nil); err != nil {
+		return err
+	}
+	if err := s.check(e.dev); err != nil {
+		return err
+	}
+	var si streamImpl
+	if s != nil {
+		si = s.impl
+	}
+	return e.impl.record(si)
+}
+
+// Synchronize waits until the recorded point is reached.
+func (e *Event) Synchronize() error {
+	if err := e.check(nil); err != nil {
+		return err
+	}
+	return e.impl.synchronize()
+}
+
+// Done reports whether the recorded point has been reached.
+func (e *Event) Done() (bool, error) {
+	if err := e.check(nil); err != nil {
+		return false, err
+	}
+	return e.impl.query()
+}
+
+// Elapsed is the time between two recorded events, both reached.
+func Elapsed(start, end *Event) (time.Duration, error) {
+	if err := start.check(nil); err != nil {
+		return 0, err
+	}
+	if err := end.check(start.dev); err != nil {
+		return 0, err
+	}
+	return end.impl.elapsedSince(start.impl)
+}
+
+// Destroy releases the event.
+func (e *Event) Destroy() error {
+	if e == nil {
+		return fmt.Errorf("devmem: destroy of a nil event: %w", ErrInvalidArgument)
+	}
+	if !e.destroyed.CompareAndSwap(false, true) {
+		return fmt.Errorf("devmem: event destroyed twice: %w", ErrInvalidArgument)
+	}
+	e.dev.stats.events.Add(-1)
+	return e.impl.destroy()
+}
