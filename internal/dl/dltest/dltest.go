@@ -6,9 +6,15 @@
 package dltest
 
 import (
+	"bytes"
+	"go/ast"
+	"go/parser"
+	"go/printer"
+	"go/token"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -31,4 +37,62 @@ func BuildLib(t testing.TB, name, src string, cflags ...string) string {
 		t.Fatalf("gcc %v: %v\n%s", args, err, b)
 	}
 	return out
+}
+
+// SameFuncs fails the test unless the two Go files declare the same exported
+// functions with the same parameter and result types: it keeps a package's
+// cgo file and its CGO_ENABLED=0 fallback in step.
+func SameFuncs(t testing.TB, fileA, fileB string) {
+	t.Helper()
+	a, b := exportedFuncs(t, fileA), exportedFuncs(t, fileB)
+	for name, sig := range a {
+		if got, ok := b[name]; !ok {
+			t.Errorf("%s lacks %s%s", fileB, name, sig)
+		} else if got != sig {
+			t.Errorf("%s: %s%s, but %s has %s%s", fileB, name, got, fileA, name, sig)
+		}
+	}
+	for name, sig := range b {
+		if _, ok := a[name]; !ok {
+			t.Errorf("%s lacks %s%s", fileA, name, sig)
+		}
+	}
+}
+
+// exportedFuncs maps each exported top-level function and method of file to
+// its signature with parameter names removed.
+func exportedFuncs(t testing.TB, file string) map[string]string {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, file, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	types := func(fl *ast.FieldList) string {
+		if fl == nil {
+			return "()"
+		}
+		var parts []string
+		for _, field := range fl.List {
+			var buf bytes.Buffer
+			printer.Fprint(&buf, fset, field.Type)
+			for range max(1, len(field.Names)) {
+				parts = append(parts, buf.String())
+			}
+		}
+		return "(" + strings.Join(parts, ", ") + ")"
+	}
+	funcs := map[string]string{}
+	for _, d := range f.Decls {
+		fd, ok := d.(*ast.FuncDecl)
+		if !ok || !fd.Name.IsExported() {
+			continue
+		}
+		name := fd.Name.Name
+		if fd.Recv != nil {
+			name = types(fd.Recv) + "." + name
+		}
+		funcs[name] = types(fd.Type.Params) + " " + types(fd.Type.Results)
+	}
+	return funcs
 }

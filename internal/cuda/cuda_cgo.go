@@ -1,0 +1,814 @@
+//go:build cgo
+
+package cuda
+
+/*
+#include "cudadrv.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/gpucomm/gpucomm/internal/dl"
+	"github.com/gpucomm/gpucomm/internal/errs"
+)
+
+// The handle types must hold what the driver hands out.
+var (
+	_ [64]byte = [C.sizeof_CUipcMemHandle]byte{}
+	_ [16]byte = [C.sizeof_CUuuid]byte{}
+	_ [8]byte  = [C.sizeof_CUdeviceptr]byte{}
+)
+
+// fCount is the number of slots in the C table.
+const fCount = C.F_count
+
+// symbols maps each table slot to the library names to try, newest first.
+// Versioned names are spelled out: the unversioned ones are old ABIs.
+var symbols = []struct {
+	slot  C.int
+	names []string
+}{
+	{C.F_cuInit, []string{"cuInit"}},
+	{C.F_cuDriverGetVersion, []string{"cuDriverGetVersion"}},
+	{C.F_cuGetErrorName, []string{"cuGetErrorName"}},
+	{C.F_cuGetErrorString, []string{"cuGetErrorString"}},
+	{C.F_cuDeviceGetCount, []string{"cuDeviceGetCount"}},
+	{C.F_cuDeviceGet, []string{"cuDeviceGet"}},
+	{C.F_cuDeviceGetName, []string{"cuDeviceGetName"}},
+	{C.F_cuDeviceGetUuid, []string{"cuDeviceGetUuid_v2", "cuDeviceGetUuid"}},
+	{C.F_cuDeviceTotalMem, []string{"cuDeviceTotalMem_v2"}},
+	{C.F_cuDeviceGetAttribute, []string{"cuDeviceGetAttribute"}},
+	{C.F_cuDeviceGetPCIBusId, []string{"cuDeviceGetPCIBusId"}},
+	{C.F_cuDeviceCanAccessPeer, []string{"cuDeviceCanAccessPeer"}},
+	{C.F_cuDevicePrimaryCtxRetain, []string{"cuDevicePrimaryCtxRetain"}},
+	{C.F_cuDevicePrimaryCtxRelease, []string{"cuDevicePrimaryCtxRelease_v2"}},
+	{C.F_cuCtxSetCurrent, []string{"cuCtxSetCurrent"}},
+	{C.F_cuCtxGetCurrent, []string{"cuCtxGetCurrent"}},
+	{C.F_cuCtxSynchronize, []string{"cuCtxSynchronize"}},
+	{C.F_cuCtxEnablePeerAccess, []string{"cuCtxEnablePeerAccess"}},
+	{C.F_cuMemAlloc, []string{"cuMemAlloc_v2"}},
+	{C.F_cuMemFree, []string{"cuMemFree_v2"}},
+	{C.F_cuMemAllocHost, []string{"cuMemAllocHost_v2"}},
+	{C.F_cuMemFreeHost, []string{"cuMemFreeHost"}},
+	{C.F_cuMemHostRegister, []string{"cuMemHostRegister_v2"}},
+	{C.F_cuMemHostUnregister, []string{"cuMemHostUnregister"}},
+	{C.F_cuMemcpyHtoD, []string{"cuMemcpyHtoD_v2"}},
+	{C.F_cuMemcpyDtoH, []string{"cuMemcpyDtoH_v2"}},
+	{C.F_cuMemcpyDtoD, []string{"cuMemcpyDtoD_v2"}},
+	{C.F_cuMemcpyHtoDAsync, []string{"cuMemcpyHtoDAsync_v2"}},
+	{C.F_cuMemcpyDtoHAsync, []string{"cuMemcpyDtoHAsync_v2"}},
+	{C.F_cuMemcpyDtoDAsync, []string{"cuMemcpyDtoDAsync_v2"}},
+	{C.F_cuMemcpyPeer, []string{"cuMemcpyPeer"}},
+	{C.F_cuMemcpyPeerAsync, []string{"cuMemcpyPeerAsync"}},
+	{C.F_cuMemsetD8, []string{"cuMemsetD8_v2"}},
+	{C.F_cuMemsetD8Async, []string{"cuMemsetD8Async"}},
+	{C.F_cuMemGetInfo, []string{"cuMemGetInfo_v2"}},
+	{C.F_cuMemGetAddressRange, []string{"cuMemGetAddressRange_v2"}},
+	{C.F_cuStreamCreate, []string{"cuStreamCreate"}},
+	{C.F_cuStreamDestroy, []string{"cuStreamDestroy_v2"}},
+	{C.F_cuStreamSynchronize, []string{"cuStreamSynchronize"}},
+	{C.F_cuStreamQuery, []string{"cuStreamQuery"}},
+	{C.F_cuStreamWaitEvent, []string{"cuStreamWaitEvent"}},
+	{C.F_cuEventCreate, []string{"cuEventCreate"}},
+	{C.F_cuEventRecord, []string{"cuEventRecord"}},
+	{C.F_cuEventSynchronize, []string{"cuEventSynchronize"}},
+	{C.F_cuEventQuery, []string{"cuEventQuery"}},
+	{C.F_cuEventElapsedTime, []string{"cuEventElapsedTime_v2", "cuEventElapsedTime"}},
+	{C.F_cuEventDestroy, []string{"cuEventDestroy_v2"}},
+	{C.F_cuIpcGetMemHandle, []string{"cuIpcGetMemHandle"}},
+	{C.F_cuIpcOpenMemHandle, []string{"cuIpcOpenMemHandle_v2"}},
+	{C.F_cuIpcCloseMemHandle, []string{"cuIpcCloseMemHandle"}},
+	{C.F_cuModuleLoadData, []string{"cuModuleLoadData"}},
+	{C.F_cuModuleGetFunction, []string{"cuModuleGetFunction"}},
+	{C.F_cuModuleUnload, []string{"cuModuleUnload"}},
+	{C.F_cuLaunchKernel, []string{"cuLaunchKernel"}},
+}
+
+var state struct {
+	mu     sync.Mutex  // serialises Load
+	lib    *dl.Library // kept open for the life of the process once loaded
+	loaded atomic.Bool // set only after the table is complete and cuInit passed
+}
+
+// Load opens the driver library, resolves every symbol and calls cuInit(0).
+// It is safe for concurrent use and does nothing once it has succeeded; a
+// failure is not remembered, so a later call tries again.
+func Load() error {
+	if state.loaded.Load() {
+		return nil
+	}
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if state.loaded.Load() {
+		return nil
+	}
+	lib, err := dl.Open(dl.Candidates(EnvLib, "libcuda.so.1", "libcuda.so")...)
+	if err != nil {
+		return fmt.Errorf("cuda: load the driver API: %w", err)
+	}
+	var missing []string
+	for _, s := range symbols {
+		p, _, err := lib.SymAny(s.names...)
+		if err != nil {
+			missing = append(missing, strings.Join(s.names, " or "))
+			continue
+		}
+		C.gpucomm_cu_set(s.slot, p)
+	}
+	if len(missing) > 0 {
+		unload(lib)
+		more := ""
+		if len(missing) > 1 {
+			more = fmt.Sprintf(" (and %d more symbols)", len(missing)-1)
+		}
+		return fmt.Errorf("cuda: %s has no %s%s; the driver is too old or not CUDA's: %w",
+			lib.Name, missing[0], more, errs.ErrLibraryNotFound)
+	}
+	if r := C.gc_cuInit(0); r != CUDA_SUCCESS {
+		err := result("cuInit", r) // names read before the library goes
+		unload(lib)
+		return err
+	}
+	state.lib = lib
+	state.loaded.Store(true)
+	return nil
+}
+
+// unload empties the table and closes lib; the caller holds state.mu.
+func unload(lib *dl.Library) {
+	C.gpucomm_cu_clear()
+	lib.Close()
+}
+
+// ready loads the library on first use.
+func ready() error {
+	if state.loaded.Load() {
+		return nil
+	}
+	return Load()
+}
+
+// result turns a CUresult into nil or an *Error naming call.
+func result(call string, r C.CUresult) error {
+	if r == CUDA_SUCCESS {
+		return nil
+	}
+	code := int(r)
+	e := &Error{Call: call, Code: code, Name: goErrorName(code)}
+	if s := C.gc_errorName(r); s != nil {
+		e.Name = C.GoString(s)
+	}
+	if s := C.gc_errorString(r); s != nil {
+		e.Message = C.GoString(s)
+	}
+	return e
+}
+
+// ErrorName returns CUDA's name for a CUresult, from the library when loaded.
+func ErrorName(code int) string {
+	if state.loaded.Load() {
+		if s := C.gc_errorName(C.CUresult(code)); s != nil {
+			return C.GoString(s)
+		}
+	}
+	return goErrorName(code)
+}
+
+// ErrorString returns CUDA's description of a CUresult, or "" before Load.
+func ErrorString(code int) string {
+	if state.loaded.Load() {
+		if s := C.gc_errorString(C.CUresult(code)); s != nil {
+			return C.GoString(s)
+		}
+	}
+	return ""
+}
+
+// nbytes checks a length before it becomes a size_t.
+func nbytes(call string, n int) (C.size_t, error) {
+	if n < 0 {
+		return 0, fmt.Errorf("cuda: %s: negative size %d: %w", call, n, errs.ErrInvalidArgument)
+	}
+	return C.size_t(n), nil
+}
+
+// DriverVersion returns the driver's CUDA version as 1000*major + 10*minor.
+func DriverVersion() (int, error) {
+	if err := ready(); err != nil {
+		return 0, err
+	}
+	var v C.int
+	r := C.gc_cuDriverGetVersion(&v)
+	return int(v), result("cuDriverGetVersion", r)
+}
+
+// DeviceCount returns the number of devices this process can see.
+func DeviceCount() (int, error) {
+	if err := ready(); err != nil {
+		return 0, err
+	}
+	var n C.int
+	r := C.gc_cuDeviceGetCount(&n)
+	return int(n), result("cuDeviceGetCount", r)
+}
+
+// DeviceGet returns the device with the given ordinal.
+func DeviceGet(ordinal int) (Device, error) {
+	if err := ready(); err != nil {
+		return 0, err
+	}
+	var d C.CUdevice
+	r := C.gc_cuDeviceGet(&d, C.int(ordinal))
+	return Device(d), result("cuDeviceGet", r)
+}
+
+// DeviceName returns the device's marketing name.
+func DeviceName(d Device) (string, error) {
+	if err := ready(); err != nil {
+		return "", err
+	}
+	var buf [256]C.char
+	if r := C.gc_cuDeviceGetName(&buf[0], C.int(len(buf)), C.CUdevice(d)); r != CUDA_SUCCESS {
+		return "", result("cuDeviceGetName", r)
+	}
+	return C.GoString(&buf[0]), nil
+}
+
+// DeviceUUID returns the device's UUID, the one nvidia-smi shows.
+func DeviceUUID(d Device) (UUID, error) {
+	var u UUID
+	if err := ready(); err != nil {
+		return u, err
+	}
+	r := C.gc_cuDeviceGetUuid(unsafe.Pointer(&u), C.CUdevice(d))
+	return u, result("cuDeviceGetUuid", r)
+}
+
+// DeviceTotalMem returns the device's memory in bytes.
+func DeviceTotalMem(d Device) (int, error) {
+	if err := ready(); err != nil {
+		return 0, err
+	}
+	var n C.size_t
+	r := C.gc_cuDeviceTotalMem(&n, C.CUdevice(d))
+	return int(n), result("cuDeviceTotalMem", r)
+}
+
+// DeviceAttribute returns one property of the device.
+func DeviceAttribute(d Device, a Attribute) (int, error) {
+	if err := ready(); err != nil {
+		return 0, err
+	}
+	var v C.int
+	r := C.gc_cuDeviceGetAttribute(&v, C.int(a), C.CUdevice(d))
+	return int(v), result("cuDeviceGetAttribute", r)
+}
+
+// DevicePCIBusID returns the device's PCI address, "domain:bus:device.function".
+func DevicePCIBusID(d Device) (string, error) {
+	if err := ready(); err != nil {
+		return "", err
+	}
+	var buf [64]C.char
+	if r := C.gc_cuDeviceGetPCIBusId(&buf[0], C.int(len(buf)), C.CUdevice(d)); r != CUDA_SUCCESS {
+		return "", result("cuDeviceGetPCIBusId", r)
+	}
+	return C.GoString(&buf[0]), nil
+}
+
+// DeviceCanAccessPeer reports whether d can map peer's memory.
+func DeviceCanAccessPeer(d, peer Device) (bool, error) {
+	if err := ready(); err != nil {
+		return false, err
+	}
+	var v C.int
+	r := C.gc_cuDeviceCanAccessPeer(&v, C.CUdevice(d), C.CUdevice(peer))
+	return v != 0, result("cuDeviceCanAccessPeer", r)
+}
+
+// PrimaryCtxRetain returns the device's primary context, counting a reference.
+func PrimaryCtxRetain(d Device) (Context, error) {
+	if err := ready(); err != nil {
+		return 0, err
+	}
+	var c C.uintptr_t
+	r := C.gc_cuDevicePrimaryCtxRetain(&c, C.CUdevice(d))
+	return Context(c), result("cuDevicePrimaryCtxRetain", r)
+}
+
+// PrimaryCtxRelease drops one reference taken by PrimaryCtxRetain.
+func PrimaryCtxRelease(d Device) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	return result("cuDevicePrimaryCtxRelease", C.gc_cuDevicePrimaryCtxRelease(C.CUdevice(d)))
+}
+
+// CtxSetCurrent makes c current on the calling OS thread; prefer WithContext.
+func CtxSetCurrent(c Context) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	return result("cuCtxSetCurrent", C.gc_cuCtxSetCurrent(C.uintptr_t(c)))
+}
+
+// CtxGetCurrent returns the context current on the calling OS thread, or 0.
+func CtxGetCurrent() (Context, error) {
+	if err := ready(); err != nil {
+		return 0, err
+	}
+	var c C.uintptr_t
+	r := C.gc_cuCtxGetCurrent(&c)
+	return Context(c), result("cuCtxGetCurrent", r)
+}
+
+// CtxSynchronize waits for all work in the current context.
+func CtxSynchronize() error {
+	if err := ready(); err != nil {
+		return err
+	}
+	return result("cuCtxSynchronize", C.gc_cuCtxSynchronize())
+}
+
+// CtxEnablePeerAccess lets the current context map memory of peer's context.
+// A second call returns CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED.
+func CtxEnablePeerAccess(peer Context) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	return result("cuCtxEnablePeerAccess", C.gc_cuCtxEnablePeerAccess(C.uintptr_t(peer), 0))
+}
+
+// MemAlloc allocates n bytes of device memory in the current context.
+func MemAlloc(n int) (DevicePtr, error) {
+	if err := ready(); err != nil {
+		return 0, err
+	}
+	sz, err := nbytes("cuMemAlloc", n)
+	if err != nil {
+		return 0, err
+	}
+	var p C.CUdeviceptr
+	r := C.gc_cuMemAlloc(&p, sz)
+	return DevicePtr(p), result("cuMemAlloc", r)
+}
+
+// MemFree frees memory from MemAlloc.
+func MemFree(p DevicePtr) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	return result("cuMemFree", C.gc_cuMemFree(C.CUdeviceptr(p)))
+}
+
+// MemAllocHost allocates n bytes of page-locked host memory. It is C memory:
+// Go may hold the pointer, and uintptr(p) is what the copy calls take.
+func MemAllocHost(n int) (unsafe.Pointer, error) {
+	if err := ready(); err != nil {
+		return nil, err
+	}
+	sz, err := nbytes("cuMemAllocHost", n)
+	if err != nil {
+		return nil, err
+	}
+	var p unsafe.Pointer
+	r := C.gc_cuMemAllocHost(&p, sz)
+	return p, result("cuMemAllocHost", r)
+}
+
+// MemFreeHost frees memory from MemAllocHost.
+func MemFreeHost(p unsafe.Pointer) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	return result("cuMemFreeHost", C.gc_cuMemFreeHost(p))
+}
+
+// MemHostRegister page-locks n bytes of existing host memory at p, which must
+// not be Go-managed memory (use mmap'd or C memory).
+func MemHostRegister(p uintptr, n int, flags uint32) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	sz, err := nbytes("cuMemHostRegister", n)
+	if err != nil {
+		return err
+	}
+	return result("cuMemHostRegister", C.gc_cuMemHostRegister(C.uintptr_t(p), sz, C.uint(flags)))
+}
+
+// MemHostUnregister undoes MemHostRegister.
+func MemHostUnregister(p uintptr) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	return result("cuMemHostUnregister", C.gc_cuMemHostUnregister(C.uintptr_t(p)))
+}
+
+// MemcpyHtoD copies n bytes from host address src to the device; it blocks.
+func MemcpyHtoD(dst DevicePtr, src uintptr, n int) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	sz, err := nbytes("cuMemcpyHtoD", n)
+	if err != nil {
+		return err
+	}
+	return result("cuMemcpyHtoD", C.gc_cuMemcpyHtoD(C.CUdeviceptr(dst), C.uintptr_t(src), sz))
+}
+
+// MemcpyDtoH copies n bytes from the device to host address dst; it blocks.
+func MemcpyDtoH(dst uintptr, src DevicePtr, n int) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	sz, err := nbytes("cuMemcpyDtoH", n)
+	if err != nil {
+		return err
+	}
+	return result("cuMemcpyDtoH", C.gc_cuMemcpyDtoH(C.uintptr_t(dst), C.CUdeviceptr(src), sz))
+}
+
+// MemcpyHtoDBytes copies Go memory to the device. The driver has finished
+// reading src when it returns, so handing it Go memory is legal.
+func MemcpyHtoDBytes(dst DevicePtr, src []byte) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	return result("cuMemcpyHtoD", C.gc_cuMemcpyHtoDGo(C.CUdeviceptr(dst), unsafe.Pointer(&src[0]), C.size_t(len(src))))
+}
+
+// MemcpyDtoHBytes copies len(dst) bytes from the device into Go memory; it
+// returns once the data is in dst.
+func MemcpyDtoHBytes(dst []byte, src DevicePtr) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	return result("cuMemcpyDtoH", C.gc_cuMemcpyDtoHGo(unsafe.Pointer(&dst[0]), C.CUdeviceptr(src), C.size_t(len(dst))))
+}
+
+// MemcpyDtoD copies n bytes between device buffers.
+func MemcpyDtoD(dst, src DevicePtr, n int) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	sz, err := nbytes("cuMemcpyDtoD", n)
+	if err != nil {
+		return err
+	}
+	return result("cuMemcpyDtoD", C.gc_cuMemcpyDtoD(C.CUdeviceptr(dst), C.CUdeviceptr(src), sz))
+}
+
+// MemcpyHtoDAsync queues a copy from page-locked host memory on s.
+func MemcpyHtoDAsync(dst DevicePtr, src uintptr, n int, s Stream) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	sz, err := nbytes("cuMemcpyHtoDAsync", n)
+	if err != nil {
+		return err
+	}
+	return result("cuMemcpyHtoDAsync", C.gc_cuMemcpyHtoDAsync(C.CUdeviceptr(dst), C.uintptr_t(src), sz, C.uintptr_t(s)))
+}
+
+// MemcpyDtoHAsync queues a copy into page-locked host memory on s.
+func MemcpyDtoHAsync(dst uintptr, src DevicePtr, n int, s Stream) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	sz, err := nbytes("cuMemcpyDtoHAsync", n)
+	if err != nil {
+		return err
+	}
+	return result("cuMemcpyDtoHAsync", C.gc_cuMemcpyDtoHAsync(C.uintptr_t(dst), C.CUdeviceptr(src), sz, C.uintptr_t(s)))
+}
+
+// MemcpyDtoDAsync queues a device-to-device copy on s.
+func MemcpyDtoDAsync(dst, src DevicePtr, n int, s Stream) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	sz, err := nbytes("cuMemcpyDtoDAsync", n)
+	if err != nil {
+		return err
+	}
+	return result("cuMemcpyDtoDAsync", C.gc_cuMemcpyDtoDAsync(C.CUdeviceptr(dst), C.CUdeviceptr(src), sz, C.uintptr_t(s)))
+}
+
+// MemcpyPeer copies n bytes between memory of two contexts.
+func MemcpyPeer(dst DevicePtr, dstCtx Context, src DevicePtr, srcCtx Context, n int) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	sz, err := nbytes("cuMemcpyPeer", n)
+	if err != nil {
+		return err
+	}
+	return result("cuMemcpyPeer", C.gc_cuMemcpyPeer(C.CUdeviceptr(dst), C.uintptr_t(dstCtx), C.CUdeviceptr(src), C.uintptr_t(srcCtx), sz))
+}
+
+// MemcpyPeerAsync queues a copy between memory of two contexts on s.
+func MemcpyPeerAsync(dst DevicePtr, dstCtx Context, src DevicePtr, srcCtx Context, n int, s Stream) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	sz, err := nbytes("cuMemcpyPeerAsync", n)
+	if err != nil {
+		return err
+	}
+	return result("cuMemcpyPeerAsync", C.gc_cuMemcpyPeerAsync(C.CUdeviceptr(dst), C.uintptr_t(dstCtx), C.CUdeviceptr(src), C.uintptr_t(srcCtx), sz, C.uintptr_t(s)))
+}
+
+// MemsetD8 sets n bytes of device memory to v.
+func MemsetD8(dst DevicePtr, v byte, n int) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	sz, err := nbytes("cuMemsetD8", n)
+	if err != nil {
+		return err
+	}
+	return result("cuMemsetD8", C.gc_cuMemsetD8(C.CUdeviceptr(dst), C.uchar(v), sz))
+}
+
+// MemsetD8Async queues setting n bytes of device memory to v on s.
+func MemsetD8Async(dst DevicePtr, v byte, n int, s Stream) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	sz, err := nbytes("cuMemsetD8Async", n)
+	if err != nil {
+		return err
+	}
+	return result("cuMemsetD8Async", C.gc_cuMemsetD8Async(C.CUdeviceptr(dst), C.uchar(v), sz, C.uintptr_t(s)))
+}
+
+// MemGetInfo returns free and total bytes of the current context's device.
+func MemGetInfo() (free, total int, err error) {
+	if err := ready(); err != nil {
+		return 0, 0, err
+	}
+	var f, t C.size_t
+	r := C.gc_cuMemGetInfo(&f, &t)
+	return int(f), int(t), result("cuMemGetInfo", r)
+}
+
+// MemGetAddressRange returns the allocation that contains p.
+func MemGetAddressRange(p DevicePtr) (base DevicePtr, size int, err error) {
+	if err := ready(); err != nil {
+		return 0, 0, err
+	}
+	var b C.CUdeviceptr
+	var n C.size_t
+	r := C.gc_cuMemGetAddressRange(&b, &n, C.CUdeviceptr(p))
+	return DevicePtr(b), int(n), result("cuMemGetAddressRange", r)
+}
+
+// StreamCreate creates a stream in the current context.
+func StreamCreate(flags uint32) (Stream, error) {
+	if err := ready(); err != nil {
+		return 0, err
+	}
+	var s C.uintptr_t
+	r := C.gc_cuStreamCreate(&s, C.uint(flags))
+	return Stream(s), result("cuStreamCreate", r)
+}
+
+// StreamDestroy destroys s once its queued work is done.
+func StreamDestroy(s Stream) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	return result("cuStreamDestroy", C.gc_cuStreamDestroy(C.uintptr_t(s)))
+}
+
+// StreamSynchronize waits until all work queued on s is done.
+func StreamSynchronize(s Stream) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	return result("cuStreamSynchronize", C.gc_cuStreamSynchronize(C.uintptr_t(s)))
+}
+
+// StreamQuery reports whether all work queued on s is done, without waiting.
+func StreamQuery(s Stream) (done bool, err error) {
+	if err := ready(); err != nil {
+		return false, err
+	}
+	r := C.gc_cuStreamQuery(C.uintptr_t(s))
+	if r == CUDA_ERROR_NOT_READY {
+		return false, nil
+	}
+	return r == CUDA_SUCCESS, result("cuStreamQuery", r)
+}
+
+// StreamWaitEvent makes later work on s wait for e's last record.
+func StreamWaitEvent(s Stream, e Event) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	return result("cuStreamWaitEvent", C.gc_cuStreamWaitEvent(C.uintptr_t(s), C.uintptr_t(e)))
+}
+
+// EventCreate creates an event in the current context.
+func EventCreate(flags uint32) (Event, error) {
+	if err := ready(); err != nil {
+		return 0, err
+	}
+	var e C.uintptr_t
+	r := C.gc_cuEventCreate(&e, C.uint(flags))
+	return Event(e), result("cuEventCreate", r)
+}
+
+// EventRecord records e on s.
+func EventRecord(e Event, s Stream) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	return result("cuEventRecord", C.gc_cuEventRecord(C.uintptr_t(e), C.uintptr_t(s)))
+}
+
+// EventSynchronize waits until the work before e's last record is done.
+func EventSynchronize(e Event) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	return result("cuEventSynchronize", C.gc_cuEventSynchronize(C.uintptr_t(e)))
+}
+
+// EventQuery reports whether the work before e's last record is done.
+func EventQuery(e Event) (done bool, err error) {
+	if err := ready(); err != nil {
+		return false, err
+	}
+	r := C.gc_cuEventQuery(C.uintptr_t(e))
+	if r == CUDA_ERROR_NOT_READY {
+		return false, nil
+	}
+	return r == CUDA_SUCCESS, result("cuEventQuery", r)
+}
+
+// EventElapsedTime returns the time between two recorded, completed events
+// (resolution about half a microsecond).
+func EventElapsedTime(start, end Event) (time.Duration, error) {
+	if err := ready(); err != nil {
+		return 0, err
+	}
+	var ms C.float
+	r := C.gc_cuEventElapsedTime(&ms, C.uintptr_t(start), C.uintptr_t(end))
+	return time.Duration(float64(ms) * float64(time.Millisecond)), result("cuEventElapsedTime", r)
+}
+
+// EventDestroy destroys e.
+func EventDestroy(e Event) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	return result("cuEventDestroy", C.gc_cuEventDestroy(C.uintptr_t(e)))
+}
+
+// IpcGetMemHandle returns a handle another process can open to map the
+// allocation that p starts.
+func IpcGetMemHandle(p DevicePtr) (IpcMemHandle, error) {
+	var h IpcMemHandle
+	if err := ready(); err != nil {
+		return h, err
+	}
+	r := C.gc_cuIpcGetMemHandle(unsafe.Pointer(&h), C.CUdeviceptr(p))
+	return h, result("cuIpcGetMemHandle", r)
+}
+
+// IpcOpenMemHandle maps another process's allocation into the current
+// context. Opening a handle twice in one process fails: cache the address.
+func IpcOpenMemHandle(h IpcMemHandle, flags uint32) (DevicePtr, error) {
+	if err := ready(); err != nil {
+		return 0, err
+	}
+	var p C.CUdeviceptr
+	r := C.gc_cuIpcOpenMemHandle(&p, unsafe.Pointer(&h), C.uint(flags))
+	return DevicePtr(p), result("cuIpcOpenMemHandle", r)
+}
+
+// IpcCloseMemHandle unmaps memory from IpcOpenMemHandle.
+func IpcCloseMemHandle(p DevicePtr) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	return result("cuIpcCloseMemHandle", C.gc_cuIpcCloseMemHandle(C.CUdeviceptr(p)))
+}
+
+// ModuleLoadData loads a cubin or PTX image into the current context. A NUL
+// is appended, as PTX text needs one and a cubin ignores it.
+func ModuleLoadData(image []byte) (Module, error) {
+	if err := ready(); err != nil {
+		return 0, err
+	}
+	if len(image) == 0 {
+		return 0, fmt.Errorf("cuda: cuModuleLoadData: empty image: %w", errs.ErrInvalidArgument)
+	}
+	buf := C.malloc(C.size_t(len(image) + 1))
+	defer C.free(buf)
+	b := unsafe.Slice((*byte)(buf), len(image)+1)
+	copy(b, image)
+	b[len(image)] = 0
+	var m C.uintptr_t
+	r := C.gc_cuModuleLoadData(&m, buf)
+	return Module(m), result("cuModuleLoadData", r)
+}
+
+// ModuleGetFunction returns the kernel called name (its extern "C" name).
+func ModuleGetFunction(m Module, name string) (Function, error) {
+	if err := ready(); err != nil {
+		return 0, err
+	}
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var f C.uintptr_t
+	if r := C.gc_cuModuleGetFunction(&f, C.uintptr_t(m), cname); r != CUDA_SUCCESS {
+		return 0, fmt.Errorf("kernel %q: %w", name, result("cuModuleGetFunction", r))
+	}
+	return Function(f), nil
+}
+
+// ModuleUnload unloads m.
+func ModuleUnload(m Module) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	return result("cuModuleUnload", C.gc_cuModuleUnload(C.uintptr_t(m)))
+}
+
+// LaunchKernel queues f on s. Each argument is one kernel parameter already
+// packed at its C size (see Arg). They are copied into one C block, values
+// after the pointer array, since C may not hold Go pointers; the driver has
+// read them when the call returns, so the block is freed then.
+func LaunchKernel(f Function, grid, block Dim3, sharedMem int, s Stream, args ...[]byte) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	if sharedMem < 0 || sharedMem > 1<<32-1 {
+		return fmt.Errorf("cuda: cuLaunchKernel: shared memory %d bytes: %w", sharedMem, errs.ErrInvalidArgument)
+	}
+	var params unsafe.Pointer
+	if len(args) > 0 {
+		ptrSize := int(unsafe.Sizeof(uintptr(0)))
+		offs := make([]int, len(args))
+		end := len(args) * ptrSize
+		for i, a := range args {
+			if len(a) == 0 {
+				return fmt.Errorf("cuda: cuLaunchKernel: argument %d is empty: %w", i, errs.ErrInvalidArgument)
+			}
+			al := argAlign(len(a))
+			offs[i] = (end + al - 1) / al * al
+			end = offs[i] + len(a)
+		}
+		params = C.malloc(C.size_t(end))
+		defer C.free(params)
+		// uintptr slots: the block holds C addresses, never Go pointers.
+		slots := unsafe.Slice((*uintptr)(params), len(args))
+		data := unsafe.Slice((*byte)(params), end)
+		for i, a := range args {
+			copy(data[offs[i]:], a)
+			slots[i] = uintptr(params) + uintptr(offs[i])
+		}
+	}
+	r := C.gc_cuLaunchKernel(C.uintptr_t(f),
+		C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z),
+		C.uint(block.X), C.uint(block.Y), C.uint(block.Z),
+		C.uint(sharedMem), C.uintptr_t(s), params)
+	return result("cuLaunchKernel", r)
+}
+
+// argAlign is the alignment a kernel argument of n bytes gets in the
+// parameter block: natural for scalars, at most 16.
+func argAlign(n int) int {
+	a := 1
+	for a < n && a < 16 {
+		a <<= 1
+	}
+	return a
+}
+
+// reset forgets a loaded library, so that tests can load another one.
+func reset() {
+	state.mu.Lock()
+	defer state.mu.Unlock()
+	if state.loaded.Load() {
+		state.loaded.Store(false)
+		unload(state.lib)
+		state.lib = nil
+	}
+}

@@ -1,0 +1,171 @@
+// gpucomm's own declarations of the few CUDA driver API types and calls it
+// uses, called through a table of function pointers filled by dlsym at run
+// time (see Load). Only cuda_cgo.go includes this file: the table is static.
+//
+// Every trampoline takes handles and host addresses as uintptr_t so that Go
+// never converts an integer back into a pointer.
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef struct gpucomm_CUctx* CUcontext;
+typedef struct gpucomm_CUstream* CUstream;
+typedef struct gpucomm_CUevent* CUevent;
+typedef struct gpucomm_CUmodule* CUmodule;
+typedef struct gpucomm_CUfunction* CUfunction;
+typedef struct { char reserved[64]; } CUipcMemHandle;
+typedef struct { char bytes[16]; } CUuuid;
+
+// One slot per call; the Go table symbols names the library symbol of each.
+enum {
+	F_cuInit, F_cuDriverGetVersion, F_cuGetErrorName, F_cuGetErrorString,
+	F_cuDeviceGetCount, F_cuDeviceGet, F_cuDeviceGetName, F_cuDeviceGetUuid,
+	F_cuDeviceTotalMem, F_cuDeviceGetAttribute, F_cuDeviceGetPCIBusId,
+	F_cuDeviceCanAccessPeer,
+	F_cuDevicePrimaryCtxRetain, F_cuDevicePrimaryCtxRelease,
+	F_cuCtxSetCurrent, F_cuCtxGetCurrent, F_cuCtxSynchronize, F_cuCtxEnablePeerAccess,
+	F_cuMemAlloc, F_cuMemFree, F_cuMemAllocHost, F_cuMemFreeHost,
+	F_cuMemHostRegister, F_cuMemHostUnregister,
+	F_cuMemcpyHtoD, F_cuMemcpyDtoH, F_cuMemcpyDtoD,
+	F_cuMemcpyHtoDAsync, F_cuMemcpyDtoHAsync, F_cuMemcpyDtoDAsync,
+	F_cuMemcpyPeer, F_cuMemcpyPeerAsync, F_cuMemsetD8, F_cuMemsetD8Async,
+	F_cuMemGetInfo, F_cuMemGetAddressRange,
+	F_cuStreamCreate, F_cuStreamDestroy, F_cuStreamSynchronize, F_cuStreamQuery,
+	F_cuStreamWaitEvent,
+	F_cuEventCreate, F_cuEventRecord, F_cuEventSynchronize, F_cuEventQuery,
+	F_cuEventElapsedTime, F_cuEventDestroy,
+	F_cuIpcGetMemHandle, F_cuIpcOpenMemHandle, F_cuIpcCloseMemHandle,
+	F_cuModuleLoadData, F_cuModuleGetFunction, F_cuModuleUnload, F_cuLaunchKernel,
+	F_count
+};
+
+static void* gpucomm_cu[F_count];
+static void gpucomm_cu_set(int slot, void* fn) { gpucomm_cu[slot] = fn; }
+static void gpucomm_cu_clear(void) { for (int i = 0; i < F_count; i++) gpucomm_cu[i] = NULL; }
+
+// CU(name, (param types)) is the table entry for name cast to its prototype.
+#define CU(name, params) ((CUresult (*) params) gpucomm_cu[F_##name])
+#define H(T, v) ((T)(v))
+
+// NULL when the library gives no name, so that Go falls back to its table.
+static const char* gc_errorName(CUresult r) {
+	const char* s = NULL;
+	if (!gpucomm_cu[F_cuGetErrorName] || CU(cuGetErrorName, (CUresult, const char**))(r, &s) != 0) return NULL;
+	return s;
+}
+static const char* gc_errorString(CUresult r) {
+	const char* s = NULL;
+	if (!gpucomm_cu[F_cuGetErrorString] || CU(cuGetErrorString, (CUresult, const char**))(r, &s) != 0) return NULL;
+	return s;
+}
+
+static CUresult gc_cuInit(unsigned flags) { return CU(cuInit, (unsigned))(flags); }
+static CUresult gc_cuDriverGetVersion(int* v) { return CU(cuDriverGetVersion, (int*))(v); }
+static CUresult gc_cuDeviceGetCount(int* n) { return CU(cuDeviceGetCount, (int*))(n); }
+static CUresult gc_cuDeviceGet(CUdevice* d, int ordinal) { return CU(cuDeviceGet, (CUdevice*, int))(d, ordinal); }
+static CUresult gc_cuDeviceGetName(char* name, int len, CUdevice d) { return CU(cuDeviceGetName, (char*, int, CUdevice))(name, len, d); }
+static CUresult gc_cuDeviceGetUuid(void* uuid, CUdevice d) { return CU(cuDeviceGetUuid, (CUuuid*, CUdevice))((CUuuid*)uuid, d); }
+static CUresult gc_cuDeviceTotalMem(size_t* n, CUdevice d) { return CU(cuDeviceTotalMem, (size_t*, CUdevice))(n, d); }
+static CUresult gc_cuDeviceGetAttribute(int* v, int attr, CUdevice d) { return CU(cuDeviceGetAttribute, (int*, int, CUdevice))(v, attr, d); }
+static CUresult gc_cuDeviceGetPCIBusId(char* id, int len, CUdevice d) { return CU(cuDeviceGetPCIBusId, (char*, int, CUdevice))(id, len, d); }
+static CUresult gc_cuDeviceCanAccessPeer(int* can, CUdevice d, CUdevice peer) { return CU(cuDeviceCanAccessPeer, (int*, CUdevice, CUdevice))(can, d, peer); }
+
+static CUresult gc_cuDevicePrimaryCtxRetain(uintptr_t* ctx, CUdevice d) {
+	CUcontext c = NULL;
+	CUresult r = CU(cuDevicePrimaryCtxRetain, (CUcontext*, CUdevice))(&c, d);
+	*ctx = (uintptr_t)c;
+	return r;
+}
+static CUresult gc_cuDevicePrimaryCtxRelease(CUdevice d) { return CU(cuDevicePrimaryCtxRelease, (CUdevice))(d); }
+static CUresult gc_cuCtxSetCurrent(uintptr_t ctx) { return CU(cuCtxSetCurrent, (CUcontext))(H(CUcontext, ctx)); }
+static CUresult gc_cuCtxGetCurrent(uintptr_t* ctx) {
+	CUcontext c = NULL;
+	CUresult r = CU(cuCtxGetCurrent, (CUcontext*))(&c);
+	*ctx = (uintptr_t)c;
+	return r;
+}
+static CUresult gc_cuCtxSynchronize(void) { return CU(cuCtxSynchronize, (void))(); }
+static CUresult gc_cuCtxEnablePeerAccess(uintptr_t peer, unsigned flags) { return CU(cuCtxEnablePeerAccess, (CUcontext, unsigned))(H(CUcontext, peer), flags); }
+
+static CUresult gc_cuMemAlloc(CUdeviceptr* p, size_t n) { return CU(cuMemAlloc, (CUdeviceptr*, size_t))(p, n); }
+static CUresult gc_cuMemFree(CUdeviceptr p) { return CU(cuMemFree, (CUdeviceptr))(p); }
+static CUresult gc_cuMemAllocHost(void** p, size_t n) { return CU(cuMemAllocHost, (void**, size_t))(p, n); }
+static CUresult gc_cuMemFreeHost(void* p) { return CU(cuMemFreeHost, (void*))(p); }
+static CUresult gc_cuMemHostRegister(uintptr_t p, size_t n, unsigned flags) { return CU(cuMemHostRegister, (void*, size_t, unsigned))(H(void*, p), n, flags); }
+static CUresult gc_cuMemHostUnregister(uintptr_t p) { return CU(cuMemHostUnregister, (void*))(H(void*, p)); }
+
+// The Go-memory variants take void* so that cgo sees (and pins) the Go
+// pointer for the length of the blocking call.
+static CUresult gc_cuMemcpyHtoDGo(CUdeviceptr dst, const void* src, size_t n) { return CU(cuMemcpyHtoD, (CUdeviceptr, const void*, size_t))(dst, src, n); }
+static CUresult gc_cuMemcpyDtoHGo(void* dst, CUdeviceptr src, size_t n) { return CU(cuMemcpyDtoH, (void*, CUdeviceptr, size_t))(dst, src, n); }
+static CUresult gc_cuMemcpyHtoD(CUdeviceptr dst, uintptr_t src, size_t n) { return gc_cuMemcpyHtoDGo(dst, H(const void*, src), n); }
+static CUresult gc_cuMemcpyDtoH(uintptr_t dst, CUdeviceptr src, size_t n) { return gc_cuMemcpyDtoHGo(H(void*, dst), src, n); }
+static CUresult gc_cuMemcpyDtoD(CUdeviceptr dst, CUdeviceptr src, size_t n) { return CU(cuMemcpyDtoD, (CUdeviceptr, CUdeviceptr, size_t))(dst, src, n); }
+static CUresult gc_cuMemcpyHtoDAsync(CUdeviceptr dst, uintptr_t src, size_t n, uintptr_t s) { return CU(cuMemcpyHtoDAsync, (CUdeviceptr, const void*, size_t, CUstream))(dst, H(const void*, src), n, H(CUstream, s)); }
+static CUresult gc_cuMemcpyDtoHAsync(uintptr_t dst, CUdeviceptr src, size_t n, uintptr_t s) { return CU(cuMemcpyDtoHAsync, (void*, CUdeviceptr, size_t, CUstream))(H(void*, dst), src, n, H(CUstream, s)); }
+static CUresult gc_cuMemcpyDtoDAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, uintptr_t s) { return CU(cuMemcpyDtoDAsync, (CUdeviceptr, CUdeviceptr, size_t, CUstream))(dst, src, n, H(CUstream, s)); }
+static CUresult gc_cuMemcpyPeer(CUdeviceptr dst, uintptr_t dctx, CUdeviceptr src, uintptr_t sctx, size_t n) {
+	return CU(cuMemcpyPeer, (CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t))(dst, H(CUcontext, dctx), src, H(CUcontext, sctx), n);
+}
+static CUresult gc_cuMemcpyPeerAsync(CUdeviceptr dst, uintptr_t dctx, CUdeviceptr src, uintptr_t sctx, size_t n, uintptr_t s) {
+	return CU(cuMemcpyPeerAsync, (CUdeviceptr, CUcontext, CUdeviceptr, CUcontext, size_t, CUstream))(dst, H(CUcontext, dctx), src, H(CUcontext, sctx), n, H(CUstream, s));
+}
+static CUresult gc_cuMemsetD8(CUdeviceptr dst, unsigned char v, size_t n) { return CU(cuMemsetD8, (CUdeviceptr, unsigned char, size_t))(dst, v, n); }
+static CUresult gc_cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, uintptr_t s) { return CU(cuMemsetD8Async, (CUdeviceptr, unsigned char, size_t, CUstream))(dst, v, n, H(CUstream, s)); }
+static CUresult gc_cuMemGetInfo(size_t* free, size_t* total) { return CU(cuMemGetInfo, (size_t*, size_t*))(free, total); }
+static CUresult gc_cuMemGetAddressRange(CUdeviceptr* base, size_t* n, CUdeviceptr p) { return CU(cuMemGetAddressRange, (CUdeviceptr*, size_t*, CUdeviceptr))(base, n, p); }
+
+static CUresult gc_cuStreamCreate(uintptr_t* s, unsigned flags) {
+	CUstream h = NULL;
+	CUresult r = CU(cuStreamCreate, (CUstream*, unsigned))(&h, flags);
+	*s = (uintptr_t)h;
+	return r;
+}
+static CUresult gc_cuStreamDestroy(uintptr_t s) { return CU(cuStreamDestroy, (CUstream))(H(CUstream, s)); }
+static CUresult gc_cuStreamSynchronize(uintptr_t s) { return CU(cuStreamSynchronize, (CUstream))(H(CUstream, s)); }
+static CUresult gc_cuStreamQuery(uintptr_t s) { return CU(cuStreamQuery, (CUstream))(H(CUstream, s)); }
+static CUresult gc_cuStreamWaitEvent(uintptr_t s, uintptr_t e) { return CU(cuStreamWaitEvent, (CUstream, CUevent, unsigned))(H(CUstream, s), H(CUevent, e), 0); }
+
+static CUresult gc_cuEventCreate(uintptr_t* e, unsigned flags) {
+	CUevent h = NULL;
+	CUresult r = CU(cuEventCreate, (CUevent*, unsigned))(&h, flags);
+	*e = (uintptr_t)h;
+	return r;
+}
+static CUresult gc_cuEventRecord(uintptr_t e, uintptr_t s) { return CU(cuEventRecord, (CUevent, CUstream))(H(CUevent, e), H(CUstream, s)); }
+static CUresult gc_cuEventSynchronize(uintptr_t e) { return CU(cuEventSynchronize, (CUevent))(H(CUevent, e)); }
+static CUresult gc_cuEventQuery(uintptr_t e) { return CU(cuEventQuery, (CUevent))(H(CUevent, e)); }
+static CUresult gc_cuEventElapsedTime(float* ms, uintptr_t start, uintptr_t end) { return CU(cuEventElapsedTime, (float*, CUevent, CUevent))(ms, H(CUevent, start), H(CUevent, end)); }
+static CUresult gc_cuEventDestroy(uintptr_t e) { return CU(cuEventDestroy, (CUevent))(H(CUevent, e)); }
+
+static CUresult gc_cuIpcGetMemHandle(void* h, CUdeviceptr p) { return CU(cuIpcGetMemHandle, (CUipcMemHandle*, CUdeviceptr))((CUipcMemHandle*)h, p); }
+// The handle travels by value, as the driver's prototype says.
+static CUresult gc_cuIpcOpenMemHandle(CUdeviceptr* p, const void* h, unsigned flags) {
+	CUipcMemHandle v;
+	for (int i = 0; i < 64; i++) v.reserved[i] = ((const char*)h)[i];
+	return CU(cuIpcOpenMemHandle, (CUdeviceptr*, CUipcMemHandle, unsigned))(p, v, flags);
+}
+static CUresult gc_cuIpcCloseMemHandle(CUdeviceptr p) { return CU(cuIpcCloseMemHandle, (CUdeviceptr))(p); }
+
+static CUresult gc_cuModuleLoadData(uintptr_t* m, const void* image) {
+	CUmodule h = NULL;
+	CUresult r = CU(cuModuleLoadData, (CUmodule*, const void*))(&h, image);
+	*m = (uintptr_t)h;
+	return r;
+}
+static CUresult gc_cuModuleGetFunction(uintptr_t* f, uintptr_t m, const char* name) {
+	CUfunction h = NULL;
+	CUresult r = CU(cuModuleGetFunction, (CUfunction*, CUmodule, const char*))(&h, H(CUmodule, m), name);
+	*f = (uintptr_t)h;
+	return r;
+}
+static CUresult gc_cuModuleUnload(uintptr_t m) { return CU(cuModuleUnload, (CUmodule))(H(CUmodule, m)); }
+// params is a C-allocated array of pointers to C-allocated argument values.
+static CUresult gc_cuLaunchKernel(uintptr_t f, unsigned gx, unsigned gy, unsigned gz,
+		unsigned bx, unsigned by, unsigned bz, unsigned shmem, uintptr_t s, void* params) {
+	return CU(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**, void**))(
+		H(CUfunction, f), gx, gy, gz, bx, by, bz, shmem, H(CUstream, s), (void**)params, NULL);
+}

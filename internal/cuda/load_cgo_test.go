@@ -1,0 +1,350 @@
+//go:build cgo
+
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/gpucomm/gpucomm/internal/dl"
+	"github.com/gpucomm/gpucomm/internal/dl/dltest"
+	"github.com/gpucomm/gpucomm/internal/errs"
+)
+
+// fakeDriver implements, in C, just enough of the driver for the tests to
+// check that arguments and results cross the table intact. Every other symbol
+// Load needs becomes a stub returning CUDA_SUCCESS.
+const fakeDriver = `
+#include <stdio.h>
+#include <string.h>
+#include <stdint.h>
+#include <stdlib.h>
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef struct { unsigned char b[64]; } Handle;
+#define BASE 0x1000ULL
+static unsigned char mem[1 << 16];
+static __thread void* current;
+
+CUresult cuInit(unsigned flags) { return flags == 0 ? 0 : 1; }
+CUresult cuDriverGetVersion(int* v) { *v = 12040; return 0; }
+CUresult cuGetErrorName(CUresult r, const char** s) {
+	if (r == 2) { *s = "CUDA_ERROR_OUT_OF_MEMORY"; return 0; }
+	return 1; /* unknown here: Go's table must answer */
+}
+CUresult cuGetErrorString(CUresult r, const char** s) {
+	if (r == 2) { *s = "out of memory"; return 0; }
+	return 1;
+}
+CUresult cuDeviceGetCount(int* n) { *n = 2; return 0; }
+CUresult cuDeviceGetName(char* name, int len, int d) { snprintf(name, len, "Fake GPU %d", d); return 0; }
+CUresult cuDeviceGetUuid_v2(unsigned char* u, int d) { for (int i = 0; i < 16; i++) u[i] = i + d; return 0; }
+CUresult cuDeviceGetAttribute(int* v, int attr, int d) { *v = attr * 10 + d; return 0; }
+CUresult cuDeviceGetPCIBusId(char* id, int len, int d) { snprintf(id, len, "0000:%02x:00.0", d); return 0; }
+CUresult cuDeviceTotalMem_v2(size_t* n, int d) { *n = (size_t)80 << 30; return 0; }
+CUresult cuCtxSetCurrent(void* c) { current = c; return 0; }
+CUresult cuCtxGetCurrent(void** c) { *c = current; return 0; }
+CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
+	if (n > sizeof mem) return 2;
+	*p = BASE;
+	return 0;
+}
+CUresult cuMemAllocHost_v2(void** p, size_t n) { *p = malloc(n); return 0; }
+CUresult cuMemFreeHost(void* p) { free(p); return 0; }
+CUresult cuMemGetInfo_v2(size_t* f, size_t* t) { *f = 100; *t = 200; return 0; }
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) { memcpy(mem + (dst - BASE), src, n); return 0; }
+CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) { memcpy(dst, mem + (src - BASE), n); return 0; }
+CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) { memset(mem + (dst - BASE), v, n); return 0; }
+CUresult cuStreamCreate(void** s, unsigned flags) { *s = (void*)(uintptr_t)(0x5000 + flags); return 0; }
+CUresult cuStreamQuery(void* s) { return s ? 0 : 600; }
+CUresult cuEventElapsedTime_v2(float* ms, void* a, void* b) { *ms = 1.5f; return 0; }
+CUresult cuIpcGetMemHandle(Handle* h, CUdeviceptr p) { for (int i = 0; i < 64; i++) h->b[i] = (unsigned char)(i * 3 + 1); return 0; }
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, Handle h, unsigned flags) {
+	for (int i = 0; i < 64; i++) if (h.b[i] != (unsigned char)(i * 3 + 1)) return 400;
+	*p = 0xabc0 + flags;
+	return 0;
+}
+CUresult cuModuleLoadData(void** m, const void* image) {
+	if (strcmp((const char*)image, "// ptx") != 0) return 218;
+	*m = (void*)0x77;
+	return 0;
+}
+CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
+	if (m != (void*)0x77 || strcmp(name, "k") != 0) return 500;
+	*f = (void*)0x88;
+	return 0;
+}
+/* Succeeds only if every argument arrived where the Go side put it. */
+CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+		unsigned shmem, void* s, void** params, void** extra) {
+	if (f != (void*)0x88 || gx != 2 || gy != 3 || gz != 1 || bx != 128 || by != 1 || bz != 1) return 1;
+	if (shmem != 256 || s != (void*)0x5001 || extra != NULL) return 1;
+	if (*(int*)params[0] != -7 || *(double*)params[1] != 2.5 || *(CUdeviceptr*)params[2] != BASE) return 1;
+	if (*(unsigned char*)params[3] != 9 || ((uintptr_t)params[1] % 8) != 0) return 1;
+	return 0;
+}
+`
+
+var definedRE = regexp.MustCompile(`(?m)^CUresult (\w+)\(`)
+
+// buildFake builds a libcuda with the given C source plus a stub for every
+// symbol Load needs that the source does not define. Names in omit get no
+// stub, to test fallbacks and missing symbols.
+func buildFake(t *testing.T, src string, omit ...string) string {
+	t.Helper()
+	defined := map[string]bool{}
+	for _, m := range definedRE.FindAllStringSubmatch(src, -1) {
+		defined[m[1]] = true
+	}
+	for _, n := range omit {
+		defined[n] = true
+	}
+	var b strings.Builder
+	b.WriteString(src)
+	for _, s := range symbols {
+		if !defined[s.names[0]] {
+			fmt.Fprintf(&b, "CUresult %s(void) { return 0; }\n", s.names[0])
+		}
+	}
+	return dltest.BuildLib(t, "libcuda.so.1", b.String())
+}
+
+// useLib points Load at path for one test and forgets it afterwards.
+func useLib(t *testing.T, path string) {
+	t.Setenv(EnvLib, path)
+	reset()
+	t.Cleanup(reset)
+}
+
+func TestSymbolTableCoversEverySlotOnce(t *testing.T) {
+	seen := map[int]bool{}
+	for _, s := range symbols {
+		if seen[int(s.slot)] {
+			t.Errorf("slot %d (%v) appears twice", s.slot, s.names)
+		}
+		seen[int(s.slot)] = true
+	}
+	if n := int(fCount); len(seen) != n {
+		t.Errorf("%d slots named, table has %d", len(seen), n)
+	}
+}
+
+func TestLoadWithMissingOverrideWrapsErrLibraryNotFound(t *testing.T) {
+	useLib(t, filepath.Join(t.TempDir(), "libcuda.so.1"))
+	err := Load()
+	if !errors.Is(err, errs.ErrLibraryNotFound) {
+		t.Fatalf("Load = %v, want ErrLibraryNotFound", err)
+	}
+	if !strings.Contains(err.Error(), "libcuda.so.1") {
+		t.Errorf("error %q does not name the library", err)
+	}
+	// Calls load on first use and report the same.
+	if _, err := MemAlloc(16); !errors.Is(err, errs.ErrLibraryNotFound) {
+		t.Errorf("MemAlloc without a library = %v", err)
+	}
+}
+
+func TestLoadWithDefaultNamesAbsentWrapsErrLibraryNotFound(t *testing.T) {
+	if lib, err := dl.Open("libcuda.so.1", "libcuda.so"); err == nil {
+		lib.Close()
+		t.Skip("a real libcuda is installed here")
+	}
+	useLib(t, "")
+	if err := Load(); !errors.Is(err, errs.ErrLibraryNotFound) {
+		t.Fatalf("Load = %v, want ErrLibraryNotFound", err)
+	}
+}
+
+func TestLoadNamesTheFirstMissingSymbol(t *testing.T) {
+	useLib(t, dltest.BuildLib(t, "libcuda.so.1", "int cuInit(unsigned f) { return 0; }\n"))
+	err := Load()
+	if !errors.Is(err, errs.ErrLibraryNotFound) {
+		t.Fatalf("Load = %v, want ErrLibraryNotFound", err)
+	}
+	want := fmt.Sprintf("has no %s (and %d more symbols)", symbols[1].names[0], len(symbols)-2)
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %q lacks %q", err, want)
+	}
+	// The failure is not sticky: a complete library loads afterwards.
+	useLib(t, buildFake(t, fakeDriver))
+	if err := Load(); err != nil {
+		t.Fatalf("Load after a failed Load: %v", err)
+	}
+}
+
+func TestLoadReportsCuInitFailure(t *testing.T) {
+	src := strings.Replace(fakeDriver, "return flags == 0 ? 0 : 1;", "return 100;", 1)
+	useLib(t, buildFake(t, src))
+	err := Load()
+	if !IsCode(err, CUDA_ERROR_NO_DEVICE) || !strings.Contains(err.Error(), "cuInit") {
+		t.Fatalf("Load = %v, want cuInit's CUDA_ERROR_NO_DEVICE", err)
+	}
+}
+
+func TestLoadFallsBackToUnversionedSymbol(t *testing.T) {
+	src := strings.Replace(fakeDriver, "cuEventElapsedTime_v2(float* ms, void* a, void* b) { *ms = 1.5f",
+		"cuEventElapsedTime(float* ms, void* a, void* b) { *ms = 2.5f", 1)
+	noUUID := strings.Replace(src, "CUresult cuDeviceGetUuid_v2(", "CUresult notCuDeviceGetUuid(", 1)
+	useLib(t, buildFake(t, noUUID, "cuEventElapsedTime_v2", "cuDeviceGetUuid_v2"))
+	if err := Load(); err == nil || !strings.Contains(err.Error(), "cuDeviceGetUuid_v2 or cuDeviceGetUuid") {
+		t.Fatalf("Load = %v, want both cuDeviceGetUuid names", err)
+	}
+	unversioned := strings.Replace(src, "CUresult cuDeviceGetUuid_v2(", "CUresult cuDeviceGetUuid(", 1)
+	useLib(t, buildFake(t, unversioned, "cuEventElapsedTime_v2", "cuDeviceGetUuid_v2"))
+	d, err := EventElapsedTime(0, 0)
+	if err != nil || d != 2500*time.Microsecond {
+		t.Fatalf("EventElapsedTime = %v, %v; want 2.5ms from the unversioned symbol", d, err)
+	}
+	if u, err := DeviceUUID(0); err != nil || u[15] != 15 {
+		t.Fatalf("DeviceUUID = %v, %v; want the unversioned symbol's bytes", u, err)
+	}
+}
+
+func TestCallErrorsNameCallAndCUDAName(t *testing.T) {
+	useLib(t, buildFake(t, fakeDriver))
+	_, err := MemAlloc(1 << 20)
+	if !IsCode(err, CUDA_ERROR_OUT_OF_MEMORY) {
+		t.Fatalf("MemAlloc = %v, want CUDA_ERROR_OUT_OF_MEMORY", err)
+	}
+	for _, want := range []string{"cuMemAlloc", "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q lacks %q", err, want)
+		}
+	}
+	// A code the library cannot name is named from Go's table.
+	_, err = ModuleLoadData([]byte("not ptx"))
+	if !IsCode(err, CUDA_ERROR_INVALID_PTX) || !strings.Contains(err.Error(), "CUDA_ERROR_INVALID_PTX") {
+		t.Errorf("ModuleLoadData = %v, want CUDA_ERROR_INVALID_PTX", err)
+	}
+	if _, err := MemAlloc(-1); !errors.Is(err, errs.ErrInvalidArgument) {
+		t.Errorf("MemAlloc(-1) = %v, want ErrInvalidArgument", err)
+	}
+}
+
+func TestCallsCarryArgumentsAndResults(t *testing.T) {
+	useLib(t, buildFake(t, fakeDriver))
+	check := func(what string, got, want any, err error) {
+		t.Helper()
+		if err != nil || got != want {
+			t.Errorf("%s = %v, %v; want %v", what, got, err, want)
+		}
+	}
+	v, err := DriverVersion()
+	check("DriverVersion", v, 12040, err)
+	n, err := DeviceCount()
+	check("DeviceCount", n, 2, err)
+	name, err := DeviceName(1)
+	check("DeviceName", name, "Fake GPU 1", err)
+	u, err := DeviceUUID(1)
+	check("DeviceUUID", u, UUID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, err)
+	a, err := DeviceAttribute(1, AttrComputeCapabilityMajor)
+	check("DeviceAttribute", a, 751, err)
+	bus, err := DevicePCIBusID(3)
+	check("DevicePCIBusID", bus, "0000:03:00.0", err)
+	total, err := DeviceTotalMem(0)
+	check("DeviceTotalMem", total, 80<<30, err)
+	free, err := func() (int, error) { f, _, err := MemGetInfo(); return f, err }()
+	check("MemGetInfo", free, 100, err)
+	s, err := StreamCreate(StreamNonBlocking)
+	check("StreamCreate", s, Stream(0x5001), err)
+	done, err := StreamQuery(0)
+	check("StreamQuery(busy)", done, false, err)
+	done, err = StreamQuery(s)
+	check("StreamQuery(idle)", done, true, err)
+	d, err := EventElapsedTime(1, 2)
+	check("EventElapsedTime", d, 1500*time.Microsecond, err)
+
+	h, err := IpcGetMemHandle(0x1000)
+	check("IpcGetMemHandle[63]", h[63], byte(63*3+1), err)
+	p, err := IpcOpenMemHandle(h, IpcMemLazyEnablePeerAccess)
+	check("IpcOpenMemHandle", p, DevicePtr(0xabc1), err)
+	h[5]++
+	if _, err := IpcOpenMemHandle(h, 0); !IsCode(err, CUDA_ERROR_INVALID_HANDLE) {
+		t.Errorf("IpcOpenMemHandle(corrupt) = %v, want CUDA_ERROR_INVALID_HANDLE", err)
+	}
+
+	m, err := ModuleLoadData([]byte("// ptx"))
+	check("ModuleLoadData", m, Module(0x77), err)
+	f, err := ModuleGetFunction(m, "k")
+	check("ModuleGetFunction", f, Function(0x88), err)
+	if _, err := ModuleGetFunction(m, "missing"); !IsCode(err, CUDA_ERROR_NOT_FOUND) || !strings.Contains(err.Error(), `"missing"`) {
+		t.Errorf("ModuleGetFunction(missing) = %v", err)
+	}
+	dev, err := MemAlloc(64)
+	check("MemAlloc", dev, DevicePtr(0x1000), err)
+	err = LaunchKernel(f, Dim3{2, 3, 1}, Dim3{128, 1, 1}, 256, s, Arg(int32(-7)), Arg(2.5), Arg(dev), Arg(uint8(9)))
+	check("LaunchKernel", true, true, err)
+	err = LaunchKernel(f, Dim3{2, 3, 1}, Dim3{128, 1, 1}, 256, s, Arg(int32(-7)), Arg(2.5), Arg(dev), Arg(uint8(8)))
+	if !IsCode(err, CUDA_ERROR_INVALID_VALUE) {
+		t.Errorf("LaunchKernel with a wrong argument = %v, want the fake's refusal", err)
+	}
+}
+
+func TestBlockingCopiesMoveGoMemory(t *testing.T) {
+	useLib(t, buildFake(t, fakeDriver))
+	dev, err := MemAlloc(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := MemsetD8(dev, 0xee, 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := MemcpyHtoDBytes(dev, []byte("gpucomm")); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 8)
+	if err := MemcpyDtoHBytes(got, dev); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != "gpucomm\xee" {
+		t.Fatalf("round trip = %q", got)
+	}
+	// The uintptr form, with page-locked (here: C) memory.
+	pinned, err := MemAllocHost(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer MemFreeHost(pinned)
+	if err := MemcpyDtoH(uintptr(pinned), dev, 4); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(unsafe.Slice((*byte)(pinned), 4)); got != "gpuc" {
+		t.Fatalf("MemcpyDtoH = %q", got)
+	}
+}
+
+func TestWithContextSetsAndRestoresCurrent(t *testing.T) {
+	useLib(t, buildFake(t, fakeDriver))
+	runtime.LockOSThread() // the fake's current context is per thread, like CUDA's
+	defer runtime.UnlockOSThread()
+	if err := CtxSetCurrent(1); err != nil {
+		t.Fatal(err)
+	}
+	err := WithContext(2, func() error {
+		if c, err := CtxGetCurrent(); err != nil || c != 2 {
+			return fmt.Errorf("inside: current = %v, %v", c, err)
+		}
+		return errors.New("from fn")
+	})
+	if err == nil || err.Error() != "from fn" {
+		t.Fatalf("WithContext = %v, want fn's error", err)
+	}
+	if c, err := CtxGetCurrent(); err != nil || c != 1 {
+		t.Fatalf("after: current = %v, %v; want the previous context 1", c, err)
+	}
+}
+
+func TestArgAlignIsNaturalUpTo16(t *testing.T) {
+	for n, want := range map[int]int{1: 1, 2: 2, 3: 4, 4: 4, 8: 8, 12: 16, 16: 16, 40: 16} {
+		if got := argAlign(n); got != want {
+			t.Errorf("argAlign(%d) = %d, want %d", n, got, want)
+		}
+	}
+}
