@@ -1,0 +1,311 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/gpucomm/gpucomm/devmem"
+)
+
+// Float is the element type of Fill and Scale.
+type Float interface{ float32 | float64 }
+
+// Block shapes of the launches; residualThreads is fixed by residual.cu.
+const (
+	flatThreads = 256     // fill, scale, pack, unpack
+	maxFlatGrid = 1 << 20 // grid-stride loops cover the rest
+	heatBlockX  = 32      // a warp along a row, for coalesced loads
+	heatBlockY  = 8
+	maxGridY    = 65535 // CUDA's limit on gridDim.y
+)
+
+// Fill sets every element of x to v, in stream order on s.
+func Fill[T Float](s *devmem.Stream, x devmem.Slice[T], v T) error {
+	return run(fillPlan(s, x, v))
+}
+
+func fillPlan[T Float](s *devmem.Stream, x devmem.Slice[T], v T) (plan, error) {
+	dev, err := target("Fill", s, arg{"x", x.Buffer(), 0})
+	if err != nil || x.Len() == 0 {
+		return plan{}, err
+	}
+	n := x.Len()
+	return plan{dev, s, func() { fillRef(view[T](x.Buffer()), v) }, launch{
+		file: "fill.cu", kernel: "fill_" + suffix[T](),
+		grid: flatGrid(n), block: [3]uint32{flatThreads, 1, 1},
+		args: []any{x.Buffer(), int64(n), v},
+	}}, nil
+}
+
+// Scale multiplies every element of x by a, in stream order on s.
+func Scale[T Float](s *devmem.Stream, x devmem.Slice[T], a T) error {
+	return run(scalePlan(s, x, a))
+}
+
+func scalePlan[T Float](s *devmem.Stream, x devmem.Slice[T], a T) (plan, error) {
+	dev, err := target("Scale", s, arg{"x", x.Buffer(), 0})
+	if err != nil || x.Len() == 0 {
+		return plan{}, err
+	}
+	n := x.Len()
+	return plan{dev, s, func() { scaleRef(view[T](x.Buffer()), a) }, launch{
+		file: "scale.cu", kernel: "scale_" + suffix[T](),
+		grid: flatGrid(n), block: [3]uint32{flatThreads, 1, 1},
+		args: []any{x.Buffer(), int64(n), a},
+	}}, nil
+}
+
+// HeatStep writes one FTCS step of src into dst for rows [rowLo, rowHi) and
+// every column but the first and last of a row-major slab nx wide: those
+// columns are fixed boundary values or halos. Row rowLo-1 and row rowHi of
+// src are read, so 1 <= rowLo and rowHi < rows of the slab.
+func HeatStep(s *devmem.Stream, dst, src devmem.Slice[float64], nx, rowLo, rowHi int, r float64) error {
+	return HeatStepRect(s, dst, src, nx, rowLo, rowHi, 1, nx-1, r)
+}
+
+// HeatStepRect is HeatStep over the columns [colLo, colHi) only, with
+// 1 <= colLo and colHi <= nx-1; the solver uses it to update the cells next
+// to a column halo after the halo arrives.
+func HeatStepRect(s *devmem.Stream, dst, src devmem.Slice[float64], nx, rowLo, rowHi, colLo, colHi int, r float64) error {
+	return run(heatPlan(s, dst, src, nx, rowLo, rowHi, colLo, colHi, r))
+}
+
+func heatPlan(s *devmem.Stream, dst, src devmem.Slice[float64], nx, rowLo, rowHi, colLo, colHi int, r float64) (plan, error) {
+	const op = "HeatStep"
+	if nx < 3 || nx > math.MaxInt32 {
+		return plan{}, invalid(op, "slab width %d: want 3 to %d columns", nx, math.MaxInt32)
+	}
+	rows := min(dst.Len(), src.Len()) / nx
+	if rowLo < 1 || rowHi < rowLo || rowHi > rows-1 || rowHi > math.MaxInt32 {
+		return plan{}, invalid(op, "rows [%d,%d) of a %d-row slab: want 1 <= lo <= hi <= %d", rowLo, rowHi, rows, rows-1)
+	}
+	if colLo < 1 || colHi < colLo || colHi > nx-1 {
+		return plan{}, invalid(op, "columns [%d,%d) of a %d-column slab: want 1 <= lo <= hi <= %d", colLo, colHi, nx, nx-1)
+	}
+	if math.IsNaN(r) || math.IsInf(r, 0) {
+		return plan{}, invalid(op, "r = %v is not finite", r)
+	}
+	dev, err := target(op, s, arg{"dst", dst.Buffer(), 0}, arg{"src", src.Buffer(), 0})
+	if err != nil {
+		return plan{}, err
+	}
+	if dst.Buffer().Overlaps(src.Buffer()) {
+		return plan{}, invalid(op, "dst and src overlap; a step reads src's neighbours while writing dst")
+	}
+	if rowLo == rowHi || colLo == colHi {
+		return plan{}, nil
+	}
+	d, sb := dst.Buffer(), src.Buffer()
+	return plan{dev, s, func() { heatRef(view[float64](d), view[float64](sb), nx, rowLo, rowHi, colLo, colHi, r) }, launch{
+		file: "heat.cu", kernel: "heat_step",
+		grid: [3]uint32{
+			uint32(ceilDiv(colHi-colLo, heatBlockX)),
+			uint32(min(ceilDiv(rowHi-rowLo, heatBlockY), maxGridY)),
+			1,
+		},
+		block: [3]uint32{heatBlockX, heatBlockY, 1},
+		args:  []any{d, sb, int64(nx), int32(rowLo), int32(rowHi), int32(colLo), int32(colHi), r},
+	}}, nil
+}
+
+// PackColumn copies column col of rows [rowLo, rowHi) of a row-major slab nx
+// wide into buf[0 : rowHi-rowLo], so that a strided column travels as one
+// contiguous message.
+func PackColumn(s *devmem.Stream, buf, slab devmem.Slice[float64], nx, col, rowLo, rowHi int) error {
+	return run(columnPlan("PackColumn", s, buf, slab, nx, col, rowLo, rowHi, true))
+}
+
+// UnpackColumn copies buf[0 : rowHi-rowLo] into column col of rows
+// [rowLo, rowHi) of a row-major slab nx wide: PackColumn's inverse.
+func UnpackColumn(s *devmem.Stream, slab, buf devmem.Slice[float64], nx, col, rowLo, rowHi int) error {
+	return run(columnPlan("UnpackColumn", s, buf, slab, nx, col, rowLo, rowHi, false))
+}
+
+func columnPlan(op string, s *devmem.Stream, buf, slab devmem.Slice[float64], nx, col, rowLo, rowHi int, pack bool) (plan, error) {
+	if nx < 1 || nx > math.MaxInt32 {
+		return plan{}, invalid(op, "slab width %d: want 1 to %d columns", nx, math.MaxInt32)
+	}
+	if col < 0 || col >= nx {
+		return plan{}, invalid(op, "column %d of a %d-column slab", col, nx)
+	}
+	if rowLo < 0 || rowHi < rowLo || rowHi > math.MaxInt32 || (rowHi > rowLo && rowHi-1 > (slab.Len()-1-col)/nx) || (rowHi > rowLo && slab.Len() <= col) {
+		return plan{}, invalid(op, "rows [%d,%d) of a slab of %d elements, %d wide", rowLo, rowHi, slab.Len(), nx)
+	}
+	if buf.Len() < rowHi-rowLo {
+		return plan{}, invalid(op, "buffer of %d elements for %d rows", buf.Len(), rowHi-rowLo)
+	}
+	dev, err := target(op, s, arg{"buf", buf.Buffer(), 0}, arg{"slab", slab.Buffer(), 0})
+	if err != nil {
+		return plan{}, err
+	}
+	if buf.Buffer().Overlaps(slab.Buffer()) {
+		return plan{}, invalid(op, "buffer and slab overlap")
+	}
+	rows := rowHi - rowLo
+	if rows == 0 {
+		return plan{}, nil
+	}
+	b, sl := buf.Buffer(), slab.Buffer()
+	l := launch{
+		grid: [3]uint32{uint32(min(ceilDiv(rows, flatThreads), maxFlatGrid)), 1, 1}, block: [3]uint32{flatThreads, 1, 1},
+		file: "halo.cu", kernel: "pack_column",
+		args: []any{b, sl, int64(nx), int32(col), int32(rowLo), int32(rows)},
+	}
+	host := func() { packRef(view[float64](b), view[float64](sl), nx, col, rowLo, rowHi) }
+	if !pack {
+		l.kernel = "unpack_column"
+		l.args = []any{sl, b, int64(nx), int32(col), int32(rowLo), int32(rows)}
+		host = func() { unpackRef(view[float64](sl), view[float64](b), nx, col, rowLo, rowHi) }
+	}
+	return plan{dev, s, host, l}, nil
+}
+
+// ResidualRows writes, for each row i in [rowLo, rowHi) of two row-major
+// slabs nx wide, the sum over columns [colLo, colHi) of (a-b)² into
+// partial[i-rowLo]. The order of the additions is fixed (see residual.cu),
+// so host and GPU give the same bits.
+func ResidualRows(s *devmem.Stream, partial, a, b devmem.Slice[float64], nx, rowLo, rowHi, colLo, colHi int) error {
+	return run(residualPlan(s, partial, a, b, nx, rowLo, rowHi, colLo, colHi))
+}
+
+func residualPlan(s *devmem.Stream, partial, a, b devmem.Slice[float64], nx, rowLo, rowHi, colLo, colHi int) (plan, error) {
+	const op = "ResidualRows"
+	if nx < 1 || nx > math.MaxInt32 {
+		return plan{}, invalid(op, "slab width %d: want 1 to %d columns", nx, math.MaxInt32)
+	}
+	if colLo < 0 || colHi < colLo || colHi > nx {
+		return plan{}, invalid(op, "columns [%d,%d) of a %d-column slab", colLo, colHi, nx)
+	}
+	rows := min(a.Len(), b.Len()) / nx
+	if rowLo < 0 || rowHi < rowLo || rowHi > rows || rowHi-rowLo > math.MaxInt32 {
+		return plan{}, invalid(op, "rows [%d,%d) of a %d-row slab", rowLo, rowHi, rows)
+	}
+	if partial.Len() < rowHi-rowLo {
+		return plan{}, invalid(op, "%d partial sums for %d rows", partial.Len(), rowHi-rowLo)
+	}
+	dev, err := target(op, s, arg{"partial", partial.Buffer(), 0}, arg{"a", a.Buffer(), 0}, arg{"b", b.Buffer(), 0})
+	if err != nil {
+		return plan{}, err
+	}
+	if partial.Buffer().Overlaps(a.Buffer()) || partial.Buffer().Overlaps(b.Buffer()) {
+		return plan{}, invalid(op, "partial overlaps an input")
+	}
+	if rowLo == rowHi {
+		return plan{}, nil
+	}
+	p, ab, bb := partial.Buffer(), a.Buffer(), b.Buffer()
+	return plan{dev, s, func() {
+		residualRef(view[float64](p), view[float64](ab), view[float64](bb), nx, rowLo, rowHi, colLo, colHi)
+	}, launch{
+		file: "residual.cu", kernel: "residual_rows",
+		grid: [3]uint32{uint32(rowHi - rowLo), 1, 1}, block: [3]uint32{residualThreads, 1, 1},
+		args: []any{p, ab, bb, int64(nx), int32(rowLo), int32(colLo), int32(colHi)},
+	}}, nil
+}
+
+// SumInOrder writes x[0]+x[1]+...+x[n-1], added left to right, into out[0]:
+// a deterministic final stage for ResidualRows' partial sums that stays on
+// the device.
+func SumInOrder(s *devmem.Stream, out, x devmem.Slice[float64]) error {
+	return run(sumPlan(s, out, x))
+}
+
+func sumPlan(s *devmem.Stream, out, x devmem.Slice[float64]) (plan, error) {
+	const op = "SumInOrder"
+	if out.Len() < 1 {
+		return plan{}, invalid(op, "output of %d elements: want 1", out.Len())
+	}
+	if x.Len() > math.MaxInt32 {
+		return plan{}, invalid(op, "%d elements: at most %d", x.Len(), math.MaxInt32)
+	}
+	dev, err := target(op, s, arg{"out", out.Buffer(), 0}, arg{"x", x.Buffer(), 0})
+	if err != nil {
+		return plan{}, err
+	}
+	if out.Buffer().Overlaps(x.Buffer()) {
+		return plan{}, invalid(op, "output overlaps the input")
+	}
+	o, xb := out.Buffer(), x.Buffer()
+	return plan{dev, s, func() { sumRef(view[float64](o), view[float64](xb)) }, launch{
+		file: "residual.cu", kernel: "sum_in_order",
+		grid: [3]uint32{1, 1, 1}, block: [3]uint32{1, 1, 1},
+		args: []any{o, xb, int32(x.Len())},
+	}}, nil
+}
+
+// launch is one kernel launch on a CUDA device.
+type launch struct {
+	file, kernel string
+	grid, block  [3]uint32
+	shared       int
+	args         []any
+}
+
+// plan is a checked kernel call: the device, the Go reference for a host
+// device and the launch for a CUDA device. A zero plan has nothing to do.
+type plan struct {
+	dev    *devmem.Device
+	stream *devmem.Stream
+	host   func()
+	l      launch
+}
+
+// run carries out a plan that was made without error: the Go reference in
+// stream order on a host device, the compiled kernel on a CUDA device.
+func run(p plan, err error) error {
+	if err != nil || p.dev == nil {
+		return err
+	}
+	switch p.dev.Kind() {
+	case devmem.Host:
+		return p.stream.HostFunc(func() error { p.host(); return nil })
+	case devmem.CUDA:
+		return defaultRuntime.launch(p.dev, p.stream, p.l)
+	}
+	return fmt.Errorf("kernels: %s on %v: no kernels for this kind of device: %w", p.l.kernel, p.dev, devmem.ErrUnsupported)
+}
+
+type arg struct {
+	name  string
+	buf   devmem.Buffer
+	bytes int
+}
+
+// target checks that the buffers are live and on one device, and the stream
+// nil or of that device; it returns the device.
+func target(op string, s *devmem.Stream, args ...arg) (*devmem.Device, error) {
+	dev := args[0].buf.Device()
+	for _, a := range args {
+		if err := a.buf.Check("kernels: "+op+": "+a.name, dev, a.bytes); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.Check(dev); err != nil {
+		return nil, fmt.Errorf("kernels: %s: %w", op, err)
+	}
+	return dev, nil
+}
+
+func invalid(op, format string, args ...any) error {
+	return fmt.Errorf("kernels: %s: %s: %w", op, fmt.Sprintf(format, args...), devmem.ErrInvalidArgument)
+}
+
+// view is the host view of a host device's buffer as elements of T.
+func view[T any](b devmem.Buffer) []T {
+	v, _ := b.Bytes()
+	return devmem.FromBytes[T](v)
+}
+
+func suffix[T Float]() string {
+	var z T
+	if _, ok := any(z).(float32); ok {
+		return "f32"
+	}
+	return "f64"
+}
+
+func flatGrid(n int) [3]uint32 {
+	return [3]uint32{uint32(min(ceilDiv(n, flatThreads), maxFlatGrid)), 1, 1}
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }

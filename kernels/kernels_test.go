@@ -1,0 +1,480 @@
+package kernels
+
+import (
+	"errors"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gpucomm/gpucomm/devmem"
+)
+
+// poison is a NaN with a payload no kernel computes, so an element that a
+// kernel should not touch is recognised bit for bit.
+var poison = math.Float64frombits(0x7ff8_dead_beef_0001)
+
+const poisonBits = 0x7ff8_dead_beef_0001
+
+func newStream(t *testing.T, d *devmem.Device) *devmem.Stream {
+	t.Helper()
+	s, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Destroy() })
+	return s
+}
+
+// alloc makes a slice of n float64 on d holding vals, or poison where vals
+// is nil.
+func alloc(t *testing.T, d *devmem.Device, n int, vals []float64) devmem.Slice[float64] {
+	t.Helper()
+	x, err := devmem.AllocSlice[float64](d, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Free() })
+	if vals == nil {
+		vals = make([]float64, n)
+		for i := range vals {
+			vals[i] = poison
+		}
+	}
+	if err := x.CopyFrom(vals, nil); err != nil {
+		t.Fatal(err)
+	}
+	return x
+}
+
+func randoms(seed uint64, n int) []float64 {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = rng.Float64()*2 - 1
+	}
+	return v
+}
+
+func read(t *testing.T, s *devmem.Stream, x devmem.Slice[float64]) []float64 {
+	t.Helper()
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	v, err := x.ToHost(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestFillSetsEveryElementOfTheSliceAndNothingBeyond(t *testing.T) {
+	d := devmem.NewHostDevice()
+	s := newStream(t, d)
+	t.Run("float64", func(t *testing.T) {
+		whole := alloc(t, d, 1000, nil)
+		x, _ := whole.Sub(100, 900)
+		if err := Fill(s, x, 2.5); err != nil {
+			t.Fatal(err)
+		}
+		got := read(t, s, whole)
+		for i, v := range got {
+			inside := i >= 100 && i < 900
+			if inside && v != 2.5 || !inside && math.Float64bits(v) != poisonBits {
+				t.Fatalf("element %d = %v after Fill of [100,900)", i, v)
+			}
+		}
+	})
+	t.Run("float32", func(t *testing.T) {
+		x, err := devmem.AllocSlice[float32](d, 777)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.Free()
+		if err := Fill(s, x, float32(-1.25)); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := x.ToHost(nil)
+		for i, v := range got {
+			if v != -1.25 {
+				t.Fatalf("element %d = %v, want -1.25", i, v)
+			}
+		}
+	})
+}
+
+func TestScaleMultipliesEachElementOnce(t *testing.T) {
+	d := devmem.NewHostDevice()
+	s := newStream(t, d)
+	in := randoms(1, 5000)
+	x := alloc(t, d, len(in), in)
+	if err := Scale(s, x, 3.0); err != nil {
+		t.Fatal(err)
+	}
+	got := read(t, s, x)
+	for i := range in {
+		if got[i] != in[i]*3 {
+			t.Fatalf("element %d = %v, want %v", i, got[i], in[i]*3)
+		}
+	}
+	x32, _ := devmem.AllocSlice[float32](d, 3)
+	defer x32.Free()
+	x32.CopyFrom([]float32{1, -2, 0.5}, nil)
+	if err := Scale(s, x32, float32(2)); err != nil {
+		t.Fatal(err)
+	}
+	s.Synchronize()
+	g32, _ := x32.ToHost(nil)
+	if g32[0] != 2 || g32[1] != -4 || g32[2] != 1 {
+		t.Fatalf("float32 scale by 2 = %v", g32)
+	}
+}
+
+func TestStreamOrderFillThenScale(t *testing.T) {
+	d := devmem.NewHostDevice()
+	s := newStream(t, d)
+	x := alloc(t, d, 4096, nil)
+	for range 3 { // queued back to back; each must see the one before
+		if err := Fill(s, x, 1.0); err != nil {
+			t.Fatal(err)
+		}
+		if err := Scale(s, x, 3.0); err != nil {
+			t.Fatal(err)
+		}
+		if err := Scale(s, x, 0.5); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, v := range read(t, s, x) {
+		if v != 1.5 {
+			t.Fatalf("element %d = %v, want 1.5", i, v)
+		}
+	}
+}
+
+// rounded does one operation of HeatPoint in big.Float rounded to float64,
+// so the reference below is independent of how Go compiles float64 code.
+func rounded(op func(z, a, b *big.Float) *big.Float, a, b float64) float64 {
+	z := new(big.Float).SetPrec(53)
+	f, _ := op(z, big.NewFloat(a), big.NewFloat(b)).Float64()
+	return f
+}
+
+func TestHeatPointRoundsEachOperationInTheDocumentedOrder(t *testing.T) {
+	add := (*big.Float).Add
+	sub := (*big.Float).Sub
+	mul := (*big.Float).Mul
+	rng := rand.New(rand.NewPCG(2, 2))
+	for i := range 20000 {
+		v := func() float64 { return (rng.Float64() - 0.5) * math.Pow(2, float64(rng.IntN(40)-20)) }
+		c, up, down, left, right, r := v(), v(), v(), v(), v(), rng.Float64()*0.25
+		sum := rounded(add, rounded(add, rounded(add, up, down), left), right)
+		lap := rounded(sub, sum, rounded(mul, 4, c))
+		want := rounded(add, c, rounded(mul, r, lap))
+		if got := HeatPoint(c, up, down, left, right, r); math.Float64bits(got) != math.Float64bits(want) {
+			t.Fatalf("case %d: HeatPoint(%v, %v, %v, %v, %v, %v) = %v, want %v", i, c, up, down, left, right, r, got, want)
+		}
+	}
+	if got := HeatPoint(1, 0, 0, 0, 0, 0.25); got != 0 {
+		t.Fatalf("a hot point among cold neighbours with r=1/4 gives %v, want 0", got)
+	}
+}
+
+func TestHeatStepUpdatesOnlyItsRectangle(t *testing.T) {
+	d := devmem.NewHostDevice()
+	s := newStream(t, d)
+	const nx, ny, r = 41, 23, 0.2
+	in := randoms(3, nx*ny)
+	src := alloc(t, d, nx*ny, in)
+	cases := []struct{ rowLo, rowHi, colLo, colHi int }{
+		{1, ny - 1, 1, nx - 1}, // the whole interior
+		{5, 9, 1, nx - 1},
+		{1, 2, 1, 2},
+		{3, 17, 7, 30},
+		{ny - 2, ny - 1, nx - 2, nx - 1},
+	}
+	for _, c := range cases {
+		dst := alloc(t, d, nx*ny, nil)
+		if err := HeatStepRect(s, dst, src, nx, c.rowLo, c.rowHi, c.colLo, c.colHi, r); err != nil {
+			t.Fatal(err)
+		}
+		got := read(t, s, dst)
+		for i := range ny {
+			for j := range nx {
+				k := i*nx + j
+				if i >= c.rowLo && i < c.rowHi && j >= c.colLo && j < c.colHi {
+					want := HeatPoint(in[k], in[k-nx], in[k+nx], in[k-1], in[k+1], r)
+					if math.Float64bits(got[k]) != math.Float64bits(want) {
+						t.Fatalf("%+v: (%d,%d) = %v, want %v", c, i, j, got[k], want)
+					}
+				} else if math.Float64bits(got[k]) != poisonBits {
+					t.Fatalf("%+v: (%d,%d) outside the rectangle was written: %v", c, i, j, got[k])
+				}
+			}
+		}
+	}
+	// HeatStep is the full width between the boundary columns.
+	a, b := alloc(t, d, nx*ny, nil), alloc(t, d, nx*ny, nil)
+	if err := HeatStep(s, a, src, nx, 2, 7, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := HeatStepRect(s, b, src, nx, 2, 7, 1, nx-1, r); err != nil {
+		t.Fatal(err)
+	}
+	ga, gb := read(t, s, a), read(t, s, b)
+	for k := range ga {
+		if math.Float64bits(ga[k]) != math.Float64bits(gb[k]) {
+			t.Fatalf("HeatStep and HeatStepRect over columns [1,nx-1) differ at %d", k)
+		}
+	}
+}
+
+func TestHeatStepKeepsAUniformFieldUniform(t *testing.T) {
+	d := devmem.NewHostDevice()
+	s := newStream(t, d)
+	const nx, ny = 17, 9
+	u := make([]float64, nx*ny)
+	for i := range u {
+		u[i] = 0.3
+	}
+	src, dst := alloc(t, d, nx*ny, u), alloc(t, d, nx*ny, u)
+	if err := HeatStep(s, dst, src, nx, 1, ny-1, 0.25); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range read(t, s, dst) {
+		if v != 0.3 {
+			t.Fatalf("element %d = %v: a uniform field must not change", k, v)
+		}
+	}
+}
+
+func TestPackThenUnpackMovesOneColumn(t *testing.T) {
+	d := devmem.NewHostDevice()
+	s := newStream(t, d)
+	const nx, ny, col, lo, hi = 13, 11, 4, 2, 9
+	in := randoms(4, nx*ny)
+	slab := alloc(t, d, nx*ny, in)
+	buf := alloc(t, d, hi-lo+3, nil)
+	if err := PackColumn(s, buf, slab, nx, col, lo, hi); err != nil {
+		t.Fatal(err)
+	}
+	got := read(t, s, buf)
+	for k := range got {
+		if k < hi-lo && got[k] != in[(lo+k)*nx+col] {
+			t.Fatalf("packed[%d] = %v, want slab(%d,%d) = %v", k, got[k], lo+k, col, in[(lo+k)*nx+col])
+		}
+		if k >= hi-lo && math.Float64bits(got[k]) != poisonBits {
+			t.Fatalf("packed[%d] past the column was written", k)
+		}
+	}
+	out := alloc(t, d, nx*ny, nil)
+	if err := UnpackColumn(s, out, buf, nx, col+2, lo, hi); err != nil {
+		t.Fatal(err)
+	}
+	res := read(t, s, out)
+	for i := range ny {
+		for j := range nx {
+			v := res[i*nx+j]
+			if j == col+2 && i >= lo && i < hi {
+				if v != in[i*nx+col] {
+					t.Fatalf("unpacked (%d,%d) = %v, want %v", i, j, v, in[i*nx+col])
+				}
+			} else if math.Float64bits(v) != poisonBits {
+				t.Fatalf("unpack wrote (%d,%d) outside its column", i, j)
+			}
+		}
+	}
+}
+
+func TestResidualRowsSumsSquaresOfTheDifferenceInsideTheRectangle(t *testing.T) {
+	d := devmem.NewHostDevice()
+	s := newStream(t, d)
+	for _, nx := range []int{7, 256, 300, 1100} {
+		const ny, rowLo, rowHi = 6, 1, 5
+		colLo, colHi := 2, nx-1
+		av, bv := randoms(5, nx*ny), randoms(6, nx*ny)
+		for i := range ny { // poison outside the rectangle: a read there would show as NaN
+			for j := range nx {
+				if i < rowLo || i >= rowHi || j < colLo || j >= colHi {
+					av[i*nx+j], bv[i*nx+j] = poison, poison
+				}
+			}
+		}
+		a, b := alloc(t, d, nx*ny, av), alloc(t, d, nx*ny, bv)
+		partial := alloc(t, d, rowHi-rowLo+1, nil)
+		if err := ResidualRows(s, partial, a, b, nx, rowLo, rowHi, colLo, colHi); err != nil {
+			t.Fatal(err)
+		}
+		got := read(t, s, partial)
+		for i := rowLo; i < rowHi; i++ {
+			want, n := 0.0, 0
+			for j := colLo; j < colHi; j++ {
+				dd := av[i*nx+j] - bv[i*nx+j]
+				want += dd * dd
+				n++
+			}
+			if g := got[i-rowLo]; math.Abs(g-want) > float64(n)*0x1p-52*want {
+				t.Fatalf("nx %d row %d: partial %v, plain sum %v", nx, i, g, want)
+			}
+		}
+		if math.Float64bits(got[rowHi-rowLo]) != poisonBits {
+			t.Fatalf("nx %d: a partial past the last row was written", nx)
+		}
+	}
+}
+
+func TestResidualRowsIsExactOnSmallIntegers(t *testing.T) {
+	d := devmem.NewHostDevice()
+	s := newStream(t, d)
+	const nx, ny = 600, 3
+	av, bv := make([]float64, nx*ny), make([]float64, nx*ny)
+	want := [3]float64{}
+	for i := range ny {
+		for j := range nx {
+			av[i*nx+j] = float64((i*7 + j*3) % 11)
+			bv[i*nx+j] = float64((i + j) % 5)
+			dd := av[i*nx+j] - bv[i*nx+j]
+			want[i] += dd * dd
+		}
+	}
+	a, b, p := alloc(t, d, nx*ny, av), alloc(t, d, nx*ny, bv), alloc(t, d, ny, nil)
+	if err := ResidualRows(s, p, a, b, nx, 0, ny, 0, nx); err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range read(t, s, p) {
+		if g != want[i] {
+			t.Fatalf("row %d: %v, want exactly %v", i, g, want[i])
+		}
+	}
+}
+
+func TestSumInOrderAddsLeftToRight(t *testing.T) {
+	d := devmem.NewHostDevice()
+	s := newStream(t, d)
+	// Left to right: 1e16+1 rounds to 1e16, minus 1e16 is 0, plus 1 is 1.
+	// Pairwise would give 0, right to left 0 too.
+	x := alloc(t, d, 4, []float64{1e16, 1, -1e16, 1})
+	out := alloc(t, d, 2, nil)
+	if err := SumInOrder(s, out, x); err != nil {
+		t.Fatal(err)
+	}
+	got := read(t, s, out)
+	if got[0] != 1 || math.Float64bits(got[1]) != poisonBits {
+		t.Fatalf("SumInOrder = %v, want [1 poison]", got)
+	}
+	empty, _ := x.Sub(0, 0)
+	if err := SumInOrder(s, out, empty); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, s, out); got[0] != 0 {
+		t.Fatalf("sum of no elements = %v, want 0", got[0])
+	}
+}
+
+func TestBadArgumentsReturnAnErrorAndChangeNothing(t *testing.T) {
+	d, other := devmem.NewHostDevice(), devmem.NewHostDevice()
+	s, otherStream := newStream(t, d), newStream(t, other)
+	const nx, ny = 10, 6
+	in := randoms(8, nx*ny)
+	src, dst := alloc(t, d, nx*ny, in), alloc(t, d, nx*ny, nil)
+	far := alloc(t, other, nx*ny, nil)
+	buf := alloc(t, d, ny, nil)
+	freed, _ := devmem.AllocSlice[float64](d, nx*ny)
+	freed.Free()
+	whole := alloc(t, d, 2*nx*ny, nil)
+	lo, _ := whole.Sub(0, nx*ny)
+	hi, _ := whole.Sub(nx*ny/2, nx*ny/2+nx*ny)
+	cases := []struct {
+		name string
+		call func() error
+	}{
+		{"heat width 2", func() error { return HeatStep(s, dst, src, 2, 1, 2, 0.1) }},
+		{"heat row 0", func() error { return HeatStep(s, dst, src, nx, 0, 2, 0.1) }},
+		{"heat last row", func() error { return HeatStep(s, dst, src, nx, 1, ny, 0.1) }},
+		{"heat rows reversed", func() error { return HeatStep(s, dst, src, nx, 3, 2, 0.1) }},
+		{"heat column 0", func() error { return HeatStepRect(s, dst, src, nx, 1, 2, 0, 3, 0.1) }},
+		{"heat last column", func() error { return HeatStepRect(s, dst, src, nx, 1, 2, 1, nx, 0.1) }},
+		{"heat NaN r", func() error { return HeatStep(s, dst, src, nx, 1, 2, math.NaN()) }},
+		{"heat in place", func() error { return HeatStep(s, dst, dst, nx, 1, 2, 0.1) }},
+		{"heat overlapping", func() error { return HeatStep(s, hi, lo, nx, 1, 2, 0.1) }},
+		{"heat other device", func() error { return HeatStep(s, far, src, nx, 1, 2, 0.1) }},
+		{"heat other stream", func() error { return HeatStep(otherStream, dst, src, nx, 1, 2, 0.1) }},
+		{"heat freed src", func() error { return HeatStep(s, dst, freed, nx, 1, 2, 0.1) }},
+		{"heat zero src", func() error { return HeatStep(s, dst, devmem.Slice[float64]{}, nx, 1, 2, 0.1) }},
+		{"pack column nx", func() error { return PackColumn(s, buf, src, nx, nx, 0, 2) }},
+		{"pack negative column", func() error { return PackColumn(s, buf, src, nx, -1, 0, 2) }},
+		{"pack past the slab", func() error { return PackColumn(s, buf, src, nx, 0, 0, ny+1) }},
+		{"pack buffer short", func() error { b, _ := buf.Sub(0, ny-1); return PackColumn(s, b, src, nx, 0, 0, ny) }},
+		{"pack into the slab", func() error { b, _ := src.Sub(0, ny); return PackColumn(s, b, src, nx, 1, 0, ny) }},
+		{"unpack other device", func() error { return UnpackColumn(s, far, buf, nx, 1, 0, 2) }},
+		{"residual partial short", func() error { return ResidualRows(s, buf, src, dst, nx, 0, ny+1, 0, nx) }},
+		{"residual columns past nx", func() error { return ResidualRows(s, buf, src, dst, nx, 0, 2, 0, nx+1) }},
+		{"residual partial is input", func() error { b, _ := dst.Sub(0, 2); return ResidualRows(s, b, src, dst, nx, 0, 2, 0, nx) }},
+		{"residual width 0", func() error { return ResidualRows(s, buf, src, dst, 0, 0, 2, 0, 0) }},
+		{"sum into nothing", func() error { e, _ := buf.Sub(0, 0); return SumInOrder(s, e, src) }},
+		{"sum in place", func() error { return SumInOrder(s, src, src) }},
+		{"fill freed", func() error { return Fill(s, freed, 1.0) }},
+		{"scale other stream", func() error { return Scale(otherStream, dst, 2.0) }},
+	}
+	for _, c := range cases {
+		err := c.call()
+		if !errors.Is(err, devmem.ErrInvalidArgument) {
+			t.Errorf("%s: err = %v, want ErrInvalidArgument", c.name, err)
+		}
+	}
+	if got := read(t, s, src); !sameBits(got, in) {
+		t.Error("src changed after rejected calls")
+	}
+	for name, x := range map[string]devmem.Slice[float64]{"dst": dst, "buf": buf, "whole": whole} {
+		for k, v := range read(t, s, x) {
+			if math.Float64bits(v) != poisonBits {
+				t.Fatalf("%s[%d] changed after rejected calls", name, k)
+			}
+		}
+	}
+	for k, v := range read(t, otherStream, far) {
+		if math.Float64bits(v) != poisonBits {
+			t.Fatalf("far[%d] changed after rejected calls", k)
+		}
+	}
+}
+
+func sameBits(a, b []float64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float64bits(a[i]) != math.Float64bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func TestEmptyRangesAreNoOps(t *testing.T) {
+	d := devmem.NewHostDevice()
+	s := newStream(t, d)
+	src, dst, buf := alloc(t, d, 30, randoms(9, 30)), alloc(t, d, 30, nil), alloc(t, d, 3, nil)
+	calls := []error{
+		HeatStep(s, dst, src, 10, 2, 2, 0.1),
+		HeatStepRect(s, dst, src, 10, 1, 2, 4, 4, 0.1),
+		PackColumn(s, buf, src, 10, 3, 1, 1),
+		UnpackColumn(s, dst, buf, 10, 3, 2, 2),
+		ResidualRows(s, buf, src, src, 10, 1, 1, 0, 10),
+	}
+	for i, err := range calls {
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	for _, x := range []devmem.Slice[float64]{dst, buf} {
+		for k, v := range read(t, s, x) {
+			if math.Float64bits(v) != poisonBits {
+				t.Fatalf("element %d written by an empty range", k)
+			}
+		}
+	}
+}
