@@ -114,13 +114,14 @@ func unload(lib *dl.Library) {
 	lib.Close()
 }
 
-// reset forgets a loaded library, so that tests can load another one.
+// reset forgets the loaded library, so that a test can load another one.
 func reset() {
 	state.mu.Lock()
 	defer state.mu.Unlock()
 	if state.loaded.Load() {
 		state.loaded.Store(false)
-		unload(state.lib)
+		C.gpucomm_nccl_clear()
+		// Left open: a real library may run threads that dlclose would unmap.
 		state.lib = nil
 	}
 }

@@ -1,0 +1,226 @@
+package cuda_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"github.com/gpucomm/gpucomm/internal/cuda"
+	"github.com/gpucomm/gpucomm/internal/nvrtc"
+)
+
+// needGPU skips unless GPUCOMM_GPU_TESTS=1: these tests use the real driver
+// and device 0, and CI has neither.
+func needGPU(t *testing.T) {
+	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
+		t.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU")
+	}
+	if err := cuda.Load(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+const saxpySrc = `
+extern "C" __global__ void saxpy(float* y, const float* x, float a, int n) {
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < n) y[i] = a * x[i] + y[i];
+}
+`
+
+func TestGPUDeviceQueries(t *testing.T) {
+	needGPU(t)
+	v, err := cuda.DriverVersion()
+	must(t, err)
+	n, err := cuda.DeviceCount()
+	must(t, err)
+	if n < 1 {
+		t.Fatalf("DeviceCount = %d", n)
+	}
+	d, err := cuda.DeviceGet(0)
+	must(t, err)
+	name, err := cuda.DeviceName(d)
+	must(t, err)
+	uuid, err := cuda.DeviceUUID(d)
+	must(t, err)
+	bus, err := cuda.DevicePCIBusID(d)
+	must(t, err)
+	total, err := cuda.DeviceTotalMem(d)
+	must(t, err)
+	attr := func(a cuda.Attribute) int { v, err := cuda.DeviceAttribute(d, a); must(t, err); return v }
+	t.Logf("driver %d, %d devices; 0: %s %s %s, %d GiB, sm_%d%d, %d SMs, UVA %d, map host %d, PCI %x:%x.%x",
+		v, n, name, uuid, bus, total>>30, attr(cuda.AttrComputeCapabilityMajor), attr(cuda.AttrComputeCapabilityMinor),
+		attr(cuda.AttrMultiprocessorCount), attr(cuda.AttrUnifiedAddressing), attr(cuda.AttrCanMapHostMemory),
+		attr(cuda.AttrPCIDomainID), attr(cuda.AttrPCIBusID), attr(cuda.AttrPCIDeviceID))
+	if name == "" || uuid == (cuda.UUID{}) || total == 0 || attr(cuda.AttrWarpSize) != 32 {
+		t.Error("implausible device properties")
+	}
+	if n > 1 {
+		ok, err := cuda.DeviceCanAccessPeer(0, 1)
+		must(t, err)
+		t.Logf("device 0 can access device 1: %v", ok)
+	}
+}
+
+func TestGPUMemoryStreamsEventsAndKernels(t *testing.T) {
+	needGPU(t)
+	ctx, err := cuda.PrimaryCtxRetain(0)
+	must(t, err)
+	defer cuda.PrimaryCtxRelease(0)
+	must(t, cuda.WithContext(ctx, func() error {
+		const n = 1 << 20
+		free, total, err := cuda.MemGetInfo()
+		must(t, err)
+		t.Logf("free %d MiB of %d MiB", free>>20, total>>20)
+		x, err := cuda.MemAlloc(4 * n)
+		must(t, err)
+		defer cuda.MemFree(x)
+		y, err := cuda.MemAlloc(4 * n)
+		must(t, err)
+		defer cuda.MemFree(y)
+		base, size, err := cuda.MemGetAddressRange(x + 100)
+		must(t, err)
+		if base != x || size < 4*n {
+			t.Errorf("MemGetAddressRange = %#x+%d, want %#x", base, size, x)
+		}
+
+		// Blocking copies of Go memory, memset, device-to-device.
+		src := make([]byte, 4*n)
+		for i := range src {
+			src[i] = byte(i * 7)
+		}
+		must(t, cuda.MemcpyHtoDBytes(x, src))
+		must(t, cuda.MemcpyDtoD(y, x, 4*n))
+		must(t, cuda.MemsetD8(y, 0xab, 16))
+		got := make([]byte, 4*n)
+		must(t, cuda.MemcpyDtoHBytes(got, y))
+		if !bytes.Equal(got[16:], src[16:]) || got[0] != 0xab || got[15] != 0xab {
+			t.Fatal("blocking copies or memset lost data")
+		}
+
+		// Asynchronous copies through pinned memory, ordered and timed on a stream.
+		s, err := cuda.StreamCreate(cuda.StreamNonBlocking)
+		must(t, err)
+		defer cuda.StreamDestroy(s)
+		start, err := cuda.EventCreate(cuda.EventDefault)
+		must(t, err)
+		defer cuda.EventDestroy(start)
+		end, err := cuda.EventCreate(cuda.EventDefault)
+		must(t, err)
+		defer cuda.EventDestroy(end)
+		pinned, err := cuda.MemAllocHost(4 * n)
+		must(t, err)
+		defer cuda.MemFreeHost(pinned)
+		host := unsafe.Slice((*float32)(pinned), n)
+		for i := range host {
+			host[i] = float32(i)
+		}
+		must(t, cuda.EventRecord(start, s))
+		must(t, cuda.MemcpyHtoDAsync(x, uintptr(pinned), 4*n, s))
+		must(t, cuda.MemsetD8Async(y, 0, 4*n, s))
+		must(t, cuda.MemcpyDtoDAsync(y, x, 4*n, s))
+
+		// A kernel compiled for this device: y = 2x + y.
+		major, err := cuda.DeviceAttribute(0, cuda.AttrComputeCapabilityMajor)
+		must(t, err)
+		minor, err := cuda.DeviceAttribute(0, cuda.AttrComputeCapabilityMinor)
+		must(t, err)
+		ptx, cubin, log, err := nvrtc.Compile(saxpySrc, "saxpy.cu", []string{fmt.Sprintf("--gpu-architecture=sm_%d%d", major, minor), "--fmad=false"})
+		must(t, err)
+		t.Logf("nvrtc: %d bytes of PTX, %d of cubin, log %q", len(ptx), len(cubin), log)
+		for _, image := range [][]byte{cubin, ptx} {
+			m, err := cuda.ModuleLoadData(image)
+			must(t, err)
+			defer cuda.ModuleUnload(m)
+		}
+		m, err := cuda.ModuleLoadData(cubin)
+		must(t, err)
+		defer cuda.ModuleUnload(m)
+		f, err := cuda.ModuleGetFunction(m, "saxpy")
+		must(t, err)
+		must(t, cuda.LaunchKernel(f, cuda.Dim3{X: n / 256, Y: 1, Z: 1}, cuda.Dim3{X: 256, Y: 1, Z: 1}, 0, s,
+			cuda.Arg(y), cuda.Arg(x), cuda.Arg(float32(2)), cuda.Arg(int32(n))))
+		must(t, cuda.MemcpyDtoHAsync(uintptr(pinned), y, 4*n, s))
+		must(t, cuda.EventRecord(end, s))
+		must(t, cuda.StreamSynchronize(s))
+		for i, v := range host {
+			if v != 3*float32(i) {
+				t.Fatalf("y[%d] = %v, want %v", i, v, 3*float32(i))
+			}
+		}
+		if done, err := cuda.StreamQuery(s); err != nil || !done {
+			t.Errorf("StreamQuery after sync = %v, %v", done, err)
+		}
+		if done, err := cuda.EventQuery(end); err != nil || !done {
+			t.Errorf("EventQuery after sync = %v, %v", done, err)
+		}
+		el, err := cuda.EventElapsedTime(start, end)
+		must(t, err)
+		t.Logf("copies and kernel on the stream: %v", el)
+		if el <= 0 {
+			t.Errorf("elapsed %v", el)
+		}
+
+		// A second stream waits for an event of the first.
+		s2, err := cuda.StreamCreate(cuda.StreamDefault)
+		must(t, err)
+		defer cuda.StreamDestroy(s2)
+		ev, err := cuda.EventCreate(cuda.EventDisableTiming)
+		must(t, err)
+		defer cuda.EventDestroy(ev)
+		must(t, cuda.MemsetD8Async(x, 1, 4*n, s))
+		must(t, cuda.EventRecord(ev, s))
+		must(t, cuda.StreamWaitEvent(s2, ev))
+		must(t, cuda.MemcpyDtoDAsync(y, x, 4*n, s2))
+		must(t, cuda.StreamSynchronize(s2))
+		must(t, cuda.MemcpyDtoHBytes(got[:8], y))
+		if !bytes.Equal(got[:8], []byte{1, 1, 1, 1, 1, 1, 1, 1}) {
+			t.Errorf("StreamWaitEvent did not order the streams: %v", got[:8])
+		}
+
+		// Registered mmap memory, as devmem uses for node-shared buffers.
+		mm, err := syscall.Mmap(-1, 0, 1<<16, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_SHARED)
+		must(t, err)
+		defer syscall.Munmap(mm)
+		addr := uintptr(unsafe.Pointer(&mm[0]))
+		must(t, cuda.MemHostRegister(addr, len(mm), cuda.MemHostRegisterPortable))
+		must(t, cuda.MemcpyDtoHAsync(addr, x, len(mm), s))
+		must(t, cuda.StreamSynchronize(s))
+		must(t, cuda.MemHostUnregister(addr))
+		if mm[0] != 1 || mm[len(mm)-1] != 1 {
+			t.Error("copy into registered memory")
+		}
+		if err := cuda.MemHostUnregister(addr); !cuda.IsCode(err, cuda.CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED) {
+			t.Errorf("second unregister = %v, want CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", err)
+		}
+
+		// IPC: a handle is made here; opening it needs another process.
+		h, err := cuda.IpcGetMemHandle(x)
+		must(t, err)
+		if h == (cuda.IpcMemHandle{}) {
+			t.Error("empty IPC handle")
+		}
+
+		// Errors from the real driver name the call and CUDA's name.
+		_, err = cuda.MemAlloc(1 << 62)
+		t.Logf("huge MemAlloc: %v", err)
+		if !cuda.IsCode(err, cuda.CUDA_ERROR_OUT_OF_MEMORY) {
+			t.Errorf("MemAlloc(4 EiB) = %v, want CUDA_ERROR_OUT_OF_MEMORY", err)
+		}
+		_, err = cuda.ModuleGetFunction(m, "nosuch")
+		t.Logf("missing kernel: %v", err)
+		if !cuda.IsCode(err, cuda.CUDA_ERROR_NOT_FOUND) {
+			t.Errorf("ModuleGetFunction(nosuch) = %v", err)
+		}
+		return cuda.CtxSynchronize()
+	}))
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
