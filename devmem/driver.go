@@ -29,3 +29,21 @@ type eventImpl interface {
 	elapsedSince(start eventImpl) (time.Duration, error)
 	destroy() error
 }
+
+// ipcDriver is implemented by drivers whose device memory other processes of
+// the node can map. It is optional, found by type assertion, so a driver
+// without it still builds; Export and OpenIPC then return ErrUnsupported.
+// The cuda driver wraps cuIpcGetMemHandle, cuIpcOpenMemHandle and
+// cuIpcCloseMemHandle.
+type ipcDriver interface {
+	// ipcExport returns the bytes through which another process maps all of
+	// a (which is live, on this driver's device, and not pinned).
+	ipcExport(a *allocation) ([64]byte, error)
+	// ipcOpen maps the allocation another process exported as h; need is
+	// how many bytes the handle's range reaches. The result must have addr,
+	// size (the whole allocation) and, for host-accessible memory, host set;
+	// an h that names nothing mappable is an error wrapping ErrBadHandle.
+	ipcOpen(h [64]byte, need int) (*allocation, error)
+	// ipcClose unmaps what ipcOpen returned.
+	ipcClose(a *allocation) error
+}

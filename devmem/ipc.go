@@ -1,0 +1,465 @@
+package devmem
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"os"
+	"strings"
+	"sync"
+)
+
+// HandleSize is the length of a marshalled IPCHandle.
+const HandleSize = 196
+
+// handleVersion is bumped whenever the layout below changes, so that a
+// process built from another version refuses a handle instead of misreading it.
+const handleVersion = 1
+
+var handleMagic = [4]byte{'g', 'c', 'I', 'H'}
+
+// Marshalled layout, little-endian. The checksum covers every byte before it.
+const (
+	hoMagic    = 0   // [4]byte
+	hoVersion  = 4   // uint16
+	hoKind     = 6   // uint8: Kind
+	hoFlags    = 7   // uint8: zero
+	hoPID      = 8   // uint32: the exporting process
+	hoReserved = 12  // uint32: zero
+	hoOffset   = 16  // uint64: the view's offset into its allocation
+	hoSize     = 24  // uint64: the view's length
+	hoUUID     = 32  // [16]byte: the exporting device
+	hoBoot     = 48  // [16]byte: the node's boot_id
+	hoHost     = 64  // [64]byte: the node's hostname, zero-padded
+	hoDriver   = 128 // [64]byte: the driver's opaque bytes (cudaIpcMemHandle_t)
+	hoCRC      = 192 // uint32: CRC-32C of [0, 192)
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// IPCHandle names a range of device memory that other processes of the same
+// node can open with Device.OpenIPC. It holds the driver's opaque bytes (a
+// CUDA IPC handle on GPUs), the range, the exporting device and process, the
+// node, and a checksum. The zero IPCHandle names nothing. Handles travel as
+// bytes (MarshalBinary) or text (MarshalText, hex); they are not secrets,
+// but only the exporter's own user can open them.
+type IPCHandle struct {
+	raw [HandleSize]byte
+}
+
+// handleFields is an IPCHandle decoded.
+type handleFields struct {
+	kind      Kind
+	pid       uint32
+	off, size uint64
+	uuid      [16]byte
+	node      nodeID
+	drv       [64]byte
+}
+
+// nodeID says which booted machine a process runs on: a reboot or another
+// machine with the same hostname gets a different boot_id.
+type nodeID struct {
+	host [64]byte
+	boot [16]byte
+}
+
+func (n nodeID) String() string {
+	return fmt.Sprintf("%s (boot %x)", bytes.TrimRight(n.host[:], "\x00"), n.boot)
+}
+
+var localNode = sync.OnceValues(func() (nodeID, error) {
+	var id nodeID
+	host, err := os.Hostname()
+	if err != nil {
+		return id, fmt.Errorf("devmem: node identity: %w", err)
+	}
+	copy(id.host[:], host) // a hostname past 64 bytes is cut the same way on every process
+	raw, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return id, fmt.Errorf("devmem: node identity: %w", err)
+	}
+	b, err := hex.DecodeString(strings.ReplaceAll(strings.TrimSpace(string(raw)), "-", ""))
+	if err != nil || len(b) != len(id.boot) {
+		return id, fmt.Errorf("devmem: node identity: malformed boot_id %q", raw)
+	}
+	copy(id.boot[:], b)
+	return id, nil
+})
+
+func (f *handleFields) seal() IPCHandle {
+	var h IPCHandle
+	r := h.raw[:]
+	copy(r[hoMagic:], handleMagic[:])
+	binary.LittleEndian.PutUint16(r[hoVersion:], handleVersion)
+	r[hoKind] = byte(f.kind)
+	binary.LittleEndian.PutUint32(r[hoPID:], f.pid)
+	binary.LittleEndian.PutUint64(r[hoOffset:], f.off)
+	binary.LittleEndian.PutUint64(r[hoSize:], f.size)
+	copy(r[hoUUID:], f.uuid[:])
+	copy(r[hoBoot:], f.node.boot[:])
+	copy(r[hoHost:], f.node.host[:])
+	copy(r[hoDriver:], f.drv[:])
+	binary.LittleEndian.PutUint32(r[hoCRC:], crc32.Checksum(r[:hoCRC], castagnoli))
+	return h
+}
+
+func badHandle(format string, args ...any) error {
+	return fmt.Errorf("devmem: IPC handle: "+format+": %w", append(args, ErrBadHandle)...)
+}
+
+// decodeHandle checks every byte of a marshalled handle and decodes it.
+func decodeHandle(r []byte) (handleFields, error) {
+	var f handleFields
+	switch {
+	case len(r) != HandleSize:
+		return f, badHandle("%d bytes, want %d", len(r), HandleSize)
+	case !bytes.Equal(r[hoMagic:hoMagic+4], handleMagic[:]):
+		return f, badHandle("not a gpucomm handle (magic %x)", r[hoMagic:hoMagic+4])
+	case binary.LittleEndian.Uint16(r[hoVersion:]) != handleVersion:
+		return f, badHandle("version %d, this build reads version %d", binary.LittleEndian.Uint16(r[hoVersion:]), handleVersion)
+	case binary.LittleEndian.Uint32(r[hoCRC:]) != crc32.Checksum(r[:hoCRC], castagnoli):
+		return f, badHandle("checksum mismatch (corrupted in transit?)")
+	}
+	f.kind = Kind(r[hoKind])
+	f.pid = binary.LittleEndian.Uint32(r[hoPID:])
+	f.off = binary.LittleEndian.Uint64(r[hoOffset:])
+	f.size = binary.LittleEndian.Uint64(r[hoSize:])
+	copy(f.uuid[:], r[hoUUID:])
+	copy(f.node.boot[:], r[hoBoot:])
+	copy(f.node.host[:], r[hoHost:])
+	copy(f.drv[:], r[hoDriver:])
+	// A checksum only catches accidents; these checks keep a well-formed
+	// forgery from reaching a driver with nonsense.
+	switch {
+	case f.kind != Host && f.kind != CUDA:
+		return f, badHandle("unknown device kind %d", r[hoKind])
+	case r[hoFlags] != 0 || binary.LittleEndian.Uint32(r[hoReserved:]) != 0:
+		return f, badHandle("reserved bytes set")
+	case f.pid == 0 || f.pid > math.MaxInt32:
+		return f, badHandle("exporting process %d", f.pid)
+	case f.off > math.MaxInt || f.size > math.MaxInt-f.off:
+		return f, badHandle("range [%d:+%d] out of bounds", f.off, f.size)
+	case !canonicalHost(f.node.host[:]):
+		return f, badHandle("malformed hostname")
+	}
+	return f, nil
+}
+
+// canonicalHost accepts a non-empty name padded with zero bytes only.
+func canonicalHost(h []byte) bool {
+	end := bytes.IndexByte(h, 0)
+	if end < 0 {
+		return true
+	}
+	return end > 0 && len(bytes.Trim(h[end:], "\x00")) == 0
+}
+
+// MarshalBinary returns the handle's HandleSize bytes.
+func (h IPCHandle) MarshalBinary() ([]byte, error) {
+	if _, err := decodeHandle(h.raw[:]); err != nil {
+		return nil, err
+	}
+	return bytes.Clone(h.raw[:]), nil
+}
+
+// UnmarshalBinary reads a handle written by MarshalBinary. Anything else,
+// including a handle whose checksum fails, is an error wrapping ErrBadHandle
+// and leaves h unchanged.
+func (h *IPCHandle) UnmarshalBinary(b []byte) error {
+	if _, err := decodeHandle(b); err != nil {
+		return err
+	}
+	copy(h.raw[:], b)
+	return nil
+}
+
+// MarshalText returns the handle in hex, for environment variables and
+// command lines.
+func (h IPCHandle) MarshalText() ([]byte, error) {
+	b, err := h.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	return hex.AppendEncode(nil, b), nil
+}
+
+// UnmarshalText reads a handle written by MarshalText.
+func (h *IPCHandle) UnmarshalText(t []byte) error {
+	b, err := hex.DecodeString(string(t))
+	if err != nil {
+		return badHandle("not hex: %v", err)
+	}
+	return h.UnmarshalBinary(b)
+}
+
+// IsZero reports whether h is the zero handle.
+func (h IPCHandle) IsZero() bool { return h.raw == IPCHandle{}.raw }
+
+// Kind is the kind of the exporting device.
+func (h IPCHandle) Kind() Kind { return Kind(h.raw[hoKind]) }
+
+// Size is the length of the exported range in bytes.
+func (h IPCHandle) Size() int { return int(binary.LittleEndian.Uint64(h.raw[hoSize:])) }
+
+// Offset is where the exported range starts in the exporter's allocation.
+func (h IPCHandle) Offset() int { return int(binary.LittleEndian.Uint64(h.raw[hoOffset:])) }
+
+// DeviceUUID is the UUID of the exporting device.
+func (h IPCHandle) DeviceUUID() (u [16]byte) { copy(u[:], h.raw[hoUUID:]); return u }
+
+// PID is the exporting process.
+func (h IPCHandle) PID() int { return int(binary.LittleEndian.Uint32(h.raw[hoPID:])) }
+
+// Node is the hostname of the exporting node.
+func (h IPCHandle) Node() string {
+	return string(bytes.TrimRight(h.raw[hoHost:hoHost+64], "\x00"))
+}
+
+func (h IPCHandle) String() string {
+	if h.IsZero() {
+		return "IPCHandle(zero)"
+	}
+	return fmt.Sprintf("IPCHandle(%s, %d bytes at offset %d, pid %d on %s)", h.Kind(), h.Size(), h.Offset(), h.PID(), h.Node())
+}
+
+// The process-wide IPC state. One lock: exports and opens are rare next to
+// the copies they enable, and it keeps "one mapping per handle" simple.
+var (
+	ipcMu sync.Mutex
+	// exports holds this process's exported allocations, by allocation and
+	// by the key under which a handle names them.
+	exports      = map[*allocation]*export{}
+	exportsByKey = map[exportKey]*export{}
+	// mappings holds other processes' allocations opened here, once per
+	// device and handle.
+	mappings = map[mappingKey]*mapping{}
+	// views holds every Buffer OpenIPC returned and that is not closed yet.
+	views = map[*allocation]*ipcView{}
+)
+
+type exportKey struct {
+	kind Kind
+	uuid [16]byte
+	drv  [64]byte
+}
+
+type mappingKey struct {
+	dev *Device
+	drv [64]byte
+}
+
+// export is one of this process's allocations that has been exported. Views
+// opened in this process point at its memory, so its release waits for them.
+type export struct {
+	a       *allocation
+	key     exportKey
+	drv     [64]byte
+	views   int          // in-process views still open
+	freed   bool         // the owner called Free
+	release func() error // the driver's release, run once freed and views is 0
+}
+
+// mapping is another process's allocation mapped into this one.
+type mapping struct {
+	key  mappingKey
+	drv  ipcDriver
+	base *allocation
+	refs int
+}
+
+// ipcView is one Buffer returned by OpenIPC; each has its own allocation
+// record so that closing it twice, or using it after closing, is caught.
+type ipcView struct {
+	f   handleFields // the handle it was opened from
+	exp *export      // set when opened in the exporting process
+	m   *mapping     // set otherwise
+}
+
+// Export returns a handle through which other processes of this node (and
+// this one) can open b's bytes with OpenIPC. The handle stays valid while b's
+// allocation is not freed. Exporting an opened view gives a handle to the
+// same memory, so a handle can be passed along. Pinned host memory cannot be
+// exported.
+func (b Buffer) Export() (IPCHandle, error) {
+	if err := b.Check("devmem: export", nil, 0); err != nil {
+		return IPCHandle{}, err
+	}
+	if b.a.pinned {
+		return IPCHandle{}, fmt.Errorf("devmem: export of pinned host memory (only device memory is shared): %w", ErrInvalidArgument)
+	}
+	node, err := localNode()
+	if err != nil {
+		return IPCHandle{}, err
+	}
+	ipcMu.Lock()
+	defer ipcMu.Unlock()
+	if v, ok := views[b.a]; ok {
+		f := v.f
+		f.off += uint64(b.off)
+		f.size = uint64(b.n)
+		return f.seal(), nil
+	}
+	e := exports[b.a]
+	if e == nil {
+		drv, ok := b.a.dev.drv.(ipcDriver)
+		if !ok {
+			return IPCHandle{}, fmt.Errorf("devmem: export from %v: the driver cannot share memory: %w", b.a.dev, ErrUnsupported)
+		}
+		raw, err := drv.ipcExport(b.a)
+		if err != nil {
+			return IPCHandle{}, err
+		}
+		e = &export{a: b.a, drv: raw, key: exportKey{b.a.dev.kind, b.a.dev.uuid, raw}, release: b.a.release}
+		exports[b.a], exportsByKey[e.key] = e, e
+		// Free runs this instead of the driver's release, so that views
+		// opened in this process keep the memory until they close.
+		b.a.release = e.ownerFree
+	}
+	f := handleFields{kind: b.a.dev.kind, pid: uint32(os.Getpid()), off: uint64(b.off), size: uint64(b.n), uuid: b.a.dev.uuid, node: node, drv: e.drv}
+	return f.seal(), nil
+}
+
+func (e *export) ownerFree() error {
+	ipcMu.Lock()
+	e.freed = true
+	delete(exports, e.a)
+	delete(exportsByKey, e.key)
+	last := e.views == 0
+	ipcMu.Unlock()
+	if last {
+		return e.release()
+	}
+	return nil
+}
+
+// OpenIPC opens the memory a handle names and returns a view of it on d. An
+// allocation is mapped once per device and process however often it is
+// opened; each view is released by CloseIPC and the mapping goes with the
+// last. Opened in the exporting process, the view is the exported memory
+// itself. A handle that is corrupt, from another node, or for another kind
+// of device is refused with ErrBadHandle before any driver call.
+func (d *Device) OpenIPC(h IPCHandle) (Buffer, error) {
+	if d == nil {
+		return Buffer{}, fmt.Errorf("devmem: OpenIPC on nil device: %w", ErrInvalidArgument)
+	}
+	f, err := decodeHandle(h.raw[:])
+	if err != nil {
+		return Buffer{}, err
+	}
+	if f.kind != d.kind {
+		return Buffer{}, badHandle("exported from a %s device, opened on %v", f.kind, d)
+	}
+	node, err := localNode()
+	if err != nil {
+		return Buffer{}, err
+	}
+	if f.node != node {
+		return Buffer{}, badHandle("exported on node %v, this is node %v", f.node, node)
+	}
+	off, n := int(f.off), int(f.size)
+
+	ipcMu.Lock()
+	defer ipcMu.Unlock()
+	v := &ipcView{f: f}
+	var mem *allocation // the whole allocation the view is cut from
+	if int(f.pid) == os.Getpid() {
+		e := exportsByKey[exportKey{f.kind, f.uuid, f.drv}]
+		if e == nil {
+			return Buffer{}, badHandle("exported by this process from memory since freed")
+		}
+		if off > e.a.size || n > e.a.size-off {
+			return Buffer{}, badHandle("range [%d:+%d] outside the %d-byte allocation", off, n, e.a.size)
+		}
+		e.views++
+		v.exp, mem = e, e.a
+	} else {
+		drv, ok := d.drv.(ipcDriver)
+		if !ok {
+			return Buffer{}, fmt.Errorf("devmem: OpenIPC on %v: the driver cannot share memory: %w", d, ErrUnsupported)
+		}
+		key := mappingKey{d, f.drv}
+		m := mappings[key]
+		if m == nil {
+			base, err := drv.ipcOpen(f.drv, off+n)
+			if err != nil {
+				return Buffer{}, err
+			}
+			base.dev = d
+			m = &mapping{key: key, drv: drv, base: base}
+			mappings[key] = m
+		}
+		if off > m.base.size || n > m.base.size-off {
+			if m.refs == 0 {
+				delete(mappings, key)
+				err := drv.ipcClose(m.base)
+				return Buffer{}, errors.Join(badHandle("range [%d:+%d] outside the %d-byte allocation", off, n, m.base.size), err)
+			}
+			return Buffer{}, badHandle("range [%d:+%d] outside the %d-byte allocation", off, n, m.base.size)
+		}
+		m.refs++
+		v.m, mem = m, m.base
+	}
+	a := &allocation{dev: d, addr: mem.addr + uintptr(off), size: n}
+	if mem.host != nil {
+		a.host = mem.host[off : off+n : off+n]
+	}
+	views[a] = v
+	d.stats.opened.Add(1)
+	return Buffer{a: a, n: n}, nil
+}
+
+// CloseIPC releases a view that OpenIPC returned (the whole view, as
+// returned). The memory stays mapped while other views of it are open.
+func (b Buffer) CloseIPC() error {
+	if b.a == nil {
+		return fmt.Errorf("devmem: CloseIPC of the zero Buffer: %w", ErrInvalidArgument)
+	}
+	ipcMu.Lock()
+	v, ok := views[b.a]
+	switch {
+	case !ok:
+		ipcMu.Unlock()
+		return fmt.Errorf("devmem: CloseIPC of a buffer that is not an open IPC view (closed already?): %w", ErrInvalidArgument)
+	case b.off != 0 || b.n != b.a.size:
+		ipcMu.Unlock()
+		return fmt.Errorf("devmem: CloseIPC of part of an opened view (offset %d, %d of %d bytes): %w", b.off, b.n, b.a.size, ErrInvalidArgument)
+	}
+	delete(views, b.a)
+	b.a.freed.Store(true)
+	b.a.dev.stats.opened.Add(-1)
+	var release func() error
+	if e := v.exp; e != nil {
+		e.views--
+		if e.views == 0 && e.freed {
+			release = e.release
+		}
+	} else if m := v.m; m != nil {
+		m.refs--
+		if m.refs == 0 {
+			delete(mappings, m.key)
+			release = func() error { return m.drv.ipcClose(m.base) }
+		}
+	}
+	ipcMu.Unlock()
+	if release != nil {
+		return release()
+	}
+	return nil
+}
+
+// IsOpenedIPC reports whether b is (part of) a view that OpenIPC returned
+// and that is not closed yet.
+func (b Buffer) IsOpenedIPC() bool {
+	if b.a == nil {
+		return false
+	}
+	ipcMu.Lock()
+	defer ipcMu.Unlock()
+	_, ok := views[b.a]
+	return ok
+}

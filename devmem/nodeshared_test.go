@@ -1,0 +1,497 @@
+package devmem
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// A tiny NodeComm for tests: each rank talks to a hub over a byte stream (a
+// net.Pipe between goroutines, or os.Pipes to a child process); the hub
+// answers each collective once every rank has asked for it. It shows
+// NodeShared's protocol across real processes before the MPI backends do.
+const (
+	opBroadcast byte = iota + 1
+	opAllGather
+	opBarrier
+)
+
+type pipeComm struct {
+	rank, size int
+	dev        *Device
+	r          io.Reader
+	w          io.Writer
+}
+
+func (p *pipeComm) Rank() int       { return p.rank }
+func (p *pipeComm) Size() int       { return p.size }
+func (p *pipeComm) Device() *Device { return p.dev }
+
+// call sends op, root, len, payload and returns the hub's reply payload.
+func (p *pipeComm) call(op byte, root int, payload []byte) ([]byte, error) {
+	req := make([]byte, 9+len(payload))
+	req[0] = op
+	binary.LittleEndian.PutUint32(req[1:], uint32(root))
+	binary.LittleEndian.PutUint32(req[5:], uint32(len(payload)))
+	copy(req[9:], payload)
+	if _, err := p.w.Write(req); err != nil {
+		return nil, fmt.Errorf("rank %d: to hub: %w", p.rank, err)
+	}
+	var head [5]byte
+	if _, err := io.ReadFull(p.r, head[:]); err != nil {
+		return nil, fmt.Errorf("rank %d: from hub: %w", p.rank, err)
+	}
+	reply := make([]byte, binary.LittleEndian.Uint32(head[1:]))
+	if _, err := io.ReadFull(p.r, reply); err != nil {
+		return nil, fmt.Errorf("rank %d: from hub: %w", p.rank, err)
+	}
+	if head[0] != 0 {
+		return nil, fmt.Errorf("rank %d: hub: %s", p.rank, reply)
+	}
+	return reply, nil
+}
+
+func (p *pipeComm) BroadcastBytes(b []byte, root int) error {
+	reply, err := p.call(opBroadcast, root, b)
+	if err != nil {
+		return err
+	}
+	if len(reply) != len(b) {
+		return fmt.Errorf("rank %d: broadcast of %d bytes got %d", p.rank, len(b), len(reply))
+	}
+	copy(b, reply)
+	return nil
+}
+
+func (p *pipeComm) AllGatherInt64(v int64) ([]int64, error) {
+	reply, err := p.call(opAllGather, 0, binary.LittleEndian.AppendUint64(nil, uint64(v)))
+	if err != nil {
+		return nil, err
+	}
+	if len(reply) != 8*p.size {
+		return nil, fmt.Errorf("rank %d: gathered %d bytes for %d ranks", p.rank, len(reply), p.size)
+	}
+	out := make([]int64, p.size)
+	for i := range out {
+		out[i] = int64(binary.LittleEndian.Uint64(reply[8*i:]))
+	}
+	return out, nil
+}
+
+func (p *pipeComm) Barrier() error { _, err := p.call(opBarrier, 0, nil); return err }
+
+type hubConn struct {
+	r io.Reader
+	w io.Writer
+}
+
+// serveHub answers collectives until every rank has hung up. A rank that
+// hangs up early or asks for a different collective ends it with an error
+// reply to the others, so that no rank waits forever.
+func serveHub(conns []hubConn) error {
+	n := len(conns)
+	for {
+		ops, roots, payloads := make([]byte, n), make([]int, n), make([][]byte, n)
+		var fail error
+		asked := 0
+		for r, c := range conns {
+			var head [9]byte
+			if _, err := io.ReadFull(c.r, head[:]); err != nil {
+				if err == io.EOF && r == 0 {
+					return nil // everyone is done (the others' EOF is not checked)
+				}
+				fail = fmt.Errorf("rank %d hung up: %v", r, err)
+				break
+			}
+			ops[r], roots[r] = head[0], int(binary.LittleEndian.Uint32(head[1:]))
+			payloads[r] = make([]byte, binary.LittleEndian.Uint32(head[5:]))
+			if _, err := io.ReadFull(c.r, payloads[r]); err != nil {
+				fail = fmt.Errorf("rank %d hung up: %v", r, err)
+				break
+			}
+			asked++
+		}
+		var reply []byte
+		if fail == nil {
+			reply, fail = collect(ops, roots, payloads)
+		}
+		for r := range asked {
+			status := byte(0)
+			out := reply
+			if fail != nil {
+				status, out = 1, []byte(fail.Error())
+			}
+			head := []byte{status, 0, 0, 0, 0}
+			binary.LittleEndian.PutUint32(head[1:], uint32(len(out)))
+			conns[r].w.Write(append(head, out...))
+		}
+		if fail != nil {
+			return fail
+		}
+	}
+}
+
+func collect(ops []byte, roots []int, payloads [][]byte) ([]byte, error) {
+	for r := range ops {
+		if ops[r] != ops[0] || roots[r] != roots[0] {
+			return nil, fmt.Errorf("rank %d called op %d root %d, rank 0 op %d root %d", r, ops[r], roots[r], ops[0], roots[0])
+		}
+	}
+	switch ops[0] {
+	case opBroadcast:
+		root := roots[0]
+		if root < 0 || root >= len(ops) {
+			return nil, fmt.Errorf("broadcast root %d", root)
+		}
+		for r, p := range payloads {
+			if len(p) != len(payloads[root]) {
+				return nil, fmt.Errorf("broadcast: rank %d gave %d bytes, root %d", r, len(p), len(payloads[root]))
+			}
+		}
+		return payloads[root], nil
+	case opAllGather:
+		var out []byte
+		for _, p := range payloads {
+			out = append(out, p...)
+		}
+		return out, nil
+	case opBarrier:
+		return nil, nil
+	}
+	return nil, fmt.Errorf("unknown op %d", ops[0])
+}
+
+// inProcessNode makes size pipeComms on fresh host devices, wired to a hub
+// running on a goroutine; the hub's error arrives on the channel.
+func inProcessNode(t *testing.T, size int) ([]*pipeComm, <-chan error) {
+	t.Helper()
+	cs := make([]*pipeComm, size)
+	hub := make([]hubConn, size)
+	for r := range cs {
+		a, b := net.Pipe()
+		t.Cleanup(func() { a.Close(); b.Close() })
+		cs[r] = &pipeComm{rank: r, size: size, dev: NewHostDevice(), r: a, w: a}
+		hub[r] = hubConn{b, b}
+	}
+	done := make(chan error, 1)
+	go func() {
+		err := serveHub(hub)
+		for _, h := range hub {
+			h.r.(net.Conn).Close() // unblocks ranks still writing
+		}
+		done <- err
+	}()
+	return cs, done
+}
+
+// onEveryRank runs fn for each rank on its own goroutine and returns the
+// errors by rank.
+func onEveryRank(cs []*pipeComm, fn func(c *pipeComm) error) []error {
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Go(func() { errs[r] = fn(c) })
+	}
+	wg.Wait()
+	return errs
+}
+
+// rankValues are the float64 values rank r writes: exact in binary, and
+// different for every rank and element.
+func rankValues(rank, n int) []float64 {
+	rng := rand.New(rand.NewPCG(uint64(rank), 42))
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = float64(rank*1_000_000+i) + float64(rng.IntN(4))/4
+	}
+	return v
+}
+
+// fillAndCheck is one rank's part of the node-shared test: write its values
+// through Mine, meet at the barrier, then check every rank's values in All.
+func fillAndCheck(ns *NodeSharedSlice[float64], rank int, counts []int64) error {
+	if got := ns.Counts(); fmt.Sprint(got) != fmt.Sprint(counts) {
+		return fmt.Errorf("rank %d: Counts() = %v, want %v", rank, got, counts)
+	}
+	var off int64
+	for _, c := range counts[:rank] {
+		off += c
+	}
+	if ns.Offset() != int(off) || ns.Mine().Len() != int(counts[rank]) {
+		return fmt.Errorf("rank %d: Mine is %d elements at %d, want %d at %d", rank, ns.Mine().Len(), ns.Offset(), counts[rank], off)
+	}
+	if err := ns.Mine().CopyFrom(rankValues(rank, int(counts[rank])), nil); err != nil {
+		return err
+	}
+	if err := ns.Barrier(); err != nil {
+		return err
+	}
+	all, err := ns.All().ToHost(nil)
+	if err != nil {
+		return err
+	}
+	var want []float64
+	for r, c := range counts {
+		want = append(want, rankValues(r, int(c))...)
+	}
+	if len(all) != len(want) {
+		return fmt.Errorf("rank %d: All holds %d elements, want %d", rank, len(all), len(want))
+	}
+	for i := range want {
+		if all[i] != want[i] {
+			return fmt.Errorf("rank %d: element %d of All = %v, want %v", rank, i, all[i], want[i])
+		}
+	}
+	// Nobody closes (and the root frees) before everyone has checked.
+	return ns.Barrier()
+}
+
+func checkNothingLeft(d *Device) error {
+	if st := d.Stats(); st.Buffers != 0 || st.Bytes != 0 || st.Opened != 0 {
+		return fmt.Errorf("%v: after Close: %+v", d, st)
+	}
+	return nil
+}
+
+func TestNodeSharedRanksFillOneBuffer(t *testing.T) {
+	counts := []int64{3, 0, 1000, 17}
+	cs, hub := inProcessNode(t, len(counts))
+	shared := make([]*NodeSharedSlice[float64], len(cs))
+	errs := onEveryRank(cs, func(c *pipeComm) error {
+		ns, err := NewNodeSharedSlice[float64](c, int(counts[c.rank]))
+		if err != nil {
+			return err
+		}
+		shared[c.rank] = ns
+		return fillAndCheck(ns, c.rank, counts)
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	// In one process every rank's view is the root's memory itself.
+	for r, ns := range shared {
+		if ns.All().Buffer().Addr() != shared[0].All().Buffer().Addr() || ns.All().Device() != cs[r].dev {
+			t.Errorf("rank %d: All at %#x on %v; root's at %#x", r, ns.All().Buffer().Addr(), ns.All().Device(), shared[0].All().Buffer().Addr())
+		}
+		if r > 0 && cs[r].dev.Stats().Opened != 1 {
+			t.Errorf("rank %d: %d views open, want 1", r, cs[r].dev.Stats().Opened)
+		}
+	}
+	if st := cs[0].dev.Stats(); st.Buffers != 1 || st.Bytes != 8*1020 {
+		t.Errorf("root holds %+v, want one buffer of %d bytes", st, 8*1020)
+	}
+	errs = onEveryRank(cs, func(c *pipeComm) error {
+		if err := shared[c.rank].Close(); err != nil {
+			return err
+		}
+		return checkNothingLeft(c.dev)
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for r, ns := range shared {
+		if err := ns.Close(); !errors.Is(err, ErrClosed) {
+			t.Errorf("rank %d: second Close = %v, want ErrClosed", r, err)
+		}
+		if err := ns.Barrier(); !errors.Is(err, ErrClosed) {
+			t.Errorf("rank %d: Barrier after Close = %v, want ErrClosed", r, err)
+		}
+	}
+	closeAll(cs)
+	if err := <-hub; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func closeAll(cs []*pipeComm) {
+	for _, c := range cs {
+		c.w.(io.Closer).Close()
+	}
+}
+
+func TestNodeSharedAllCountsZero(t *testing.T) {
+	cs, hub := inProcessNode(t, 3)
+	errs := onEveryRank(cs, func(c *pipeComm) error {
+		ns, err := NewNodeShared(c, 0, 4)
+		if err != nil {
+			return err
+		}
+		if ns.All().Len() != 0 || ns.Mine().Len() != 0 || ns.All().IsZero() {
+			return fmt.Errorf("rank %d: All %d bytes, Mine %d", c.rank, ns.All().Len(), ns.Mine().Len())
+		}
+		if err := ns.Close(); err != nil {
+			return err
+		}
+		return checkNothingLeft(c.dev)
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	closeAll(cs)
+	if err := <-hub; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// corruptingComm flips a byte of every broadcast it receives, as a broken
+// transport would.
+type corruptingComm struct{ *pipeComm }
+
+func (c corruptingComm) BroadcastBytes(b []byte, root int) error {
+	err := c.pipeComm.BroadcastBytes(b, root)
+	b[1+hoDriver] ^= 0xff
+	return err
+}
+
+func TestNodeSharedErrorOnOneRankFailsAllWithNothingLeft(t *testing.T) {
+	cases := []struct {
+		name string
+		// args gives rank r's NodeComm, count and element size.
+		args func(c *pipeComm) (NodeComm, int64, int)
+		// want is the sentinel every rank's error wraps (nil: any error),
+		// and on rank 2 (where the failure is) wantOn2.
+		want, wantOn2 error
+	}{
+		{"negative count on rank 2", func(c *pipeComm) (NodeComm, int64, int) {
+			if c.rank == 2 {
+				return c, -5, 8
+			}
+			return c, 10, 8
+		}, ErrInvalidArgument, ErrInvalidArgument},
+		{"element sizes differ", func(c *pipeComm) (NodeComm, int64, int) {
+			if c.rank == 2 {
+				return c, 10, 4
+			}
+			return c, 10, 8
+		}, ErrInvalidArgument, ErrInvalidArgument},
+		{"zero element size on rank 2", func(c *pipeComm) (NodeComm, int64, int) {
+			if c.rank == 2 {
+				return c, 10, 0
+			}
+			return c, 10, 8
+		}, ErrInvalidArgument, ErrInvalidArgument},
+		{"handle corrupted on the way to rank 2", func(c *pipeComm) (NodeComm, int64, int) {
+			if c.rank == 2 {
+				return corruptingComm{c}, 10, 8
+			}
+			return c, 10, 8
+		}, ErrBadHandle, ErrBadHandle},
+		{"root cannot allocate", func(c *pipeComm) (NodeComm, int64, int) {
+			return c, 1 << 46, 8 // 2 PiB: past any address space
+		}, nil, nil},
+		{"counts overflow", func(c *pipeComm) (NodeComm, int64, int) {
+			return c, 1 << 61, 8
+		}, ErrInvalidArgument, ErrInvalidArgument},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cs, hub := inProcessNode(t, 4)
+			errs := onEveryRank(cs, func(c *pipeComm) error {
+				nc, count, elem := tc.args(c)
+				ns, err := NewNodeShared(nc, count, elem)
+				if err == nil {
+					return fmt.Errorf("rank %d: NewNodeShared succeeded: %v", c.rank, ns.Counts())
+				}
+				want := tc.want
+				if c.rank == 2 {
+					want = tc.wantOn2
+				}
+				if want != nil && !errors.Is(err, want) {
+					return fmt.Errorf("rank %d: %v, want an error wrapping %v", c.rank, err, want)
+				}
+				if ns != nil {
+					return fmt.Errorf("rank %d: non-nil NodeShared with an error", c.rank)
+				}
+				return checkNothingLeft(c.dev)
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			closeAll(cs)
+			if err := <-hub; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestNodeSharedRootErrorReachesEveryRank(t *testing.T) {
+	cs, hub := inProcessNode(t, 2)
+	errs := onEveryRank(cs, func(c *pipeComm) error {
+		_, err := NewNodeShared(c, 1<<46, 8)
+		return err
+	})
+	if errs[0] == nil || errs[1] == nil || !strings.Contains(errs[1].Error(), "root could not share") {
+		t.Fatalf("errors %v", errs)
+	}
+	closeAll(cs)
+	if err := <-hub; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNewNodeSharedNilComm(t *testing.T) {
+	if _, err := NewNodeShared(nil, 1, 1); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("NewNodeShared(nil) = %v", err)
+	}
+}
+
+func init() { childRoles["nodeshared"] = childNodeShared }
+
+// childNodeShared is one rank of a node of processes: RANK of SIZE, whose
+// counts are COUNTS (comma-separated), talking to the hub on fd 3 and 4.
+func childNodeShared() error {
+	rank, err := envInt("RANK")
+	if err != nil {
+		return err
+	}
+	var counts []int64
+	for f := range strings.SplitSeq(os.Getenv("COUNTS"), ",") {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return err
+		}
+		counts = append(counts, n)
+	}
+	toHub, fromHub := childPipes()
+	c := &pipeComm{rank: rank, size: len(counts), dev: NewHostDevice(), r: fromHub, w: toHub}
+	ns, err := NewNodeSharedSlice[float64](c, int(counts[rank]))
+	if err != nil {
+		return err
+	}
+	if rank > 0 && c.dev.Stats().Opened != 1 {
+		return fmt.Errorf("rank %d: %d views open", rank, c.dev.Stats().Opened)
+	}
+	err = fillAndCheck(ns, rank, counts)
+	return errors.Join(err, ns.Close(), checkNothingLeft(c.dev))
+}
+
+func TestNodeSharedAcrossProcesses(t *testing.T) {
+	counts := []int64{5000, 1, 0, 12345}
+	var list []string
+	for _, n := range counts {
+		list = append(list, strconv.FormatInt(n, 10))
+	}
+	var cs []*child
+	var hub []hubConn
+	for r := range counts {
+		c := startChild(t, "nodeshared", map[string]string{"RANK": strconv.Itoa(r), "COUNTS": strings.Join(list, ",")}, true)
+		cs = append(cs, c)
+		hub = append(hub, hubConn{c.from, c.to})
+	}
+	hubErr := serveHub(hub)
+	for _, c := range cs {
+		c.wait(t)
+	}
+	if hubErr != nil {
+		t.Fatal(hubErr)
+	}
+}
