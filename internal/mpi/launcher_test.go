@@ -1,0 +1,382 @@
+//go:build (mpi || mpich) && !(mpi && mpich) && cgo
+
+package mpi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/gpucomm/gpucomm/internal/errs"
+)
+
+// The tests that need ranks (TestRank...) run in this same test binary,
+// started by TestUnderLauncher* under the family's launcher. In the parent
+// they skip; in the ranks TestMain initialises MPI around them and checks
+// finalization after them.
+
+const (
+	childEnv   = "GPUCOMM_MPI_TEST_CHILD"   // set in the ranks' environment by runRanks
+	npEnv      = "GPUCOMM_MPI_TEST_NP"      // how many ranks runRanks asked for
+	abortEnv   = "GPUCOMM_MPI_TEST_ABORT"   // makes TestRankAbortEndsTheJob run
+	foreignEnv = "GPUCOMM_MPI_TEST_FOREIGN" // MPI is initialised before Init, as by another library
+)
+
+func underLauncher() bool {
+	return os.Getenv("OMPI_COMM_WORLD_SIZE") != "" || os.Getenv("PMI_SIZE") != ""
+}
+
+// inRanks reports whether this process is one rank of a launched job.
+func inRanks() bool { return os.Getenv(childEnv) != "" || underLauncher() }
+
+func TestMain(m *testing.M) {
+	if !inRanks() {
+		os.Exit(m.Run())
+	}
+	foreign := os.Getenv(foreignEnv) != ""
+	if foreign {
+		if err := foreignInit(); err != nil {
+			fmt.Fprintf(os.Stderr, "rank ?: MPI_Init_thread before Init: %v\n", err)
+			os.Exit(2)
+		}
+	}
+	if err := Init(); err != nil {
+		fmt.Fprintf(os.Stderr, "rank ?: Init: %v\n", err)
+		os.Exit(2)
+	}
+	rank, size := World().Rank(), World().Size()
+	if want, err := strconv.Atoi(os.Getenv(npEnv)); err == nil && want != size {
+		// A launcher of the other family starts each process as a singleton.
+		fmt.Fprintf(os.Stderr, "rank %d: world has %d ranks, the launcher was asked for %d: wrong launcher for %s?\n",
+			rank, size, want, Family())
+		os.Exit(2)
+	}
+	code := m.Run()
+	check := checkFinalizeOnce
+	if foreign {
+		check = checkForeignMPIStaysUp
+	}
+	if err := check(); err != nil {
+		fmt.Fprintf(os.Stderr, "rank %d: %v\n", rank, err)
+		code = 1
+	} else {
+		fmt.Printf("rank %d/%d: finalize checks passed\n", rank, size)
+	}
+	os.Exit(code)
+}
+
+// checkFinalizeOnce runs at the end of every rank: MPI_Finalize must wait
+// for the last reference, run exactly once, and leave everything failing
+// cleanly afterwards.
+func checkFinalizeOnce() error {
+	if err := Acquire(); err != nil {
+		return fmt.Errorf("Acquire: %v", err)
+	}
+	if err := Init(); err != nil { // idempotent while the program's reference is held
+		return fmt.Errorf("second Init: %v", err)
+	}
+	if err := Finalize(); err != nil {
+		return fmt.Errorf("Finalize with an Acquire outstanding: %v", err)
+	}
+	if err := Finalize(); err != nil {
+		return fmt.Errorf("second Finalize: %v", err)
+	}
+	if !Initialized() || finalizeCalls != 0 {
+		return fmt.Errorf("MPI went down while Acquire's reference was held (finalize calls %d)", finalizeCalls)
+	}
+	if err := World().Barrier(); err != nil {
+		return fmt.Errorf("Barrier after Finalize with an Acquire outstanding: %v", err)
+	}
+	if err := Release(); err != nil {
+		return fmt.Errorf("last Release: %v", err)
+	}
+	if Initialized() || finalizeCalls != 1 || !libraryFinalized() {
+		return fmt.Errorf("after the last Release: Initialized %v, finalize calls %d, MPI_Finalized %v",
+			Initialized(), finalizeCalls, libraryFinalized())
+	}
+	for name, err := range map[string]error{
+		"Init":    Init(),
+		"Acquire": Acquire(),
+		"Barrier": World().Barrier(),
+	} {
+		if !errors.Is(err, errs.ErrClosed) {
+			return fmt.Errorf("%s after MPI_Finalize: got %v, want ErrClosed", name, err)
+		}
+	}
+	if err := Release(); !errors.Is(err, errs.ErrInvalidArgument) {
+		return fmt.Errorf("Release without Acquire: got %v, want ErrInvalidArgument", err)
+	}
+	if err := Finalize(); err != nil {
+		return fmt.Errorf("Finalize after MPI_Finalize: %v", err)
+	}
+	if finalizeCalls != 1 {
+		return fmt.Errorf("MPI_Finalize ran %d times", finalizeCalls)
+	}
+	return nil
+}
+
+// In the parent MPI is never initialised: calls fail cleanly.
+func TestBeforeInitCallsFailWithErrClosed(t *testing.T) {
+	if inRanks() {
+		t.Skip("MPI is up in a launched job")
+	}
+	if !Built() || Family() == "" {
+		t.Fatalf("Built %v Family %q in a tagged build", Built(), Family())
+	}
+	if Initialized() || ThreadLevel() != ThreadSingle || World().Rank() != -1 {
+		t.Errorf("before Init: Initialized %v ThreadLevel %v rank %d", Initialized(), ThreadLevel(), World().Rank())
+	}
+	if known, _ := CUDAAwareQuery(); known {
+		t.Error("CUDAAwareQuery answered before Init")
+	}
+	if Version() == "" {
+		t.Error("Version is empty before Init (MPI_Get_library_version works before MPI_Init)")
+	}
+	for name, err := range map[string]error{
+		"Barrier":     World().Barrier(),
+		"Allreduce":   World().Allreduce(1, 2, 1, Int32, Sum),
+		"Waitall":     Waitall(nil),
+		"ReduceLocal": ReduceLocal(1, 2, 1, Int32, Sum),
+		"Release":     Release(),
+		"Finalize":    Finalize(),
+	} {
+		switch name {
+		case "Release":
+			if !errors.Is(err, errs.ErrInvalidArgument) {
+				t.Errorf("Release before Acquire: %v, want ErrInvalidArgument", err)
+			}
+		case "Finalize":
+			if err != nil {
+				t.Errorf("Finalize before Init: %v, want nil", err)
+			}
+		default:
+			if !errors.Is(err, errs.ErrClosed) {
+				t.Errorf("%s before Init: %v, want ErrClosed", name, err)
+			}
+		}
+	}
+}
+
+func TestReduceRootBugDetectionReadsTheMPICHVersion(t *testing.T) {
+	cases := map[string]bool{
+		"MPICH Version:\t4.0.2\nMPICH Release date: Thu Apr  7 2022": true,
+		"MPICH Version:      4.1.1":                                  true,
+		"MPICH Version: 4.2.0":                                       false,
+		"MPICH Version: 3.4.3":                                       true,
+		"Open MPI v4.1.4, package: Debian OpenMPI":                   false,
+		"Intel(R) MPI Library 2021.10":                               false,
+		"MPICH Version: garbage":                                     false,
+	}
+	for v, want := range cases {
+		if got := hasReduceRootBug(v); got != want {
+			t.Errorf("hasReduceRootBug(%q) = %v, want %v", v, got, want)
+		}
+	}
+}
+
+// checkForeignMPIStaysUp runs at the end of every rank when MPI was
+// initialised before Init: releasing every reference must leave it up for
+// its owner, and once the owner finalizes it, Init must say so.
+func checkForeignMPIStaysUp() error {
+	if owned {
+		return fmt.Errorf("Init claimed an MPI that was already initialised")
+	}
+	if err := Acquire(); err != nil {
+		return fmt.Errorf("Acquire: %v", err)
+	}
+	if err := Finalize(); err != nil {
+		return fmt.Errorf("Finalize: %v", err)
+	}
+	if err := Release(); err != nil {
+		return fmt.Errorf("Release: %v", err)
+	}
+	if finalizeCalls != 0 || libraryFinalized() || !Initialized() {
+		return fmt.Errorf("after the last Release: finalize calls %d, MPI_Finalized %v, Initialized %v",
+			finalizeCalls, libraryFinalized(), Initialized())
+	}
+	if err := World().Barrier(); err != nil {
+		return fmt.Errorf("Barrier on the owner's MPI after the last Release: %v", err)
+	}
+	if err := Init(); err != nil {
+		return fmt.Errorf("Init again while the owner keeps MPI up: %v", err)
+	}
+	if err := Finalize(); err != nil {
+		return fmt.Errorf("Finalize: %v", err)
+	}
+	if err := foreignFinalize(); err != nil {
+		return fmt.Errorf("the owner's MPI_Finalize: %v", err)
+	}
+	if err := Init(); !errors.Is(err, errs.ErrClosed) {
+		return fmt.Errorf("Init after the owner finalized: %v, want ErrClosed", err)
+	}
+	if finalizeCalls != 0 {
+		return fmt.Errorf("this package called MPI_Finalize %d times on someone else's MPI", finalizeCalls)
+	}
+	return nil
+}
+
+// launcher finds the family's launcher and its arguments for np ranks.
+func launcher(np int) (path string, args []string, err error) {
+	var names []string
+	switch Family() {
+	case "openmpi":
+		names = []string{"mpirun.openmpi", "mpiexec.openmpi", "mpirun", "mpiexec"}
+		args = []string{"--oversubscribe", "--allow-run-as-root"}
+	case "mpich":
+		names = []string{"mpiexec.mpich", "mpiexec.hydra", "mpiexec", "mpirun"}
+	}
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p, append(args, "-np", strconv.Itoa(np)), nil
+		}
+	}
+	return "", nil, fmt.Errorf("no %s launcher on PATH (tried %s)", Family(), strings.Join(names, ", "))
+}
+
+// runRanks runs this test binary's tests matching pattern on np ranks and
+// returns the combined output and the launcher's error.
+func runRanks(t *testing.T, np int, pattern string, env ...string) (string, error) {
+	t.Helper()
+	if inRanks() {
+		t.Skip("already one rank of a launched job")
+	}
+	path, args, err := launcher(np)
+	if err != nil {
+		t.Skip(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args = append(args, exe, "-test.run="+pattern, "-test.v", "-test.timeout=150s")
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.Env = append(os.Environ(), childEnv+"=1", npEnv+"="+strconv.Itoa(np))
+	cmd.Env = append(cmd.Env, env...)
+	cmd.WaitDelay = 10 * time.Second
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s %s: %v on %d ranks", Family(), pattern, time.Since(start).Round(time.Millisecond), np)
+	return string(out), err
+}
+
+// expectRanksPass fails t, with the ranks' output, unless every rank passed.
+func expectRanksPass(t *testing.T, np int, out string, err error) {
+	t.Helper()
+	passed := strings.Count(out, "finalize checks passed")
+	if err != nil || passed != np || strings.Contains(out, "--- FAIL") || !strings.Contains(out, "--- PASS: TestRank") {
+		t.Fatalf("ranks failed (launcher: %v; %d of %d ranks finalized cleanly); their output:\n%s", err, passed, np, out)
+	}
+	if testing.Verbose() {
+		t.Logf("ranks' output:\n%s", out)
+	}
+}
+
+func TestUnderLauncherAllRankTestsPass(t *testing.T) {
+	const np = 4
+	out, err := runRanks(t, np, "^TestRank")
+	expectRanksPass(t, np, out, err)
+}
+
+// Three ranks (not a power of two) with MPI_THREAD_SERIALIZED: the path where
+// every call goes through the lock.
+func TestUnderLauncherSerializedThreadLevel(t *testing.T) {
+	const np = 3
+	out, err := runRanks(t, np, "^TestRank(Library|Reductions|Concurrent|WaitTimeout)", ThreadLevelEnv+"=serialized")
+	expectRanksPass(t, np, out, err)
+}
+
+// MPI initialised by someone else: used, never finalized by this package.
+func TestUnderLauncherForeignInitIsNeverFinalized(t *testing.T) {
+	const np = 2
+	out, err := runRanks(t, np, "^TestRank(Library|Values)$", foreignEnv+"=1")
+	expectRanksPass(t, np, out, err)
+}
+
+func TestUnderLauncherAbortEndsTheJob(t *testing.T) {
+	const np = 2
+	out, err := runRanks(t, np, "^TestRankAbortEndsTheJob$", abortEnv+"=1")
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 || strings.Contains(out, "finalize checks passed") {
+		t.Fatalf("Abort(7) on rank 1: launcher returned %v, want a non-zero exit; output:\n%s", err, out)
+	}
+	t.Logf("launcher exit code %d", exit.ExitCode())
+}
+
+// ---- memory outside the Go heap ----
+
+// arena is host memory from mmap, outside the Go heap, as device memory would
+// be. It is mapped once and never unmapped, so no MPI registration cache can
+// go stale; every test starts again at its beginning.
+type arena struct {
+	mem []byte
+	off int
+}
+
+var testArena arena
+
+const arenaSize = 64 << 20
+
+// newArena resets the arena for one test.
+func newArena(t *testing.T) *arena {
+	t.Helper()
+	if testArena.mem == nil {
+		m, err := syscall.Mmap(-1, 0, arenaSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+		if err != nil {
+			t.Fatalf("mmap: %v", err)
+		}
+		testArena.mem = m
+	}
+	testArena.off = 0
+	return &testArena
+}
+
+const guardBytes = 64
+
+// buf is n bytes of the arena followed by a guard that no call may touch.
+type buf struct {
+	all []byte
+	n   int
+}
+
+func (a *arena) alloc(t *testing.T, n int) buf {
+	t.Helper()
+	need := (n + guardBytes + 63) &^ 63
+	if a.off+need > len(a.mem) {
+		t.Fatalf("arena exhausted: %d + %d bytes", a.off, need)
+	}
+	b := buf{all: a.mem[a.off : a.off+n+guardBytes : a.off+n+guardBytes], n: n}
+	a.off += need
+	b.poison()
+	return b
+}
+
+func (b buf) bytes() []byte { return b.all[:b.n:b.n] }
+
+func (b buf) addr() uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b.all))) }
+
+const poisonByte = 0xa5
+
+func (b buf) poison() {
+	for i := range b.all {
+		b.all[i] = poisonByte
+	}
+}
+
+func (b buf) guardIntact() bool {
+	for _, v := range b.all[b.n:] {
+		if v != poisonByte {
+			return false
+		}
+	}
+	return true
+}

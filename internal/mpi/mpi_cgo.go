@@ -1,0 +1,527 @@
+//go:build (mpi || mpich) && !(mpi && mpich) && cgo
+
+package mpi
+
+/*
+#include "gpucomm_mpi.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/gpucomm/gpucomm/internal/errs"
+)
+
+const (
+	stateDown int32 = iota
+	stateUp
+	stateFinalized
+)
+
+var (
+	lifeMu        sync.Mutex   // serialises Init, Acquire, Release and Finalize
+	state         atomic.Int32 // read by every call without lifeMu
+	acquired      int          // Acquire calls not yet Released
+	programRef    bool         // the reference Init takes and Finalize drops
+	owned         bool         // this package called MPI_Init_thread, so it finalizes
+	provided      ThreadSupport
+	tagUB         int
+	finalizeCalls int       // MPI_Finalize calls made here; the tests check it ends at 1
+	initThread    *osThread // the thread that ran MPI_Init_thread, kept for MPI_Finalize
+
+	// MPICH before 4.2 crashes in MPI_Reduce with MPI_IN_PLACE at a root
+	// other than 0 (pmodels/mpich#6540); Reduce then runs on a copy of the
+	// communicator whose rank 0 is the root.
+	rotateReduceRoot bool
+
+	// Below MPI_THREAD_MULTIPLE, MPI may be entered by one thread at a time.
+	serialize atomic.Bool
+	callMu    sync.Mutex
+
+	world = &Comm{world: true, rank: -1}
+)
+
+// Built reports whether this binary was built with MPI (tag mpi or mpich).
+func Built() bool { return true }
+
+// Family is "openmpi" or "mpich": the ABI this binary was built against.
+func Family() string { return family }
+
+// osThread runs functions on one locked OS thread. MPI wants MPI_Finalize on
+// the thread that called MPI_Init_thread; goroutines move between threads.
+type osThread struct{ work chan func() }
+
+func startOSThread() *osThread {
+	t := &osThread{work: make(chan func())}
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		for f := range t.work {
+			f()
+		}
+	}()
+	return t
+}
+
+func (t *osThread) run(f func()) {
+	done := make(chan struct{})
+	t.work <- func() { f(); close(done) }
+	<-done
+}
+
+func (t *osThread) stop() { close(t.work) }
+
+func requestedLevel() (ThreadSupport, error) {
+	v := os.Getenv(ThreadLevelEnv)
+	for l := ThreadSingle; l <= ThreadMultiple; l++ {
+		if v == l.String() {
+			return l, nil
+		}
+	}
+	if v == "" {
+		return ThreadMultiple, nil
+	}
+	return 0, fmt.Errorf("mpi: %s=%q: want single, funneled, serialized or multiple: %w", ThreadLevelEnv, v, errs.ErrInvalidArgument)
+}
+
+// Init makes MPI usable and takes the program's reference to it. It is
+// idempotent: later calls do nothing until Finalize. If MPI was initialised
+// by someone else, Init uses it and never finalizes it. MPI can be
+// initialised once per process: after Finalize, Init fails with an error
+// wrapping errs.ErrClosed.
+//
+// Init asks for MPI_THREAD_MULTIPLE (see ThreadLevelEnv). When MPI provides
+// less, every call of this package is serialised behind one lock; a blocking
+// call then holds it, so goroutines that need each other's messages must use
+// nonblocking calls and WaitTimeout.
+func Init() error {
+	lifeMu.Lock()
+	defer lifeMu.Unlock()
+	if programRef {
+		return nil
+	}
+	if err := bringUpLocked(); err != nil {
+		return err
+	}
+	programRef = true
+	return nil
+}
+
+// Finalize drops the reference Init took. MPI_Finalize runs when no
+// reference is left (Init's and every Acquire's), exactly once, and only if
+// this package initialised MPI. Finalize without Init does nothing.
+func Finalize() error {
+	lifeMu.Lock()
+	defer lifeMu.Unlock()
+	if !programRef {
+		return nil
+	}
+	programRef = false
+	return shutDownLocked()
+}
+
+// Acquire takes a counted reference to MPI, initialising it if needed, for
+// code (a backend) that must keep MPI up while it lives. Pair each Acquire
+// with a Release.
+func Acquire() error {
+	lifeMu.Lock()
+	defer lifeMu.Unlock()
+	if err := bringUpLocked(); err != nil {
+		return err
+	}
+	acquired++
+	return nil
+}
+
+// Release drops a reference taken by Acquire; the last reference to go
+// finalizes MPI as Finalize describes.
+func Release() error {
+	lifeMu.Lock()
+	defer lifeMu.Unlock()
+	if acquired == 0 {
+		return fmt.Errorf("mpi: Release without a matching Acquire: %w", errs.ErrInvalidArgument)
+	}
+	acquired--
+	return shutDownLocked()
+}
+
+// Initialized reports whether MPI is up and usable by this package.
+func Initialized() bool { return state.Load() == stateUp }
+
+func bringUpLocked() error {
+	switch state.Load() {
+	case stateUp:
+		if !owned && C.gc_is_finalized() != 0 { // its owner finalized it
+			state.Store(stateFinalized)
+			return errFinalized
+		}
+		return nil
+	case stateFinalized:
+		return errFinalized
+	}
+	if C.gc_is_finalized() != 0 {
+		state.Store(stateFinalized)
+		return errFinalized
+	}
+	level, err := requestedLevel()
+	if err != nil {
+		return err
+	}
+	var rc, prov, own C.int
+	t := startOSThread()
+	t.run(func() { rc = C.gc_init(C.int(level), &prov, &own) })
+	if own == 0 {
+		t.stop() // MPI belongs to someone else, who finalizes it
+		t = nil
+	}
+	if err := check("MPI_Init_thread", rc); err != nil {
+		if t != nil {
+			t.stop()
+		}
+		return err
+	}
+	var rank, size, ub C.int
+	if err := check("MPI_Comm_rank", C.gc_comm_rank_size(C.gc_comm_world(), &rank, &size)); err != nil {
+		return err
+	}
+	if err := check("MPI_Comm_get_attr", C.gc_tag_ub(&ub)); err != nil {
+		return err
+	}
+	world.h, world.rank, world.size = C.gc_comm_world(), int(rank), int(size)
+	owned, initThread, provided, tagUB = own != 0, t, ThreadSupport(prov), int(ub)
+	rotateReduceRoot = hasReduceRootBug(Version())
+	serialize.Store(provided < ThreadMultiple)
+	state.Store(stateUp) // last: a call that sees stateUp sees the fields above
+	return nil
+}
+
+func shutDownLocked() error {
+	if acquired > 0 || programRef || state.Load() != stateUp || !owned {
+		return nil
+	}
+	state.Store(stateFinalized) // first: no new call starts
+	var rc, called C.int
+	initThread.run(func() { rc = C.gc_finalize(&called) })
+	initThread.stop()
+	initThread = nil
+	finalizeCalls += int(called)
+	return check("MPI_Finalize", rc)
+}
+
+// hasReduceRootBug reports whether the library is an MPICH older than 4.2,
+// from its MPI_Get_library_version ("MPICH Version: 4.0.2 ...").
+func hasReduceRootBug(version string) bool {
+	const marker = "MPICH Version:"
+	i := strings.Index(version, marker)
+	if i < 0 {
+		return false
+	}
+	var major, minor int
+	if n, _ := fmt.Sscanf(strings.TrimSpace(version[i+len(marker):]), "%d.%d", &major, &minor); n != 2 {
+		return false
+	}
+	return major < 4 || (major == 4 && minor < 2)
+}
+
+// ThreadLevel is the thread support MPI provided (ThreadSingle before Init).
+func ThreadLevel() ThreadSupport {
+	if state.Load() != stateUp {
+		return ThreadSingle
+	}
+	return provided
+}
+
+// Version is MPI_Get_library_version: the library's name, version and build,
+// possibly several lines. It works before Init.
+func Version() string {
+	buf := make([]byte, C.MPI_MAX_LIBRARY_VERSION_STRING)
+	var n C.int
+	if C.gc_library_version((*C.char)(unsafe.Pointer(&buf[0])), &n) != C.MPI_SUCCESS {
+		return ""
+	}
+	return strings.TrimSpace(strings.TrimRight(string(buf[:min(int(n), len(buf))]), "\x00"))
+}
+
+// CUDAAwareQuery asks the library whether it can take CUDA device pointers:
+// Open MPI through MPIX_Query_cuda_support, MPICH through
+// MPIX_GPU_query_support. known is false when the library has no way to say
+// or MPI is not up (the answers are only valid after MPI_Init).
+func CUDAAwareQuery() (known bool, aware bool) {
+	if state.Load() != stateUp {
+		return false, false
+	}
+	var k, a C.int
+	enter()
+	C.gc_cuda_aware(&k, &a)
+	leave()
+	return k != 0, a != 0
+}
+
+func enter() {
+	if serialize.Load() {
+		callMu.Lock()
+	}
+}
+
+func leave() {
+	if serialize.Load() {
+		callMu.Unlock()
+	}
+}
+
+// call runs one MPI call, under the lock when MPI is not thread-multiple,
+// and turns its return code into an error.
+func call(name string, f func() C.int) error {
+	enter()
+	defer leave()
+	return check(name, f())
+}
+
+// check turns an MPI return code into nil or an *Error. Callers that
+// serialise hold the lock: MPI_Error_string is an MPI call too.
+func check(name string, rc C.int) error {
+	if rc == C.MPI_SUCCESS {
+		return nil
+	}
+	buf := make([]byte, C.MPI_MAX_ERROR_STRING)
+	var n C.int
+	cls := C.int(-1)
+	msg := "unknown MPI error"
+	if C.gc_error_string(rc, (*C.char)(unsafe.Pointer(&buf[0])), &n, &cls) == C.MPI_SUCCESS {
+		msg = strings.TrimSpace(strings.TrimRight(string(buf[:min(int(n), len(buf))]), "\x00"))
+	}
+	e := &Error{Call: name, Code: int(rc), Class: int(cls), Msg: msg}
+	if C.gc_class_is_argument(cls) != 0 {
+		e.kind = errs.ErrInvalidArgument
+	}
+	return e
+}
+
+var (
+	errNotInitialized = fmt.Errorf("mpi: MPI is not initialised (call Init or Acquire first): %w", errs.ErrClosed)
+	errFinalized      = fmt.Errorf("mpi: MPI has been finalized and cannot be initialised again: %w", errs.ErrClosed)
+)
+
+func argError(name, format string, args ...any) error {
+	return fmt.Errorf("mpi: %s: %s: %w", name, fmt.Sprintf(format, args...), errs.ErrInvalidArgument)
+}
+
+func upError(name string) error {
+	switch state.Load() {
+	case stateUp:
+		return nil
+	case stateFinalized:
+		return fmt.Errorf("%s: %w", name, errFinalized)
+	}
+	return fmt.Errorf("%s: %w", name, errNotInitialized)
+}
+
+// Comm is a communicator. The zero value is not usable: get one from World,
+// Dup, Split or SplitShared. A Comm may be used by several goroutines at once
+// (each collective on one Comm must still be called in the same order on
+// every rank, so concurrent collectives want one Comm per goroutine).
+type Comm struct {
+	h     C.MPI_Comm
+	rank  int
+	size  int
+	world bool
+	freed atomic.Bool
+
+	rootMu sync.Mutex
+	rooted map[int]*Comm // see rotateReduceRoot: root -> c with root as rank 0
+}
+
+// World is MPI_COMM_WORLD, with MPI_ERRORS_RETURN set. Before Init its Rank
+// is -1 and its calls fail.
+func World() *Comm { return world }
+
+// Rank is this process's rank in c, -1 for a nil Comm.
+func (c *Comm) Rank() int {
+	if c == nil {
+		return -1
+	}
+	return c.rank
+}
+
+// Size is the number of ranks in c, 0 for a nil Comm.
+func (c *Comm) Size() int {
+	if c == nil {
+		return 0
+	}
+	return c.size
+}
+
+func (c *Comm) ready(name string) error {
+	if c == nil {
+		return argError(name, "nil communicator")
+	}
+	if err := upError("mpi: " + name); err != nil {
+		return err
+	}
+	if c.freed.Load() {
+		return fmt.Errorf("mpi: %s: the communicator was freed: %w", name, errs.ErrClosed)
+	}
+	return nil
+}
+
+func adopt(h C.MPI_Comm) (*Comm, error) {
+	var rank, size C.int
+	if err := call("MPI_Comm_rank", func() C.int { return C.gc_comm_rank_size(h, &rank, &size) }); err != nil {
+		_ = call("MPI_Comm_free", func() C.int { return C.gc_comm_free(&h) })
+		return nil, err
+	}
+	return &Comm{h: h, rank: int(rank), size: int(size)}, nil
+}
+
+// Dup is MPI_Comm_dup: a communicator with the same ranks whose messages
+// never match c's. Collective: every rank of c calls it. Free it when done.
+func (c *Comm) Dup() (*Comm, error) {
+	if err := c.ready("Dup"); err != nil {
+		return nil, err
+	}
+	var h C.MPI_Comm
+	if err := call("MPI_Comm_dup", func() C.int { return C.gc_comm_dup(c.h, &h) }); err != nil {
+		return nil, err
+	}
+	return adopt(h)
+}
+
+// Split is MPI_Comm_split: ranks with the same color form one communicator,
+// ordered by key, then by rank in c. A negative color (MPI_UNDEFINED) takes no
+// part and gets nil, nil. Collective over c.
+func (c *Comm) Split(color, key int) (*Comm, error) {
+	if err := c.ready("Split"); err != nil {
+		return nil, err
+	}
+	if color > math.MaxInt32 || key > math.MaxInt32 || key < math.MinInt32 {
+		return nil, argError("Split", "color %d or key %d does not fit a C int", color, key)
+	}
+	if color < 0 {
+		color = -1
+	}
+	var h C.MPI_Comm
+	var isNull C.int
+	if err := call("MPI_Comm_split", func() C.int { return C.gc_comm_split(c.h, C.int(color), C.int(key), &h, &isNull) }); err != nil {
+		return nil, err
+	}
+	if isNull != 0 {
+		return nil, nil
+	}
+	return adopt(h)
+}
+
+// SplitShared is MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) with key = rank:
+// the ranks that share this node's memory, in c's order. Its Rank is the
+// local rank that picks a GPU. Collective over c.
+func (c *Comm) SplitShared() (*Comm, error) {
+	if err := c.ready("SplitShared"); err != nil {
+		return nil, err
+	}
+	var h C.MPI_Comm
+	var isNull C.int
+	if err := call("MPI_Comm_split_type", func() C.int { return C.gc_comm_split_shared(c.h, C.int(c.rank), &h, &isNull) }); err != nil {
+		return nil, err
+	}
+	if isNull != 0 {
+		return nil, fmt.Errorf("mpi: SplitShared: MPI returned no communicator: %w", errs.ErrUnsupported)
+	}
+	return adopt(h)
+}
+
+// Free is MPI_Comm_free. Collective over c. World cannot be freed; a freed
+// Comm's calls fail with an error wrapping errs.ErrClosed.
+func (c *Comm) Free() error {
+	if c != nil && c.world {
+		return argError("Free", "World cannot be freed")
+	}
+	if err := c.ready("Free"); err != nil {
+		return err
+	}
+	if !c.freed.CompareAndSwap(false, true) {
+		return fmt.Errorf("mpi: Free: the communicator was freed: %w", errs.ErrClosed)
+	}
+	c.rootMu.Lock()
+	defer c.rootMu.Unlock()
+	for root, r := range c.rooted { // every rank made the same ones, in step
+		if err := r.Free(); err != nil {
+			return err
+		}
+		delete(c.rooted, root)
+	}
+	h := c.h
+	return call("MPI_Comm_free", func() C.int { return C.gc_comm_free(&h) })
+}
+
+// reduceTarget is where a Reduce to root runs: c itself, or with
+// rotateReduceRoot a cached copy of c in which root is rank 0. Every rank
+// calls Reduce with the same root, so every rank creates the copy together.
+func (c *Comm) reduceTarget(root int) (*Comm, int, error) {
+	if !rotateReduceRoot || root == 0 {
+		return c, root, nil
+	}
+	c.rootMu.Lock()
+	defer c.rootMu.Unlock()
+	if r := c.rooted[root]; r != nil {
+		return r, 0, nil
+	}
+	key := (c.rank - root + c.size) % c.size
+	var h C.MPI_Comm
+	var isNull C.int
+	if err := call("MPI_Comm_split", func() C.int { return C.gc_comm_split(c.h, 0, C.int(key), &h, &isNull) }); err != nil {
+		return nil, 0, err
+	}
+	r, err := adopt(h)
+	if err != nil {
+		return nil, 0, err
+	}
+	if c.rooted == nil {
+		c.rooted = make(map[int]*Comm)
+	}
+	c.rooted[root] = r
+	return r, 0, nil
+}
+
+// Abort is MPI_Abort: it ends every process of c's job with code, and this
+// one with os.Exit if MPI returns or is not up. It takes no lock, so it
+// works while another goroutine is stuck in MPI.
+func (c *Comm) Abort(code int) {
+	if c != nil && state.Load() == stateUp && !c.freed.Load() {
+		C.gc_abort(c.h, C.int(code))
+	}
+	os.Exit(code)
+}
+
+// mpiTypeInfo is what MPI says of dt's MPI datatype: its name and size. The
+// tests use it to check the one table in gpucomm_mpi.c.
+func mpiTypeInfo(dt Datatype) (name string, size int, err error) {
+	if !dt.Valid() {
+		return "", 0, argError("mpiTypeInfo", "invalid datatype %v", dt)
+	}
+	if err := upError("mpi: mpiTypeInfo"); err != nil {
+		return "", 0, err
+	}
+	buf := make([]byte, C.MPI_MAX_OBJECT_NAME)
+	var n C.int
+	err = call("MPI_Type_get_name", func() C.int { return C.gc_type_info(C.int(dt), (*C.char)(unsafe.Pointer(&buf[0])), &n) })
+	return C.GoString((*C.char)(unsafe.Pointer(&buf[0]))), int(n), err
+}
+
+// replacedOps is a bit mask of the built-in unsigned min/max ops that
+// gc_init found wrong and replaced (bit 2*t+o: t = uint8, uint32, uint64;
+// o = min, max), for the tests to report.
+func replacedOps() int { return int(C.gc_replaced_ops()) }
+
+// foreignInit and foreignFinalize play another library that owns MPI, for
+// the tests of Init on an MPI that someone else initialised.
+func foreignInit() error     { return check("MPI_Init_thread", C.gc_foreign_init()) }
+func foreignFinalize() error { return check("MPI_Finalize", C.gc_foreign_finalize()) }
+
+// libraryFinalized is MPI_Finalized, for the tests.
+func libraryFinalized() bool { return C.gc_is_finalized() != 0 }

@@ -1,0 +1,230 @@
+//go:build (mpi || mpich) && !(mpi && mpich) && cgo
+
+package mpi
+
+/*
+#include "gpucomm_mpi.h"
+*/
+import "C"
+
+func (c *Comm) checkPeer(name, what string, peer int, wildcard bool) error {
+	if peer == ProcNull || (wildcard && peer == AnySource) || (peer >= 0 && peer < c.size) {
+		return nil
+	}
+	return argError(name, "%s rank %d is outside [0, %d)", what, peer, c.size)
+}
+
+func checkTag(name string, tag int, wildcard bool) error {
+	if (wildcard && tag == AnyTag) || (tag >= 0 && tag <= tagUB) {
+		return nil
+	}
+	return argError(name, "tag %d is outside [0, %d]", tag, tagUB)
+}
+
+// checkP2P checks one side of a point-to-point call; wildcard admits
+// AnySource and AnyTag (receives).
+func (c *Comm) checkP2P(name string, buf uintptr, count int, dt Datatype, peer, tag int, wildcard bool) error {
+	if err := c.common(name, count, dt); err != nil {
+		return err
+	}
+	what := "destination"
+	if wildcard {
+		what = "source"
+	}
+	if err := c.checkPeer(name, what, peer, wildcard); err != nil {
+		return err
+	}
+	if err := checkTag(name, tag, wildcard); err != nil {
+		return err
+	}
+	return checkBuf(name, "", buf, count)
+}
+
+func toStatus(s C.gc_status) Status {
+	return Status{Source: int(s.source), Tag: int(s.tag), Count: int(s.count), Cancelled: s.cancelled != 0}
+}
+
+// Send is MPI_Send of count elements at buf to rank dest with tag.
+func (c *Comm) Send(buf uintptr, count int, dt Datatype, dest, tag int) error {
+	if err := c.checkP2P("Send", buf, count, dt, dest, tag, false); err != nil {
+		return err
+	}
+	return call("MPI_Send", func() C.int {
+		return C.gc_send(addr(buf), C.int(count), C.int(dt), C.int(dest), C.int(tag), c.h)
+	})
+}
+
+// Recv is MPI_Recv of at most count elements into buf from src (or
+// AnySource) with tag (or AnyTag). A longer message is an *Error
+// (MPI_ERR_TRUNCATE) wrapping errs.ErrInvalidArgument.
+func (c *Comm) Recv(buf uintptr, count int, dt Datatype, src, tag int) (Status, error) {
+	if err := c.checkP2P("Recv", buf, count, dt, src, tag, true); err != nil {
+		return Status{}, err
+	}
+	var st C.gc_status
+	err := call("MPI_Recv", func() C.int {
+		return C.gc_recv(addr(buf), C.int(count), C.int(dt), C.int(src), C.int(tag), c.h, &st)
+	})
+	return toStatus(st), err
+}
+
+// Sendrecv is MPI_Sendrecv with one datatype for both sides: the halo
+// exchange's call. Either peer may be ProcNull. The buffers must not overlap.
+func (c *Comm) Sendrecv(send uintptr, sendCount, dest, sendTag int, recv uintptr, recvCount, src, recvTag int, dt Datatype) (Status, error) {
+	const name = "Sendrecv"
+	if err := c.checkP2P(name, send, sendCount, dt, dest, sendTag, false); err != nil {
+		return Status{}, err
+	}
+	if err := c.checkP2P(name, recv, recvCount, dt, src, recvTag, true); err != nil {
+		return Status{}, err
+	}
+	if err := checkDistinct(name, send, sendCount*dt.Size(), recv, recvCount*dt.Size()); err != nil {
+		return Status{}, err
+	}
+	var st C.gc_status
+	err := call("MPI_Sendrecv", func() C.int {
+		return C.gc_sendrecv(addr(send), C.int(sendCount), C.int(dest), C.int(sendTag),
+			addr(recv), C.int(recvCount), C.int(src), C.int(recvTag), C.int(dt), c.h, &st)
+	})
+	return toStatus(st), err
+}
+
+// Isend is MPI_Isend; buf must stay valid and unchanged until the request
+// completes.
+func (c *Comm) Isend(buf uintptr, count int, dt Datatype, dest, tag int) (*Request, error) {
+	if err := c.checkP2P("Isend", buf, count, dt, dest, tag, false); err != nil {
+		return nil, err
+	}
+	r := &Request{dt: dt}
+	err := call("MPI_Isend", func() C.int {
+		return C.gc_isend(addr(buf), C.int(count), C.int(dt), C.int(dest), C.int(tag), c.h, &r.h)
+	})
+	return r.started(err)
+}
+
+// Irecv is MPI_Irecv; buf must stay valid until the request completes.
+func (c *Comm) Irecv(buf uintptr, count int, dt Datatype, src, tag int) (*Request, error) {
+	if err := c.checkP2P("Irecv", buf, count, dt, src, tag, true); err != nil {
+		return nil, err
+	}
+	r := &Request{dt: dt}
+	err := call("MPI_Irecv", func() C.int {
+		return C.gc_irecv(addr(buf), C.int(count), C.int(dt), C.int(src), C.int(tag), c.h, &r.h)
+	})
+	return r.started(err)
+}
+
+// Request is a pending nonblocking operation. Complete it with Wait, Test,
+// Waitall, Testall or WaitTimeout; one goroutine at a time may use it.
+type Request struct {
+	h      C.MPI_Request
+	dt     Datatype
+	done   bool
+	status Status
+}
+
+func (r *Request) started(err error) (*Request, error) {
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Done reports whether r has completed (a nil Request has).
+func (r *Request) Done() bool { return r == nil || r.done }
+
+// Status describes a completed receive; the zero Status before completion.
+func (r *Request) Status() Status {
+	if r == nil {
+		return Status{}
+	}
+	return r.status
+}
+
+// Wait blocks until r completes.
+func (r *Request) Wait() error { return Waitall([]*Request{r}) }
+
+// Test reports whether r has completed, without blocking.
+func (r *Request) Test() (bool, error) { return Testall([]*Request{r}) }
+
+// Cancel is MPI_Cancel: it asks MPI to cancel a pending receive. The request
+// must still be completed (Wait); its Status then says whether it was
+// cancelled or had completed first.
+func (r *Request) Cancel() error {
+	if r == nil || r.done {
+		return nil
+	}
+	if err := upError("mpi: Cancel"); err != nil {
+		return err
+	}
+	return call("MPI_Cancel", func() C.int { return C.gc_cancel(&r.h) })
+}
+
+// pendingHandles copies the handles of the requests not yet complete, so
+// that MPI gets a plain array. nil entries and completed requests drop out.
+func pendingHandles(reqs []*Request) (live []*Request, hs []C.MPI_Request, dts []C.int, sts []C.gc_status) {
+	for _, r := range reqs {
+		if r != nil && !r.done {
+			live = append(live, r)
+			hs = append(hs, r.h)
+			dts = append(dts, C.int(r.dt))
+		}
+	}
+	return live, hs, dts, make([]C.gc_status, len(live))
+}
+
+// finish records what MPI_Waitall or MPI_Testall reported.
+func finish(name string, rc C.int, complete bool, live []*Request, hs []C.MPI_Request, sts []C.gc_status) error {
+	for i, r := range live {
+		r.h = hs[i]
+		if rc == C.MPI_ERR_IN_STATUS {
+			if sts[i].error != C.MPI_ERR_PENDING {
+				r.done, r.status = true, toStatus(sts[i])
+			}
+		} else if rc == C.MPI_SUCCESS && complete {
+			r.done, r.status = true, toStatus(sts[i])
+		}
+	}
+	if rc == C.MPI_ERR_IN_STATUS {
+		for i := range live {
+			if e := sts[i].error; e != C.MPI_SUCCESS && e != C.MPI_ERR_PENDING {
+				return check(name, e)
+			}
+		}
+	}
+	return check(name, rc)
+}
+
+// Waitall blocks until every request in reqs has completed (MPI_Waitall).
+// nil entries are ignored.
+func Waitall(reqs []*Request) error {
+	if err := upError("mpi: Waitall"); err != nil {
+		return err
+	}
+	live, hs, dts, sts := pendingHandles(reqs)
+	if len(live) == 0 {
+		return nil
+	}
+	enter()
+	defer leave()
+	rc := C.gc_waitall(C.int(len(hs)), &hs[0], &dts[0], &sts[0])
+	return finish("MPI_Waitall", rc, true, live, hs, sts)
+}
+
+// Testall reports whether every request in reqs has completed
+// (MPI_Testall), without blocking. nil entries are ignored.
+func Testall(reqs []*Request) (bool, error) {
+	if err := upError("mpi: Testall"); err != nil {
+		return false, err
+	}
+	live, hs, dts, sts := pendingHandles(reqs)
+	if len(live) == 0 {
+		return true, nil
+	}
+	enter()
+	defer leave()
+	var flag C.int
+	rc := C.gc_testall(C.int(len(hs)), &hs[0], &dts[0], &flag, &sts[0])
+	err := finish("MPI_Testall", rc, flag != 0, live, hs, sts)
+	return err == nil && flag != 0, err
+}
