@@ -236,7 +236,8 @@ var (
 	exports      = map[*allocation]*export{}
 	exportsByKey = map[exportKey]*export{}
 	// mappings holds other processes' allocations opened here, once per
-	// device and handle.
+	// device (by UUID, as two Device values of one GPU share its context)
+	// and handle.
 	mappings = map[mappingKey]*mapping{}
 	// views holds every Buffer OpenIPC returned and that is not closed yet.
 	views = map[*allocation]*ipcView{}
@@ -249,8 +250,9 @@ type exportKey struct {
 }
 
 type mappingKey struct {
-	dev *Device
-	drv [64]byte
+	kind Kind
+	uuid [16]byte
+	drv  [64]byte
 }
 
 // export is one of this process's allocations that has been exported. Views
@@ -382,7 +384,7 @@ func (d *Device) OpenIPC(h IPCHandle) (Buffer, error) {
 		if !ok {
 			return Buffer{}, fmt.Errorf("devmem: OpenIPC on %v: the driver cannot share memory: %w", d, ErrUnsupported)
 		}
-		key := mappingKey{d, f.drv}
+		key := mappingKey{d.kind, d.uuid, f.drv}
 		m := mappings[key]
 		if m == nil {
 			base, err := drv.ipcOpen(f.drv, off+n)
