@@ -883,3 +883,34 @@ func FuzzUnmarshalHandle(f *testing.F) {
 		}
 	})
 }
+
+// A process exports a buffer; another process of the node (here the same
+// one, which gets the original memory back) opens the handle it was sent.
+func ExampleDevice_OpenIPC() {
+	d := NewHostDevice()
+	buf, _ := d.Alloc(16)
+	defer buf.Free()
+	CopyFromHost(buf, []byte("shared with peer"), nil)
+
+	h, _ := buf.Export()
+	wire, _ := h.MarshalBinary() // send these bytes to the peer
+
+	var got IPCHandle
+	if err := got.UnmarshalBinary(wire); err != nil {
+		fmt.Println(err)
+		return
+	}
+	peer := NewHostDevice()
+	view, err := peer.OpenIPC(got)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	b, _ := view.Bytes()
+	fmt.Printf("%s (%d views open)\n", b, peer.Stats().Opened)
+	view.CloseIPC()
+	fmt.Println(peer.Stats().Opened, "views open")
+	// Output:
+	// shared with peer (1 views open)
+	// 0 views open
+}
