@@ -1,0 +1,572 @@
+package solver
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/kernels"
+)
+
+// Stats describes the steps a rank has taken so far.
+type Stats struct {
+	Steps     int           // steps taken
+	Elapsed   time.Duration // wall time spent in Step, until its work finished
+	HaloWait  time.Duration // with overlap, the time the compute stream idled waiting for halos; without, the exchanges' time
+	HaloBytes int64         // bytes this rank sent in halo exchanges
+	Residuals int           // residual reductions
+}
+
+// PerStep is the mean wall time of a step.
+func (s Stats) PerStep() time.Duration {
+	if s.Steps == 0 {
+		return 0
+	}
+	return s.Elapsed / time.Duration(s.Steps)
+}
+
+// WaitShare is the fraction of the elapsed time spent waiting for halos.
+func (s Stats) WaitShare() float64 {
+	if s.Elapsed <= 0 {
+		return 0
+	}
+	return float64(s.HaloWait) / float64(s.Elapsed)
+}
+
+// timingRing bounds how far the host runs ahead of the device: a timing
+// pair is read back before it is recorded again.
+const timingRing = 8
+
+type timingPair struct {
+	start, end *devmem.Event
+	used       bool
+}
+
+// Solver is one rank's share of a distributed heat solver. Its methods are
+// collective: every rank calls them in the same order, each from its own
+// goroutine. A Solver is not safe for concurrent use.
+type Solver struct {
+	c   comm.Communicator
+	cfg Config
+	l   layout
+	dev *devmem.Device
+
+	u   [2]devmem.Slice[float64] // the current and the next field, halos included
+	cur int                      // index of the current field in u
+
+	compute, exch          *devmem.Stream // exch is compute when overlap is off
+	computeDone, haloReady *devmem.Event
+	timing                 [timingRing]timingPair
+	nextTiming             int
+
+	sendL, sendR, recvL, recvR devmem.Slice[float64] // packed column halos
+	ops                        [2][]comm.P2P         // the exchange of u[0] and of u[1]
+	haloBytes                  int64
+
+	partial, localSum, globalSum devmem.Slice[float64]
+	residualHost                 devmem.Buffer // pinned: the last global sum of squares
+	residual                     float64
+	residualQueued               bool
+
+	steps  int
+	stats  Stats
+	closed bool
+}
+
+// New sets up this rank's block of the grid with its initial values. It is
+// collective: the ranks check that they were given the same configuration
+// (overlap aside) and fail together otherwise.
+func New(c comm.Communicator, cfg Config) (*Solver, error) {
+	if c == nil {
+		return nil, invalid("nil communicator")
+	}
+	cfg, cerr := cfg.forRanks(c.Size())
+	if err := agree(c, cfg, cerr); err != nil {
+		return nil, err
+	}
+	s := &Solver{c: c, cfg: cfg, l: newLayout(cfg, c.Rank()), dev: c.Device(), residual: math.NaN()}
+	if err := s.setup(); err != nil {
+		return nil, errors.Join(err, s.release())
+	}
+	return s, nil
+}
+
+// agree has every rank learn whether all ranks' configurations were valid
+// and equal, with one AllReduce(Max) of {hash, -hash, invalid}.
+func agree(c comm.Communicator, cfg Config, cerr error) error {
+	v := []int64{cfg.hash(), -cfg.hash(), 0}
+	if cerr != nil {
+		v = []int64{0, 0, 1}
+	}
+	buf, err := devmem.AllocSlice[int64](c.Device(), len(v))
+	if err != nil {
+		return err
+	}
+	defer buf.Free()
+	if err := buf.CopyFrom(v, nil); err != nil {
+		return err
+	}
+	if err := comm.AllReduce(c, buf, buf, comm.Max, nil); err != nil {
+		return fmt.Errorf("solver: checking the ranks agree on the configuration: %w", err)
+	}
+	if err := buf.CopyTo(v, nil); err != nil {
+		return err
+	}
+	switch {
+	case cerr != nil:
+		return cerr
+	case v[2] != 0:
+		return invalid("another rank's configuration was rejected")
+	case v[0] != -v[1]:
+		return fmt.Errorf("solver: ranks were given different configurations: %w", comm.ErrMismatch)
+	}
+	return nil
+}
+
+func (s *Solver) setup() error {
+	l, nx := s.l, s.l.nx()
+	var err error
+	if s.compute, err = s.dev.NewStream(); err != nil {
+		return err
+	}
+	s.exch = s.compute
+	if !s.cfg.NoOverlap {
+		if s.exch, err = s.dev.NewStream(); err != nil {
+			return err
+		}
+	}
+	for _, e := range []**devmem.Event{&s.computeDone, &s.haloReady} {
+		if *e, err = s.dev.NewEvent(); err != nil {
+			return err
+		}
+	}
+	for i := range s.timing {
+		for _, e := range []**devmem.Event{&s.timing[i].start, &s.timing[i].end} {
+			if *e, err = s.dev.NewEvent(); err != nil {
+				return err
+			}
+		}
+	}
+	alloc := func(x *devmem.Slice[float64], n int) error {
+		*x, err = devmem.AllocSlice[float64](s.dev, n)
+		return err
+	}
+	if err := errors.Join(alloc(&s.u[0], (l.rows+2)*nx), alloc(&s.u[1], (l.rows+2)*nx),
+		alloc(&s.partial, l.rows), alloc(&s.localSum, 1), alloc(&s.globalSum, 1)); err != nil {
+		return err
+	}
+	if l.left >= 0 {
+		if err := errors.Join(alloc(&s.sendL, l.rows), alloc(&s.recvL, l.rows)); err != nil {
+			return err
+		}
+	}
+	if l.right >= 0 {
+		if err := errors.Join(alloc(&s.sendR, l.rows), alloc(&s.recvR, l.rows)); err != nil {
+			return err
+		}
+	}
+	if s.residualHost, err = s.dev.AllocPinned(8); err != nil {
+		return err
+	}
+	if err := s.fillInitial(); err != nil {
+		return err
+	}
+	for i := range s.u {
+		if s.ops[i], err = s.exchangeOps(s.u[i]); err != nil {
+			return err
+		}
+	}
+	for _, op := range s.ops[0] {
+		if op.Kind == comm.SendKind {
+			s.haloBytes += int64(op.Count * op.DType.Size())
+		}
+	}
+	return nil
+}
+
+// fillInitial writes the initial field, halos included, into both slabs, a
+// band of rows at a time to bound the host memory it needs.
+func (s *Solver) fillInitial() error {
+	l, nx := s.l, s.l.nx()
+	band := max(1, (1<<20)/nx)
+	host := make([]float64, 0, band*nx)
+	for i0 := 0; i0 < l.rows+2; i0 += band {
+		i1 := min(i0+band, l.rows+2)
+		host = host[:0]
+		for i := i0; i < i1; i++ {
+			for j := range nx {
+				host = append(host, s.cfg.initial(l.row0+i-1, l.col0+j-1))
+			}
+		}
+		for _, u := range s.u {
+			dst, err := u.Sub(i0*nx, i1*nx)
+			if err != nil {
+				return err
+			}
+			if err := dst.CopyFrom(host, nil); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// exchangeOps lists the halo transfers of field u: its edge rows and packed
+// edge columns out, its halo rows and the column buffers in.
+func (s *Solver) exchangeOps(u devmem.Slice[float64]) ([]comm.P2P, error) {
+	l, nx := s.l, s.l.nx()
+	row := func(i int) (devmem.Slice[float64], error) { return u.Sub(i*nx+1, i*nx+1+l.cols) }
+	var ops []comm.P2P
+	for _, e := range []struct {
+		peer      int
+		send, hal int // rows sent and received
+	}{{l.up, 1, 0}, {l.down, l.rows, l.rows + 1}} {
+		if e.peer < 0 {
+			continue
+		}
+		out, err := row(e.send)
+		if err != nil {
+			return nil, err
+		}
+		in, err := row(e.hal)
+		if err != nil {
+			return nil, err
+		}
+		ops = append(ops, comm.SendSlice(e.peer, out), comm.RecvSlice(e.peer, in))
+	}
+	if l.left >= 0 {
+		ops = append(ops, comm.SendSlice(l.left, s.sendL), comm.RecvSlice(l.left, s.recvL))
+	}
+	if l.right >= 0 {
+		ops = append(ops, comm.SendSlice(l.right, s.sendR), comm.RecvSlice(l.right, s.recvR))
+	}
+	return ops, nil
+}
+
+// Config is the configuration in force, defaults and the grid of ranks
+// filled in.
+func (s *Solver) Config() Config { return s.cfg }
+
+// Stats returns this rank's counters.
+func (s *Solver) Stats() Stats { return s.stats }
+
+// StencilBytes is what one step must move at the least, over the whole
+// grid: every value read once and written once.
+func (s *Solver) StencilBytes() int64 { return 2 * 8 * int64(s.cfg.N) * int64(s.cfg.M) }
+
+// Residual is the norm of the change, sqrt(Σ (u' - u)²) over the whole grid,
+// at the last step that reduced it; NaN before the first.
+func (s *Solver) Residual() float64 { return s.residual }
+
+// Step takes n steps and returns when their work is done. After an error
+// the field is undefined.
+func (s *Solver) Step(n int) error {
+	if s.closed {
+		return fmt.Errorf("solver: Step after Close: %w", comm.ErrClosed)
+	}
+	if n < 0 {
+		return invalid("Step(%d)", n)
+	}
+	start := time.Now()
+	var err error
+	for range n {
+		if err = s.step(); err != nil {
+			break
+		}
+	}
+	err = errors.Join(err, s.compute.Synchronize(), s.exch.Synchronize())
+	for i := range s.timing {
+		err = errors.Join(err, s.account(&s.timing[i]))
+	}
+	s.stats.Elapsed += time.Since(start)
+	if s.residualQueued && err == nil {
+		b, _ := s.residualHost.Bytes()
+		s.residual = math.Sqrt(devmem.FromBytes[float64](b)[0])
+		s.residualQueued = false
+	}
+	return err
+}
+
+func (s *Solver) step() error {
+	cur, next := s.u[s.cur], s.u[1-s.cur]
+	l, nx, r := s.l, s.l.nx(), s.cfg.R
+	tp := &s.timing[s.nextTiming]
+	s.nextTiming = (s.nextTiming + 1) % timingRing
+	if err := s.account(tp); err != nil {
+		return err
+	}
+	tp.used = true
+
+	if s.cfg.NoOverlap {
+		if err := tp.start.Record(s.compute); err != nil {
+			return err
+		}
+		if err := s.exchange(s.compute, cur); err != nil {
+			return err
+		}
+		if err := tp.end.Record(s.compute); err != nil {
+			return err
+		}
+		if err := kernels.HeatStepRect(s.compute, next, cur, nx, 1, l.rows+1, 1, l.cols+1, r); err != nil {
+			return err
+		}
+	} else {
+		// The exchange sends cells the last step wrote on the compute stream.
+		if err := s.computeDone.Record(s.compute); err != nil {
+			return err
+		}
+		if err := s.exch.WaitEvent(s.computeDone); err != nil {
+			return err
+		}
+		if err := s.exchange(s.exch, cur); err != nil {
+			return err
+		}
+		if err := s.haloReady.Record(s.exch); err != nil {
+			return err
+		}
+		if err := tp.end.Record(s.exch); err != nil {
+			return err
+		}
+		// The cells that read no halo, while the halos travel.
+		inner := s.inner()
+		if err := kernels.HeatStepRect(s.compute, next, cur, nx, inner[0], inner[1], inner[2], inner[3], r); err != nil {
+			return err
+		}
+		if err := tp.start.Record(s.compute); err != nil {
+			return err
+		}
+		if err := s.compute.WaitEvent(s.haloReady); err != nil {
+			return err
+		}
+		for _, f := range s.frame() {
+			if err := kernels.HeatStepRect(s.compute, next, cur, nx, f[0], f[1], f[2], f[3], r); err != nil {
+				return err
+			}
+		}
+	}
+	s.steps++
+	s.stats.Steps++
+	s.stats.HaloBytes += s.haloBytes
+	if k := s.cfg.ResidualEvery; k > 0 && s.steps%k == 0 {
+		if err := s.reduceResidual(next, cur); err != nil {
+			return err
+		}
+	}
+	s.cur = 1 - s.cur
+	return nil
+}
+
+// inner is the rectangle {rowLo, rowHi, colLo, colHi} of cells whose
+// neighbours are all this rank's own or fixed boundary values.
+func (s *Solver) inner() [4]int {
+	l := s.l
+	rLo, cLo := 1+btoi(l.up >= 0), 1+btoi(l.left >= 0)
+	rHi := max(rLo, l.rows+1-btoi(l.down >= 0))
+	cHi := max(cLo, l.cols+1-btoi(l.right >= 0))
+	return [4]int{rLo, rHi, cLo, cHi}
+}
+
+// frame is the rest of the block around inner: the strips next to halos.
+func (s *Solver) frame() [][4]int {
+	l, in := s.l, s.inner()
+	return [][4]int{
+		{1, in[0], 1, l.cols + 1},          // top rows, full width
+		{in[1], l.rows + 1, 1, l.cols + 1}, // bottom rows, full width
+		{in[0], in[1], 1, in[2]},           // left columns between them
+		{in[0], in[1], in[3], l.cols + 1},  // right columns between them
+	}
+}
+
+// exchange moves u's halos on stream st: pack the edge columns, swap rows
+// and columns with the neighbours in one GroupP2P, unpack the columns.
+func (s *Solver) exchange(st *devmem.Stream, u devmem.Slice[float64]) error {
+	l, nx := s.l, s.l.nx()
+	if l.left >= 0 {
+		if err := kernels.PackColumn(st, s.sendL, u, nx, 1, 1, l.rows+1); err != nil {
+			return err
+		}
+	}
+	if l.right >= 0 {
+		if err := kernels.PackColumn(st, s.sendR, u, nx, l.cols, 1, l.rows+1); err != nil {
+			return err
+		}
+	}
+	if ops := s.ops[s.cur]; len(ops) > 0 {
+		if err := s.c.GroupP2P(ops, st); err != nil {
+			return fmt.Errorf("solver: halo exchange: %w", err)
+		}
+	}
+	if l.left >= 0 {
+		if err := kernels.UnpackColumn(st, u, s.recvL, nx, 0, 1, l.rows+1); err != nil {
+			return err
+		}
+	}
+	if l.right >= 0 {
+		if err := kernels.UnpackColumn(st, u, s.recvR, nx, l.cols+1, 1, l.rows+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reduceResidual sums (next - cur)² over this rank's block in a fixed
+// order, adds the ranks' sums with AllReduce and leaves the total in pinned
+// memory, all on the compute stream.
+func (s *Solver) reduceResidual(next, cur devmem.Slice[float64]) error {
+	l := s.l
+	if err := kernels.ResidualRows(s.compute, s.partial, next, cur, l.nx(), 1, l.rows+1, 1, l.cols+1); err != nil {
+		return err
+	}
+	if err := kernels.SumInOrder(s.compute, s.localSum, s.partial); err != nil {
+		return err
+	}
+	if err := comm.AllReduce(s.c, s.localSum, s.globalSum, comm.Sum, s.compute); err != nil {
+		return fmt.Errorf("solver: residual: %w", err)
+	}
+	if err := devmem.CopyN(s.residualHost, s.globalSum.Buffer(), 8, s.compute); err != nil {
+		return err
+	}
+	s.residualQueued = true
+	s.stats.Residuals++
+	return nil
+}
+
+// account adds a used timing pair's halo wait to the stats.
+func (s *Solver) account(tp *timingPair) error {
+	if !tp.used {
+		return nil
+	}
+	tp.used = false
+	if err := tp.end.Synchronize(); err != nil {
+		return err
+	}
+	if err := tp.start.Synchronize(); err != nil {
+		return err
+	}
+	d, err := devmem.Elapsed(tp.start, tp.end)
+	if err != nil {
+		return err
+	}
+	if d > 0 {
+		s.stats.HaloWait += d
+	}
+	return nil
+}
+
+// Gather returns the whole N×M field, boundary included, at root (row
+// major) and nil elsewhere. It is collective.
+func (s *Solver) Gather(root int) ([]float64, error) {
+	if s.closed {
+		return nil, fmt.Errorf("solver: Gather after Close: %w", comm.ErrClosed)
+	}
+	size := s.c.Size()
+	if root < 0 || root >= size {
+		return nil, invalid("Gather to root %d of %d ranks", root, size)
+	}
+	cfg, l := s.cfg, s.l
+	blockLen := ceilDiv(cfg.N-2, cfg.Px) * ceilDiv(cfg.M-2, cfg.Py)
+	block, err := devmem.AllocSlice[float64](s.dev, blockLen)
+	if err != nil {
+		return nil, err
+	}
+	defer block.Free()
+	// Pack the owned cells, row after row, into the block.
+	cur, nx := s.u[s.cur], l.nx()
+	for i := range l.rows {
+		src, err := cur.Sub((i+1)*nx+1, (i+1)*nx+1+l.cols)
+		if err != nil {
+			return nil, err
+		}
+		dst, err := block.Sub(i*l.cols, (i+1)*l.cols)
+		if err != nil {
+			return nil, err
+		}
+		if err := devmem.Copy(dst.Buffer(), src.Buffer(), s.compute); err != nil {
+			return nil, err
+		}
+	}
+	var all devmem.Slice[float64]
+	if s.c.Rank() == root {
+		if all, err = devmem.AllocSlice[float64](s.dev, size*blockLen); err != nil {
+			return nil, err
+		}
+		defer all.Free()
+	}
+	if err := comm.Gather(s.c, block, all, root, s.compute); err != nil {
+		return nil, fmt.Errorf("solver: gather: %w", err)
+	}
+	if err := s.compute.Synchronize(); err != nil {
+		return nil, err
+	}
+	if s.c.Rank() != root {
+		return nil, nil
+	}
+	blocks, err := all.ToHost(s.compute)
+	if err != nil {
+		return nil, err
+	}
+	field := make([]float64, cfg.N*cfg.M)
+	for i := range cfg.N {
+		for j := range cfg.M {
+			if i == 0 || j == 0 || i == cfg.N-1 || j == cfg.M-1 {
+				field[i*cfg.M+j] = cfg.initial(i, j)
+			}
+		}
+	}
+	for r := range size {
+		rl := newLayout(cfg, r)
+		for i := range rl.rows {
+			off := r*blockLen + i*rl.cols
+			copy(field[(rl.row0+i)*cfg.M+rl.col0:], blocks[off:off+rl.cols])
+		}
+	}
+	return field, nil
+}
+
+// Close waits for the solver's work and releases its memory, streams and
+// events; the communicator stays open.
+func (s *Solver) Close() error {
+	if s.closed {
+		return fmt.Errorf("solver: closed twice: %w", comm.ErrClosed)
+	}
+	s.closed = true
+	return s.release()
+}
+
+func (s *Solver) release() error {
+	var errs []error
+	for _, st := range []*devmem.Stream{s.compute, s.exch} {
+		if st != nil {
+			errs = append(errs, st.Synchronize())
+		}
+	}
+	for _, x := range []devmem.Slice[float64]{s.u[0], s.u[1], s.partial, s.localSum, s.globalSum, s.sendL, s.sendR, s.recvL, s.recvR} {
+		if !x.Buffer().IsZero() {
+			errs = append(errs, x.Free())
+		}
+	}
+	if !s.residualHost.IsZero() {
+		errs = append(errs, s.residualHost.Free())
+	}
+	events := []*devmem.Event{s.computeDone, s.haloReady}
+	for _, tp := range s.timing {
+		events = append(events, tp.start, tp.end)
+	}
+	for _, e := range events {
+		if e != nil {
+			errs = append(errs, e.Destroy())
+		}
+	}
+	if s.exch != nil && s.exch != s.compute {
+		errs = append(errs, s.exch.Destroy())
+	}
+	if s.compute != nil {
+		errs = append(errs, s.compute.Destroy())
+	}
+	return errors.Join(errs...)
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -1,0 +1,397 @@
+package solver_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/local"
+	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/solver"
+	"github.com/gpucomm/gpucomm/solver/solvertest"
+)
+
+func TestConformanceOnLocalBackend(t *testing.T) {
+	for n := 1; n <= 4; n++ {
+		t.Run(fmt.Sprintf("np%d", n), func(t *testing.T) {
+			solvertest.Run(t, func() ([]comm.Communicator, error) { return local.NewGroup(n) })
+		})
+	}
+}
+
+func TestConformanceFunctionPassesOnLocalBackend(t *testing.T) {
+	groups := 0
+	err := solver.Conformance(func() ([]comm.Communicator, error) { groups++; return local.NewGroup(3) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(solver.Cases(3)); groups != want {
+		t.Fatalf("Conformance made %d groups for %d cases", groups, want)
+	}
+}
+
+func TestCasesCoverBothDecompositionsOverlapAndUnevenSplits(t *testing.T) {
+	for size := 1; size <= 4; size++ {
+		var rows, grid, overlap, noOverlap, uneven int
+		layouts := map[[2]int]bool{}
+		for _, c := range solver.Cases(size) {
+			cfg := c.Config
+			if cfg.Decomp == solver.Rows {
+				rows++
+				if (cfg.N-2)%size != 0 {
+					uneven++
+				}
+			} else {
+				grid++
+				layouts[[2]int{cfg.Px, cfg.Py}] = true
+			}
+			if cfg.NoOverlap {
+				noOverlap++
+			} else {
+				overlap++
+			}
+		}
+		if rows == 0 || grid == 0 || overlap != noOverlap || (size > 1 && uneven == 0) {
+			t.Errorf("size %d: %d row cases (%d uneven), %d 2-D, %d overlap, %d not", size, rows, uneven, grid, overlap, noOverlap)
+		}
+		for px := 1; px <= size; px++ {
+			if size%px == 0 && !layouts[[2]int{px, size / px}] {
+				t.Errorf("size %d: no case on a %d×%d grid of ranks", size, px, size/px)
+			}
+		}
+	}
+}
+
+// run runs fn on every rank of a fresh local group, each in its goroutine.
+func run(t *testing.T, n int, fn func(c comm.Communicator) error) []error {
+	t.Helper()
+	comms, err := local.NewGroup(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, c := range comms {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = fn(c) }()
+	}
+	wg.Wait()
+	return errs
+}
+
+func TestGatheredFieldEqualsReferenceAtAnyRoot(t *testing.T) {
+	cfg := solver.Config{N: 15, M: 12, Decomp: solver.Grid2D, Px: 3, Py: 1, Seed: 9, ResidualEvery: 3,
+		Boundary: solver.Boundary{Top: 2, Left: -1}}
+	want, wantRes, err := solver.Reference(cfg, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := make([][]float64, 3)
+	residuals := make([]float64, 3)
+	errs := run(t, 3, func(c comm.Communicator) error {
+		s, err := solver.New(c, cfg)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		if err := s.Step(7); err != nil {
+			return err
+		}
+		residuals[c.Rank()] = s.Residual()
+		fields[c.Rank()], err = s.Gather(2)
+		return err
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if fields[0] != nil || fields[1] != nil {
+		t.Fatal("ranks other than the root got a field")
+	}
+	for k := range want {
+		if math.Float64bits(fields[2][k]) != math.Float64bits(want[k]) {
+			t.Fatalf("element %d: %v, reference %v", k, fields[2][k], want[k])
+		}
+	}
+	for r, res := range residuals {
+		if math.Abs(res-wantRes) > solver.ResidualTolerance(cfg)*wantRes {
+			t.Fatalf("rank %d residual %v, reference %v", r, res, wantRes)
+		}
+	}
+}
+
+func TestResidualNeverGrowsAndIsNaNBeforeTheFirst(t *testing.T) {
+	cfg := solver.Config{N: 30, M: 20, ResidualEvery: 5, Seed: 4}
+	errs := run(t, 2, func(c comm.Communicator) error {
+		s, err := solver.New(c, cfg)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		if err := s.Step(4); err != nil {
+			return err
+		}
+		if !math.IsNaN(s.Residual()) {
+			return fmt.Errorf("residual %v before any residual step", s.Residual())
+		}
+		prev := math.Inf(1)
+		for range 20 {
+			if err := s.Step(5); err != nil {
+				return err
+			}
+			// Δu' = A Δu with A symmetric and its spectrum in [-1, 1] for R <= 1/4.
+			if r := s.Residual(); !(r <= prev) || r <= 0 {
+				return fmt.Errorf("residual went from %v to %v", prev, r)
+			}
+			prev = s.Residual()
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// noExchange drops every halo exchange, as a broken backend would.
+type noExchange struct{ comm.Communicator }
+
+func (noExchange) GroupP2P([]comm.P2P, *devmem.Stream) error { return nil }
+
+func TestCheckFailsOnEveryRankWhenHalosAreWrong(t *testing.T) {
+	comms, err := local.NewGroup(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range comms {
+		comms[i] = noExchange{c}
+	}
+	c := solver.Cases(3)[0]
+	err = solver.Check(comms, c)
+	if err == nil || !strings.Contains(err.Error(), "differs from the reference") && !strings.Contains(err.Error(), "reference has") {
+		t.Fatalf("Check with halos dropped = %v, want a field mismatch", err)
+	}
+	// Every rank, not only rank 0, must learn of it: each process under MPI
+	// holds one rank and calls Check with it alone.
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for i, cm := range comms {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[i] = solver.Check([]comm.Communicator{cm}, c) }()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err == nil {
+			t.Errorf("rank %d passed a run whose halos never moved", r)
+		}
+	}
+}
+
+func TestStatsCountStepsBytesAndWait(t *testing.T) {
+	for _, noOverlap := range []bool{false, true} {
+		cfg := solver.Config{N: 12, M: 10, Decomp: solver.Grid2D, Px: 2, Py: 2, ResidualEvery: 4, NoOverlap: noOverlap}
+		stats := make([]solver.Stats, 4)
+		errs := run(t, 4, func(c comm.Communicator) error {
+			s, err := solver.New(c, cfg)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			if err := s.Step(9); err != nil {
+				return err
+			}
+			if s.StencilBytes() != 2*8*12*10 {
+				return fmt.Errorf("stencil bytes %d", s.StencilBytes())
+			}
+			stats[c.Rank()] = s.Stats()
+			return nil
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		// 10 interior rows and 8 columns: each rank owns 5×4 and sends one
+		// row of 4 and one column of 5 per step.
+		for r, st := range stats {
+			if st.Steps != 9 || st.Residuals != 2 || st.HaloBytes != 9*(4+5)*8 {
+				t.Errorf("overlap off=%v rank %d: %+v", noOverlap, r, st)
+			}
+			if st.Elapsed <= 0 || st.HaloWait < 0 || st.HaloWait > st.Elapsed || st.PerStep() != st.Elapsed/9 {
+				t.Errorf("overlap off=%v rank %d: times %+v", noOverlap, r, st)
+			}
+			if share := st.WaitShare(); share < 0 || share > 1 {
+				t.Errorf("wait share %v", share)
+			}
+		}
+	}
+}
+
+func TestCloseReleasesEverything(t *testing.T) {
+	errs := run(t, 2, func(c comm.Communicator) error {
+		before := c.Device().Stats()
+		s, err := solver.New(c, solver.Config{N: 9, M: 9, Decomp: solver.Grid2D, Px: 1, Py: 2})
+		if err != nil {
+			return err
+		}
+		if err := s.Step(3); err != nil {
+			return err
+		}
+		if _, err := s.Gather(0); err != nil {
+			return err
+		}
+		if err := s.Close(); err != nil {
+			return err
+		}
+		if after := c.Device().Stats(); after != before {
+			return fmt.Errorf("device holds %+v after Close, %+v before New", after, before)
+		}
+		if err := s.Close(); !errors.Is(err, comm.ErrClosed) {
+			return fmt.Errorf("second Close: %v", err)
+		}
+		if err := s.Step(1); !errors.Is(err, comm.ErrClosed) {
+			return fmt.Errorf("Step after Close: %v", err)
+		}
+		if _, err := s.Gather(0); !errors.Is(err, comm.ErrClosed) {
+			return fmt.Errorf("Gather after Close: %v", err)
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBadConfigsFailOnEveryRank(t *testing.T) {
+	good := solver.Config{N: 10, M: 10}
+	cases := map[string]func(*solver.Config){
+		"grid too small":        func(c *solver.Config) { c.N = 2 },
+		"unstable R":            func(c *solver.Config) { c.R = 0.3 },
+		"negative R":            func(c *solver.Config) { c.R = -0.1 },
+		"NaN R":                 func(c *solver.Config) { c.R = math.NaN() },
+		"more ranks than rows":  func(c *solver.Config) { c.N = 4 },
+		"Px on rows":            func(c *solver.Config) { c.Px = 3 },
+		"Px×Py is not the size": func(c *solver.Config) { c.Decomp, c.Px, c.Py = solver.Grid2D, 2, 2 },
+		"more ranks than cols":  func(c *solver.Config) { c.Decomp, c.Px, c.Py, c.M = solver.Grid2D, 1, 3, 4 },
+		"unknown decomposition": func(c *solver.Config) { c.Decomp = 7 },
+		"infinite boundary":     func(c *solver.Config) { c.Boundary.Left = math.Inf(1) },
+	}
+	for name, mutate := range cases {
+		cfg := good
+		mutate(&cfg)
+		errs := run(t, 3, func(c comm.Communicator) error {
+			s, err := solver.New(c, cfg)
+			if err == nil {
+				s.Close()
+			}
+			return err
+		})
+		for r, err := range errs {
+			if !errors.Is(err, comm.ErrInvalidArgument) {
+				t.Errorf("%s: rank %d: %v, want ErrInvalidArgument", name, r, err)
+			}
+		}
+	}
+	if _, err := solver.New(nil, good); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Errorf("nil communicator: %v", err)
+	}
+	if _, _, err := solver.Reference(solver.Config{N: 1, M: 5}, 3); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Errorf("Reference of a 1×5 grid: %v", err)
+	}
+}
+
+func TestRanksWithDifferentConfigsFailTogether(t *testing.T) {
+	errs := run(t, 2, func(c comm.Communicator) error {
+		cfg := solver.Config{N: 10, M: 10, Seed: uint64(c.Rank())}
+		s, err := solver.New(c, cfg)
+		if err == nil {
+			s.Close()
+		}
+		return err
+	})
+	for r, err := range errs {
+		if !errors.Is(err, comm.ErrMismatch) {
+			t.Errorf("rank %d: %v, want ErrMismatch", r, err)
+		}
+	}
+	errs = run(t, 2, func(c comm.Communicator) error {
+		cfg := solver.Config{N: 10, M: 10}
+		if c.Rank() == 1 {
+			cfg.R = 1
+		}
+		s, err := solver.New(c, cfg)
+		if err == nil {
+			s.Close()
+		}
+		return err
+	})
+	for r, err := range errs {
+		if !errors.Is(err, comm.ErrInvalidArgument) {
+			t.Errorf("one bad rank: rank %d: %v, want ErrInvalidArgument", r, err)
+		}
+	}
+	// Overlap is a local choice: ranks may differ in it.
+	errs = run(t, 2, func(c comm.Communicator) error {
+		s, err := solver.New(c, solver.Config{N: 10, M: 10, NoOverlap: c.Rank() == 0})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		return s.Step(2)
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBadStepAndGatherArgumentsChangeNothing(t *testing.T) {
+	errs := run(t, 2, func(c comm.Communicator) error {
+		s, err := solver.New(c, solver.Config{N: 8, M: 8, ResidualEvery: 1})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		if err := s.Step(-1); !errors.Is(err, comm.ErrInvalidArgument) {
+			return fmt.Errorf("Step(-1): %v", err)
+		}
+		if _, err := s.Gather(2); !errors.Is(err, comm.ErrInvalidArgument) {
+			return fmt.Errorf("Gather(2) of 2 ranks: %v", err)
+		}
+		if _, err := s.Gather(-1); !errors.Is(err, comm.ErrInvalidArgument) {
+			return fmt.Errorf("Gather(-1): %v", err)
+		}
+		if s.Stats().Steps != 0 || !math.IsNaN(s.Residual()) {
+			return fmt.Errorf("rejected calls changed the state: %+v", s.Stats())
+		}
+		field, err := s.Gather(0)
+		if err != nil {
+			return err
+		}
+		if c.Rank() == 0 {
+			want, _, _ := solver.Reference(s.Config(), 0)
+			for k := range want {
+				if field[k] != want[k] {
+					return fmt.Errorf("field moved after rejected calls at %d", k)
+				}
+			}
+		}
+		return nil
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestParseDecomposition(t *testing.T) {
+	for s, want := range map[string]solver.Decomposition{"rows": solver.Rows, "2d": solver.Grid2D, " 2D ": solver.Grid2D} {
+		if got, err := solver.ParseDecomposition(s); err != nil || got != want {
+			t.Errorf("ParseDecomposition(%q) = %v, %v", s, got, err)
+		}
+	}
+	if _, err := solver.ParseDecomposition("3d"); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Errorf("3d: %v", err)
+	}
+	if solver.Grid2D.String() != "2d" || solver.Rows.String() != "rows" {
+		t.Error("Decomposition names do not parse back")
+	}
+}
