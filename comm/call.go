@@ -2,6 +2,7 @@ package comm
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 
 	"github.com/gpucomm/gpucomm/devmem"
@@ -121,8 +122,8 @@ func (c Call) Validate(rank, size int, dev *devmem.Device) error {
 		return fmt.Errorf("root %d is not a rank of a %d-rank communicator: %w", c.Root, size, ErrInvalidArgument)
 	}
 	n := c.Count * c.DType.Size()
-	if c.Count > 0 && n/c.Count != c.DType.Size() {
-		return fmt.Errorf("count %d overflows: %w", c.Count, ErrInvalidArgument)
+	if c.Count > 0 && (n/c.Count != c.DType.Size() || n > math.MaxInt/max(size, 1)) {
+		return fmt.Errorf("count %d of %v over %d ranks overflows: %w", c.Count, c.DType, size, ErrInvalidArgument)
 	}
 	root := rank == c.Root
 	var sendN, recvN int // bytes needed; -1 when the buffer is not used here
@@ -216,6 +217,9 @@ func checkP2P(p P2P, rank, size int, dev *devmem.Device, grouped bool) error {
 	}
 	if p.Peer == rank && !grouped {
 		return fmt.Errorf("peer %d is this rank; a transfer to self must be inside GroupP2P: %w", p.Peer, ErrInvalidArgument)
+	}
+	if p.Count > math.MaxInt/p.DType.Size() {
+		return fmt.Errorf("count %d of %v overflows: %w", p.Count, p.DType, ErrInvalidArgument)
 	}
 	what := "send"
 	if p.Kind == RecvKind {
