@@ -1,0 +1,130 @@
+package comm
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+type fakeComm struct {
+	Communicator
+	name string
+	opts Options
+}
+
+func registerFakes(t *testing.T) {
+	t.Helper()
+	for _, f := range []struct {
+		name   string
+		usable bool
+		rank   int
+	}{{"fake-good", true, 1}, {"fake-best-unusable", false, 99}, {"fake-worse", true, -1}} {
+		if _, ok := drivers[f.name]; ok {
+			continue
+		}
+		f := f
+		Register(f.name, Driver{
+			Open:  func(o Options) (Communicator, error) { return &fakeComm{name: f.name, opts: o}, nil },
+			Probe: func() Verdict { return Verdict{Usable: f.usable, Reason: f.name + " says so"} },
+			Rank:  f.rank,
+		})
+	}
+}
+
+func TestOpenPicksBestUsableAndAppliesOptions(t *testing.T) {
+	registerFakes(t)
+	t.Setenv("GPUCOMM_BACKEND", "")
+	t.Setenv("GPUCOMM_TIMEOUT", "3s")
+	t.Setenv("GPUCOMM_DEBUG", "1")
+	c, err := Open("auto", WithDevice("host"), WithChunkBytes(4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := c.(*fakeComm)
+	if f.name != "fake-good" {
+		t.Fatalf("auto chose %s, want fake-good (best usable)", f.name)
+	}
+	want := Options{Device: "host", Timeout: 3 * time.Second, Debug: true, ChunkBytes: 4096}
+	if f.opts != want {
+		t.Fatalf("options %+v, want %+v", f.opts, want)
+	}
+}
+
+func TestEnvironmentOverridesBackend(t *testing.T) {
+	registerFakes(t)
+	t.Setenv("GPUCOMM_BACKEND", "fake-worse")
+	c, err := Open("fake-good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.(*fakeComm).name != "fake-worse" {
+		t.Fatalf("GPUCOMM_BACKEND ignored: opened %s", c.(*fakeComm).name)
+	}
+}
+
+func TestUnknownBackendListsKnownOnes(t *testing.T) {
+	registerFakes(t)
+	t.Setenv("GPUCOMM_BACKEND", "")
+	_, err := Open("nosuch")
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "fake-good") {
+		t.Fatalf("Open(nosuch) = %v; want ErrInvalidArgument listing registered backends", err)
+	}
+	if _, err := Probe("nosuch"); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("Probe(nosuch) = %v", err)
+	}
+	if v, err := Probe("fake-best-unusable"); err != nil || v.Usable || v.Reason == "" {
+		t.Fatalf("Probe = %+v, %v", v, err)
+	}
+	names := Backends()
+	if names[0] != "fake-best-unusable" || names[len(names)-1] != "fake-worse" {
+		t.Fatalf("Backends() not ordered best first: %v", names)
+	}
+}
+
+func TestMalformedEnvironmentIsAnError(t *testing.T) {
+	for _, kv := range [][2]string{{"GPUCOMM_TIMEOUT", "soon"}, {"GPUCOMM_TIMEOUT", "-1s"}, {"GPUCOMM_DEBUG", "maybe"}, {"GPUCOMM_CHUNK_BYTES", "0"}} {
+		t.Run(kv[0]+"="+kv[1], func(t *testing.T) {
+			t.Setenv(kv[0], kv[1])
+			if _, err := DefaultOptions(); !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("DefaultOptions() = %v, want ErrInvalidArgument", err)
+			}
+		})
+	}
+	t.Setenv("GPUCOMM_TIMEOUT", "2.5")
+	if o, err := DefaultOptions(); err != nil || o.Timeout != 2500*time.Millisecond {
+		t.Fatalf("GPUCOMM_TIMEOUT=2.5 gave %v, %v", o.Timeout, err)
+	}
+}
+
+func TestRegisterRefusesDuplicatesAndIncompleteDrivers(t *testing.T) {
+	registerFakes(t)
+	for name, d := range map[string]Driver{
+		"fake-good": {Open: func(Options) (Communicator, error) { return nil, nil }, Probe: func() Verdict { return Verdict{} }},
+		"auto":      {Open: func(Options) (Communicator, error) { return nil, nil }, Probe: func() Verdict { return Verdict{} }},
+		"fake-nil":  {},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Register(%q) did not panic", name)
+				}
+			}()
+			Register(name, d)
+		}()
+	}
+}
+
+func TestErrorWrapsSentinelAndNamesRank(t *testing.T) {
+	err := Errorf("mpi", "AllReduce", 3, ErrTimeout, "waited %v", time.Second)
+	var e *Error
+	if !errors.As(err, &e) || e.Rank != 3 || !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Errorf gave %#v", err)
+	}
+	if s := err.Error(); !strings.Contains(s, "mpi rank 3: AllReduce") {
+		t.Fatalf("message %q", s)
+	}
+	if Wrap("x", "y", 0, err) != err || Wrap("x", "y", 0, nil) != nil {
+		t.Fatal("Wrap must keep an *Error and nil as they are")
+	}
+}
