@@ -1,0 +1,202 @@
+package devmem
+
+import (
+	"bytes"
+	"errors"
+	"math/rand"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func random(seed int64, n int) []byte {
+	b := make([]byte, n)
+	rand.New(rand.NewSource(seed)).Read(b)
+	return b
+}
+
+func TestHostCopiesEveryDirection(t *testing.T) {
+	d := NewHostDevice()
+	s, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1<<20 + 7
+	want := random(1, n)
+	a, _ := d.Alloc(n)
+	b, _ := d.Alloc(n)
+	p, _ := d.AllocPinned(n)
+	for _, st := range []*Stream{nil, s} {
+		for _, buf := range []Buffer{a, b, p} {
+			Memset(buf, 0xA5, st)
+		}
+		if err := CopyFromHost(a, want, st); err != nil {
+			t.Fatal(err)
+		}
+		if err := Copy(p, a, st); err != nil { // device to pinned
+			t.Fatal(err)
+		}
+		if err := Copy(b, p, st); err != nil { // pinned to device
+			t.Fatal(err)
+		}
+		got := bytes.Repeat([]byte{0x5A}, n)
+		if err := CopyToHost(got, b, st); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("stream %v: data changed on its way through device and pinned memory", st != nil)
+		}
+	}
+	for _, buf := range []Buffer{a, b, p} {
+		if err := buf.Free(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if st := d.Stats(); st != (Stats{}) {
+		t.Fatalf("leaked: %+v", st)
+	}
+}
+
+func TestStreamRunsWorkInOrderAndReportsErrors(t *testing.T) {
+	d := NewHostDevice()
+	s, _ := d.NewStream()
+	defer s.Destroy()
+	var seen []int
+	var running atomic.Int32
+	for i := 0; i < 100; i++ {
+		i := i
+		s.HostFunc(func() error {
+			if running.Add(1) != 1 {
+				t.Error("two tasks of one stream ran at once")
+			}
+			seen = append(seen, i)
+			running.Add(-1)
+			return nil
+		})
+	}
+	boom := errors.New("boom")
+	s.HostFunc(func() error { return boom })
+	s.HostFunc(func() error { panic("kernel fault") })
+	if err := s.Synchronize(); !errors.Is(err, boom) {
+		t.Fatalf("Synchronize = %v, want the first task error", err)
+	}
+	for i, v := range seen {
+		if v != i {
+			t.Fatalf("task %d ran at position %d", v, i)
+		}
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatalf("error not cleared by Synchronize: %v", err)
+	}
+}
+
+func TestEventsOrderStreamsAndTime(t *testing.T) {
+	d := NewHostDevice()
+	a, _ := d.NewStream()
+	b, _ := d.NewStream()
+	start, _ := d.NewEvent()
+	end, _ := d.NewEvent()
+	defer func() { a.Destroy(); b.Destroy(); start.Destroy(); end.Destroy() }()
+	release := make(chan struct{})
+	var order []string
+	start.Record(a)
+	a.HostFunc(func() error { <-release; time.Sleep(time.Millisecond); order = append(order, "a"); return nil })
+	end.Record(a)
+	b.WaitEvent(end)
+	b.HostFunc(func() error { order = append(order, "b"); return nil })
+	if done, _ := end.Done(); done {
+		t.Fatal("event reached before the work before it")
+	}
+	close(release)
+	if err := b.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if len(order) != 2 || order[0] != "a" {
+		t.Fatalf("order %v: stream b did not wait for the event", order)
+	}
+	el, err := Elapsed(start, end)
+	if err != nil || el <= 0 {
+		t.Fatalf("Elapsed = %v, %v", el, err)
+	}
+}
+
+func TestBadArgumentsChangeNothing(t *testing.T) {
+	d, other := NewHostDevice(), NewHostDevice()
+	src, _ := d.Alloc(64)
+	small, _ := d.Alloc(16)
+	foreign, _ := other.Alloc(64)
+	freed, _ := d.Alloc(64)
+	freed.Free()
+	CopyFromHost(src, random(2, 64), nil)
+	Memset(small, 7, nil)
+	before, _ := small.Bytes()
+	before = append([]byte(nil), before...)
+	s2, _ := other.NewStream()
+	defer s2.Destroy()
+	view, _ := src.Slice(8, 8)
+	for name, err := range map[string]error{
+		"too small":         Copy(small, src, nil),
+		"other device":      Copy(foreign, src, nil),
+		"freed source":      Copy(small, freed, nil),
+		"zero buffer":       Copy(Buffer{}, src, nil),
+		"stream of another": CopyN(small, src, 8, s2),
+		"free twice":        freed.Free(),
+		"free a view":       view.Free(),
+		"bad slice":         func() error { _, err := src.Slice(60, 8); return err }(),
+		"negative alloc":    func() error { _, err := d.Alloc(-1); return err }(),
+		"host too long":     CopyFromHost(small, make([]byte, 17), nil),
+	} {
+		if !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	after, _ := small.Bytes()
+	if !bytes.Equal(before, after) {
+		t.Fatal("a refused call changed memory")
+	}
+}
+
+func TestSliceViews(t *testing.T) {
+	d := NewHostDevice()
+	x, err := AllocSlice[float64](d, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Free()
+	in := []float64{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
+	x.CopyFrom(in, nil)
+	sub, _ := x.Sub(3, 6)
+	got, _ := sub.ToHost(nil)
+	if len(got) != 3 || got[0] != 3 || got[2] != 5 {
+		t.Fatalf("Sub(3,6) = %v", got)
+	}
+	h, ok := x.Host()
+	if !ok || h[9] != 9 {
+		t.Fatal("Host view wrong")
+	}
+	if _, err := x.Sub(5, 11); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatal("Sub past the end accepted")
+	}
+	if err := x.CopyFrom(make([]float64, 11), nil); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatal("CopyFrom of too many elements accepted")
+	}
+}
+
+func TestOpenDeviceSpecs(t *testing.T) {
+	t.Setenv("GPUCOMM_CUDA_LIB", "/nonexistent/libcuda.so.1")
+	for _, spec := range []string{"host", "auto", ""} {
+		d, err := Open(spec, 0)
+		if err != nil || d.Kind() != Host {
+			t.Errorf("Open(%q) = %v, %v; want the host device", spec, d, err)
+		}
+	}
+	if _, err := Open("gpu7", 0); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("Open(gpu7) = %v", err)
+	}
+	if _, err := Open("cuda", 0); err == nil {
+		t.Error("Open(cuda) without a CUDA library succeeded")
+	}
+}
