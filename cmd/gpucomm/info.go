@@ -1,0 +1,224 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/devmem"
+)
+
+func init() {
+	register(&command{name: "info", summary: "show the backends, devices and settings this machine offers", run: runInfo})
+}
+
+// infoSections are printed by info after its own output, in order. Other
+// files append to it from init (GPU topology, for one), so info grows without
+// edits here. A section that returns an error makes info exit 1; with -json
+// each section's text becomes one string of "sections".
+var infoSections []func(w io.Writer) error
+
+const infoDescription = `Info shows what gpucomm finds on this machine: every backend compiled into
+this binary with its verdict (usable, or why not), the devices, and the
+GPUCOMM_* environment variables in effect. The exit status is 1 when a
+setting is malformed or a section cannot be gathered.`
+
+// knobs are the environment variables every gpucomm program reads.
+var knobs = []string{"GPUCOMM_BACKEND", "GPUCOMM_DEVICE", "GPUCOMM_TIMEOUT", "GPUCOMM_DEBUG", "GPUCOMM_CHUNK_BYTES"}
+
+// infoReport is what info gathers; the text and JSON outputs both render it,
+// so they cannot disagree.
+type infoReport struct {
+	Backends    []infoBackend `json:"backends"`
+	Devices     []infoDevice  `json:"devices"`
+	Environment []infoKnob    `json:"environment"`
+	Problems    []string      `json:"problems"`           // malformed settings
+	Sections    []string      `json:"sections,omitempty"` // the text of infoSections, for -json
+}
+
+type infoBackend struct {
+	Name   string `json:"name"`
+	Usable bool   `json:"usable"`
+	Reason string `json:"reason"`
+}
+
+type infoDevice struct {
+	Kind   string `json:"kind"` // host or cuda
+	Count  int    `json:"count"`
+	Detail string `json:"detail"`
+}
+
+type infoKnob struct {
+	Name   string `json:"name"`
+	Set    bool   `json:"set"`
+	Value  string `json:"value"`
+	Effect string `json:"effect"`
+}
+
+func runInfo(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("info", "info [-json]", infoDescription, stderr)
+	asJSON := fs.Bool("json", false, "print the report as JSON on stdout")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	rep := gatherInfo()
+	code := exitOK
+	for _, p := range rep.Problems {
+		fmt.Fprintf(stderr, "gpucomm info: %s\n", p)
+		code = exitFail
+	}
+	if *asJSON {
+		for _, section := range infoSections {
+			var b bytes.Buffer
+			if err := section(&b); err != nil {
+				fmt.Fprintf(stderr, "gpucomm info: %v\n", err)
+				code = exitFail
+			}
+			if b.Len() > 0 {
+				rep.Sections = append(rep.Sections, b.String())
+			}
+		}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintf(stderr, "gpucomm info: %v\n", err)
+			return exitFail
+		}
+		return code
+	}
+	writeInfoText(stdout, rep)
+	for _, section := range infoSections {
+		fmt.Fprintln(stdout)
+		if err := section(stdout); err != nil {
+			fmt.Fprintf(stderr, "gpucomm info: %v\n", err)
+			code = exitFail
+		}
+	}
+	return code
+}
+
+func gatherInfo() infoReport {
+	rep := infoReport{Problems: []string{}}
+	for _, name := range comm.Backends() {
+		v, err := comm.Probe(name)
+		if err != nil {
+			v.Reason = err.Error()
+		}
+		rep.Backends = append(rep.Backends, infoBackend{Name: name, Usable: v.Usable, Reason: v.Reason})
+	}
+
+	rep.Devices = append(rep.Devices, infoDevice{Kind: devmem.Host.String(), Count: 1,
+		Detail: "simulated device in host memory; always available"})
+	cuda := infoDevice{Kind: devmem.CUDA.String()}
+	if n, err := devmem.CUDADeviceCount(); err != nil {
+		cuda.Detail = err.Error()
+	} else {
+		cuda.Count = n
+		cuda.Detail = fmt.Sprintf("%d GPU(s) visible", n)
+	}
+	rep.Devices = append(rep.Devices, cuda)
+
+	opts, optsErr := comm.DefaultOptions()
+	if optsErr != nil {
+		rep.Problems = append(rep.Problems, optsErr.Error())
+	}
+	for _, name := range knobs {
+		value, set := os.LookupEnv(name)
+		set = set && value != "" // an empty variable means unset, as comm reads it
+		effect, problem := knobEffect(name, value, opts, optsErr)
+		if problem != "" {
+			rep.Problems = append(rep.Problems, problem)
+		}
+		rep.Environment = append(rep.Environment, infoKnob{Name: name, Set: set, Value: value, Effect: effect})
+	}
+	return rep
+}
+
+// knobEffect says what the variable's value does, or what is wrong with it.
+// The parsed options are trusted only when DefaultOptions read them all.
+func knobEffect(name, value string, opts comm.Options, optsErr error) (effect, problem string) {
+	switch name {
+	case "GPUCOMM_BACKEND":
+		switch {
+		case value == "":
+			return "each program picks its backend", ""
+		case value == "auto":
+			return "the best usable backend, overriding each program's choice", ""
+		case slices.Contains(comm.Backends(), value):
+			return "backend " + value + ", overriding each program's choice", ""
+		}
+		p := fmt.Sprintf("GPUCOMM_BACKEND=%q: unknown backend; registered: %s, or auto", value, strings.Join(comm.Backends(), ", "))
+		return "invalid", p
+	case "GPUCOMM_DEVICE":
+		spec := strings.ToLower(strings.TrimSpace(value))
+		switch {
+		case !validDeviceSpec(value):
+			return "invalid", fmt.Sprintf("GPUCOMM_DEVICE=%q: want auto, host, cuda or cuda:N", value)
+		case spec == "" || spec == "auto":
+			return "a GPU when one is usable, else the host device", ""
+		case spec == "host":
+			return "the simulated host device", ""
+		case spec == "cuda":
+			return "GPU (local rank mod GPU count)", ""
+		}
+		return "GPU " + strings.TrimPrefix(spec, "cuda:") + " for every rank", ""
+	}
+	if optsErr != nil {
+		if strings.Contains(optsErr.Error(), name) {
+			return "invalid", ""
+		}
+		return "not read: another setting is invalid", ""
+	}
+	switch name {
+	case "GPUCOMM_TIMEOUT":
+		if opts.Timeout == 0 {
+			return "operations wait forever", ""
+		}
+		return "each operation fails after " + opts.Timeout.String(), ""
+	case "GPUCOMM_DEBUG":
+		if opts.Debug {
+			return "collectives' signatures checked across ranks", ""
+		}
+		return "no cross-rank signature checks", ""
+	case "GPUCOMM_CHUNK_BYTES":
+		if opts.ChunkBytes == 0 {
+			return "each backend's default pipelining chunk", ""
+		}
+		return fmt.Sprintf("host-staged transfers move %d-byte chunks", opts.ChunkBytes), ""
+	}
+	return "", ""
+}
+
+func writeInfoText(w io.Writer, rep infoReport) {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "Backends (best first):")
+	for _, b := range rep.Backends {
+		status := "usable"
+		if !b.Usable {
+			status = "not usable"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", b.Name, status, b.Reason)
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "Devices:")
+	for _, d := range rep.Devices {
+		fmt.Fprintf(tw, "  %s\t%d\t%s\n", d.Kind, d.Count, d.Detail)
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "Environment:")
+	for _, k := range rep.Environment {
+		v := k.Value
+		if !k.Set {
+			v = "(unset)"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", k.Name, v, k.Effect)
+	}
+	tw.Flush()
+}
