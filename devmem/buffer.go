@@ -180,6 +180,11 @@ func CopyN(dst, src Buffer, n int, s *Stream) error {
 	if n == 0 {
 		return nil
 	}
+	d, v := Buffer{a: dst.a, off: dst.off, n: n}, Buffer{a: src.a, off: src.off, n: n}
+	if d.Overlaps(v) {
+		// CUDA leaves overlapping copies undefined; refuse them on every driver.
+		return fmt.Errorf("devmem: copy between overlapping ranges: %w", ErrInvalidArgument)
+	}
 	return src.a.dev.drv.copy(dst, src, n, s)
 }
 

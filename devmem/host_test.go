@@ -148,6 +148,7 @@ func TestBadArgumentsChangeNothing(t *testing.T) {
 		"bad slice":         func() error { _, err := src.Slice(60, 8); return err }(),
 		"negative alloc":    func() error { _, err := d.Alloc(-1); return err }(),
 		"host too long":     CopyFromHost(small, make([]byte, 17), nil),
+		"overlapping copy":  CopyN(src, view, 8, nil),
 	} {
 		if !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
@@ -186,6 +187,9 @@ func TestSliceViews(t *testing.T) {
 }
 
 func TestOpenDeviceSpecs(t *testing.T) {
+	if n, err := CUDADeviceCount(); err == nil && n > 0 {
+		t.Skip("a GPU is usable here, so auto picks it; the no-GPU cases run in a clean child in cuda_test.go")
+	}
 	t.Setenv("GPUCOMM_CUDA_LIB", "/nonexistent/libcuda.so.1")
 	for _, spec := range []string{"host", "auto", ""} {
 		d, err := Open(spec, 0)
