@@ -108,6 +108,13 @@ func (c Config) normalized() (Config, error) {
 	return c, nil
 }
 
+// Validate reports whether c can run on a group of size ranks, as New would
+// judge it, without touching a device.
+func (c Config) Validate(size int) error {
+	_, err := c.forRanks(size)
+	return err
+}
+
 // forRanks is normalized plus the grid of ranks for a group of size.
 func (c Config) forRanks(size int) (Config, error) {
 	c, err := c.normalized()

@@ -395,3 +395,18 @@ func TestParseDecomposition(t *testing.T) {
 		t.Error("Decomposition names do not parse back")
 	}
 }
+
+func TestValidateJudgesAsNewDoes(t *testing.T) {
+	if err := (solver.Config{N: 10, M: 10}).Validate(8); err != nil {
+		t.Errorf("8 ranks on 8 interior rows: %v", err)
+	}
+	if err := (solver.Config{N: 10, M: 10}).Validate(9); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Errorf("9 ranks on 8 interior rows: %v", err)
+	}
+	if err := (solver.Config{N: 10, M: 10, Decomp: solver.Grid2D, Px: 2, Py: 3}).Validate(6); err != nil {
+		t.Errorf("2×3 ranks: %v", err)
+	}
+	if err := (solver.Config{N: 10, M: 10, Decomp: solver.Grid2D, Px: 2, Py: 3}).Validate(4); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Errorf("2×3 ranks for a group of 4: %v", err)
+	}
+}

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/gpucomm/gpucomm/comm/local"
+	"github.com/gpucomm/gpucomm/solver"
+)
+
+func TestHeatExampleOnLocalRanksPrintsTheReferenceResult(t *testing.T) {
+	want, res, err := solver.Reference(config, steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, m := config.N, config.M
+	for _, np := range []int{1, 3} {
+		comms, err := local.NewGroup(np)
+		if err != nil {
+			t.Fatal(err)
+		}
+		outs := make([]bytes.Buffer, np)
+		errs := make([]error, np)
+		var wg sync.WaitGroup
+		for i, c := range comms {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[i] = run(c, &outs[i]) }()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i < np; i++ {
+			if outs[i].Len() != 0 {
+				t.Errorf("rank %d printed %q; only rank 0 speaks", i, outs[i].String())
+			}
+		}
+		line := fmt.Sprintf("%d ranks on local: after %d steps the residual is %.6e and the centre is at %.6f\n",
+			np, steps, res, want[n/2*m+m/2])
+		if got := outs[0].String(); got != line {
+			t.Errorf("np %d: printed %q, want %q", np, got, line)
+		}
+	}
+}
