@@ -13,7 +13,7 @@ import (
 var sources embed.FS
 
 // moduleLoader is how kernels reaches a CUDA device: devmem's cuda driver
-// once it is compiled in (see cuda.go), a fake in tests.
+// (cuda.go), or a fake in tests.
 type moduleLoader interface {
 	ComputeCapability(d *devmem.Device) (major, minor int, err error)
 	LoadModule(d *devmem.Device, image []byte) (module, error)
@@ -56,9 +56,8 @@ type loadedModule struct {
 	fns map[string]function
 }
 
-// defaultRuntime is what launchers use. Its loader stays nil until devmem's
-// cuda driver is compiled in (cuda.go sets it), and CUDA launches say so.
-var defaultRuntime = &runtime{cacheDir: CacheDir, nvrtc: nvrtcCompiler{}}
+// defaultRuntime is what launchers use.
+var defaultRuntime = &runtime{cacheDir: CacheDir, nvrtc: nvrtcCompiler{}, loader: devmemLoader{}}
 
 func (rt *runtime) launch(dev *devmem.Device, s *devmem.Stream, l launch) error {
 	fn, err := rt.function(dev, l.file, l.kernel)
@@ -77,7 +76,7 @@ func (rt *runtime) function(dev *devmem.Device, file, kernel string) (function, 
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
 	if rt.loader == nil || rt.nvrtc == nil {
-		return nil, fmt.Errorf("kernels: %s on %v: this binary has no CUDA module loader or NVRTC binding: %w", kernel, dev, devmem.ErrUnsupported)
+		return nil, fmt.Errorf("kernels: %s on %v: no CUDA module loader or NVRTC binding: %w", kernel, dev, devmem.ErrUnsupported)
 	}
 	key := loadKey{dev, file}
 	lm := rt.loaded[key]

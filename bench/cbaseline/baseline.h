@@ -1,0 +1,75 @@
+// Declarations shared by the C timing loops (mpi_baseline.c, nccl_baseline.c)
+// and the cgo files of package cbaseline. Buffer addresses travel as
+// uintptr_t and are cast only here, so Go never turns a uintptr into a pointer.
+
+#ifndef GPUCOMM_BENCH_BASELINE_H
+#define GPUCOMM_BENCH_BASELINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+// Operations: the same values as the Coll constants in cbaseline.go.
+enum {
+	GCB_ALLREDUCE = 1,
+	GCB_ALLGATHER,
+	GCB_REDUCESCATTER,
+	GCB_BROADCAST,
+	GCB_REDUCE,
+	GCB_ALLTOALL,
+	GCB_PINGPONG,
+	GCB_BANDWIDTH,
+};
+
+// Element types and reductions: the same values as comm.DType and comm.Op.
+enum {
+	GCB_INT8 = 1,
+	GCB_UINT8,
+	GCB_INT32,
+	GCB_UINT32,
+	GCB_INT64,
+	GCB_UINT64,
+	GCB_FLOAT16,
+	GCB_BFLOAT16,
+	GCB_FLOAT32,
+	GCB_FLOAT64,
+};
+enum { GCB_SUM = 1, GCB_PROD, GCB_MIN, GCB_MAX, GCB_AVG };
+
+// Results other than a library's own error codes (which are positive).
+enum {
+	GCB_OK = 0,
+	GCB_ENOTINIT = -1, // MPI_Init has not been called (or MPI was finalized)
+	GCB_ETYPE = -2,    // the library has no such datatype or reduction
+	GCB_EARG = -3,     // a bad argument (count, peer, window, iterations)
+	GCB_ENOMEM = -4,
+	GCB_ELOAD = -5,    // libnccl or libcuda could not be loaded; see the message
+	GCB_ECUDA = -6,    // a CUDA driver call failed; see the message
+};
+
+// One timing: what to run and on which buffers.
+typedef struct {
+	int coll;
+	uintptr_t send, recv;
+	size_t count; // the library's count argument (per rank for allgather, reducescatter, alltoall)
+	int dtype, op, root;
+	int peer;      // the other rank of pingpong and bandwidth
+	int initiator; // 1 on the rank that starts the ping-pong or sends the window
+	int window;    // sends per window (bandwidth)
+	int warmup;    // untimed iterations first
+	int sync_each; // barrier before every timed iteration (wall-clock timing)
+} gcb_args;
+
+// MPI (built with -tags mpi or mpich): time iters iterations of a->coll on
+// MPI_COMM_WORLD, writing each one's seconds (MPI_Wtime) to times.
+int gcb_mpi_initialized(void);
+int gcb_mpi_run(const gcb_args *a, int iters, double *times);
+void gcb_mpi_error_string(int code, char *buf, int len);
+
+// NCCL, loaded with dlopen: a communicator and a stream of its own on one GPU.
+typedef struct gcb_nccl gcb_nccl;
+int gcb_nccl_unique_id(unsigned char id[128], char *err, int errlen);
+int gcb_nccl_open(int ordinal, int nranks, int rank, const unsigned char id[128], gcb_nccl **out, char *err, int errlen);
+int gcb_nccl_run(gcb_nccl *s, const gcb_args *a, int iters, double *times, char *err, int errlen);
+int gcb_nccl_close(gcb_nccl *s, char *err, int errlen);
+
+#endif

@@ -1,0 +1,6 @@
+//go:build cgo && mpich
+
+package mpiinit
+
+// #cgo pkg-config: mpich
+import "C"

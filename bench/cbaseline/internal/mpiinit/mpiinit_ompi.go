@@ -1,0 +1,6 @@
+//go:build cgo && mpi && !mpich
+
+package mpiinit
+
+// #cgo pkg-config: ompi
+import "C"

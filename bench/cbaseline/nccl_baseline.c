@@ -1,0 +1,324 @@
+//go:build cgo
+
+// The NCCL baseline: each operation called straight from a C loop on an
+// NCCL communicator and a CUDA stream of its own, each iteration timed with
+// CUDA events. libnccl.so.2 and libcuda.so.1 are loaded with dlopen, as the
+// rest of gpucomm loads them, so this builds and runs without either.
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "baseline.h"
+
+// The few NCCL and CUDA driver declarations used here, ABI-compatible with
+// nccl.h and cuda.h.
+typedef int ncclResult_t;
+typedef struct { char internal[128]; } ncclUniqueId;
+typedef void *ncclComm_t;
+typedef int CUresult;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef void *CUstream;
+typedef void *CUevent;
+
+enum { ncclInt8, ncclUint8, ncclInt32, ncclUint32, ncclInt64, ncclUint64, ncclFloat16, ncclFloat32, ncclFloat64, ncclBfloat16 };
+enum { ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg };
+enum { CU_STREAM_NON_BLOCKING = 1, CU_EVENT_DEFAULT = 0 };
+
+static struct {
+	ncclResult_t (*GetUniqueId)(ncclUniqueId *);
+	ncclResult_t (*CommInitRank)(ncclComm_t *, int, ncclUniqueId, int);
+	ncclResult_t (*CommDestroy)(ncclComm_t);
+	ncclResult_t (*AllReduce)(const void *, void *, size_t, int, int, ncclComm_t, CUstream);
+	ncclResult_t (*AllGather)(const void *, void *, size_t, int, ncclComm_t, CUstream);
+	ncclResult_t (*ReduceScatter)(const void *, void *, size_t, int, int, ncclComm_t, CUstream);
+	ncclResult_t (*Broadcast)(const void *, void *, size_t, int, int, ncclComm_t, CUstream);
+	ncclResult_t (*Reduce)(const void *, void *, size_t, int, int, int, ncclComm_t, CUstream);
+	ncclResult_t (*Send)(const void *, size_t, int, int, ncclComm_t, CUstream);
+	ncclResult_t (*Recv)(void *, size_t, int, int, ncclComm_t, CUstream);
+	ncclResult_t (*GroupStart)(void);
+	ncclResult_t (*GroupEnd)(void);
+	const char *(*GetErrorString)(ncclResult_t);
+
+	CUresult (*Init)(unsigned);
+	CUresult (*DeviceGet)(CUdevice *, int);
+	CUresult (*PrimaryCtxRetain)(CUcontext *, CUdevice);
+	CUresult (*PrimaryCtxRelease)(CUdevice);
+	CUresult (*CtxSetCurrent)(CUcontext);
+	CUresult (*StreamCreate)(CUstream *, unsigned);
+	CUresult (*StreamSynchronize)(CUstream);
+	CUresult (*StreamDestroy)(CUstream);
+	CUresult (*EventCreate)(CUevent *, unsigned);
+	CUresult (*EventRecord)(CUevent, CUstream);
+	CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
+	CUresult (*EventDestroy)(CUevent);
+	CUresult (*GetErrorString_cu)(CUresult, const char **);
+} L;
+
+static pthread_once_t load_once = PTHREAD_ONCE_INIT;
+static char load_err[512];
+
+struct gcb_nccl {
+	ncclComm_t comm;
+	CUdevice dev;
+	CUcontext ctx;
+	CUstream stream;
+	CUevent *ev;
+	int nev;
+	int rank, nranks;
+};
+
+static void *sym(void *lib, const char *libname, const char *name) {
+	void *p = dlsym(lib, name);
+	if (p == NULL && load_err[0] == 0) {
+		snprintf(load_err, sizeof load_err, "%s has no symbol %s", libname, name);
+	}
+	return p;
+}
+
+static void load(void) {
+	void *nccl = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+	if (nccl == NULL) {
+		snprintf(load_err, sizeof load_err, "cannot load libnccl.so.2: %s", dlerror());
+		return;
+	}
+	void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (cuda == NULL) {
+		snprintf(load_err, sizeof load_err, "cannot load libcuda.so.1: %s", dlerror());
+		return;
+	}
+	const char *n = "libnccl.so.2", *c = "libcuda.so.1";
+	*(void **)&L.GetUniqueId = sym(nccl, n, "ncclGetUniqueId");
+	*(void **)&L.CommInitRank = sym(nccl, n, "ncclCommInitRank");
+	*(void **)&L.CommDestroy = sym(nccl, n, "ncclCommDestroy");
+	*(void **)&L.AllReduce = sym(nccl, n, "ncclAllReduce");
+	*(void **)&L.AllGather = sym(nccl, n, "ncclAllGather");
+	*(void **)&L.ReduceScatter = sym(nccl, n, "ncclReduceScatter");
+	*(void **)&L.Broadcast = sym(nccl, n, "ncclBroadcast");
+	*(void **)&L.Reduce = sym(nccl, n, "ncclReduce");
+	*(void **)&L.Send = sym(nccl, n, "ncclSend");
+	*(void **)&L.Recv = sym(nccl, n, "ncclRecv");
+	*(void **)&L.GroupStart = sym(nccl, n, "ncclGroupStart");
+	*(void **)&L.GroupEnd = sym(nccl, n, "ncclGroupEnd");
+	*(void **)&L.GetErrorString = sym(nccl, n, "ncclGetErrorString");
+	*(void **)&L.Init = sym(cuda, c, "cuInit");
+	*(void **)&L.DeviceGet = sym(cuda, c, "cuDeviceGet");
+	*(void **)&L.PrimaryCtxRetain = sym(cuda, c, "cuDevicePrimaryCtxRetain");
+	*(void **)&L.PrimaryCtxRelease = sym(cuda, c, "cuDevicePrimaryCtxRelease_v2");
+	*(void **)&L.CtxSetCurrent = sym(cuda, c, "cuCtxSetCurrent");
+	*(void **)&L.StreamCreate = sym(cuda, c, "cuStreamCreate");
+	*(void **)&L.StreamSynchronize = sym(cuda, c, "cuStreamSynchronize");
+	*(void **)&L.StreamDestroy = sym(cuda, c, "cuStreamDestroy_v2");
+	*(void **)&L.EventCreate = sym(cuda, c, "cuEventCreate");
+	*(void **)&L.EventRecord = sym(cuda, c, "cuEventRecord");
+	*(void **)&L.EventElapsedTime = sym(cuda, c, "cuEventElapsedTime");
+	*(void **)&L.EventDestroy = sym(cuda, c, "cuEventDestroy_v2");
+	*(void **)&L.GetErrorString_cu = sym(cuda, c, "cuGetErrorString");
+	if (load_err[0] == 0 && L.Init(0) != 0) {
+		snprintf(load_err, sizeof load_err, "cuInit failed: no usable GPU");
+	}
+}
+
+static int loaded(char *err, int errlen) {
+	pthread_once(&load_once, load);
+	if (load_err[0] != 0) {
+		snprintf(err, errlen, "%s", load_err);
+		return GCB_ELOAD;
+	}
+	return GCB_OK;
+}
+
+static int nccl_fail(const char *what, ncclResult_t r, char *err, int errlen) {
+	snprintf(err, errlen, "%s: %s (NCCL error %d)", what, L.GetErrorString(r), r);
+	return r > 0 ? r : GCB_EARG;
+}
+
+static int cuda_fail(const char *what, CUresult r, char *err, int errlen) {
+	const char *msg = "unknown error";
+	if (L.GetErrorString_cu(r, &msg) != 0 || msg == NULL) msg = "unknown error";
+	snprintf(err, errlen, "%s: %s (CUDA error %d)", what, msg, r);
+	return GCB_ECUDA;
+}
+
+#define NCCL(call, what) do { ncclResult_t r_ = (call); if (r_ != 0) return nccl_fail(what, r_, err, errlen); } while (0)
+#define CU(call, what) do { CUresult r_ = (call); if (r_ != 0) return cuda_fail(what, r_, err, errlen); } while (0)
+
+int gcb_nccl_unique_id(unsigned char id[128], char *err, int errlen) {
+	int rc = loaded(err, errlen);
+	if (rc != GCB_OK) return rc;
+	ncclUniqueId u;
+	NCCL(L.GetUniqueId(&u), "ncclGetUniqueId");
+	memcpy(id, u.internal, 128);
+	return GCB_OK;
+}
+
+int gcb_nccl_open(int ordinal, int nranks, int rank, const unsigned char id[128], gcb_nccl **out, char *err, int errlen) {
+	int rc = loaded(err, errlen);
+	if (rc != GCB_OK) return rc;
+	gcb_nccl *s = calloc(1, sizeof *s);
+	if (s == NULL) return GCB_ENOMEM;
+	s->rank = rank;
+	s->nranks = nranks;
+	ncclUniqueId u;
+	memcpy(u.internal, id, 128);
+	CUresult cr = L.DeviceGet(&s->dev, ordinal);
+	if (cr == 0) cr = L.PrimaryCtxRetain(&s->ctx, s->dev);
+	if (cr != 0) {
+		free(s);
+		return cuda_fail("cuDevicePrimaryCtxRetain", cr, err, errlen);
+	}
+	// NCCL takes the device from the context current on this thread.
+	if ((cr = L.CtxSetCurrent(s->ctx)) == 0) cr = L.StreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
+	if (cr != 0) {
+		L.PrimaryCtxRelease(s->dev);
+		free(s);
+		return cuda_fail("cuStreamCreate", cr, err, errlen);
+	}
+	ncclResult_t nr = L.CommInitRank(&s->comm, nranks, u, rank);
+	if (nr != 0) {
+		L.StreamDestroy(s->stream);
+		L.PrimaryCtxRelease(s->dev);
+		free(s);
+		return nccl_fail("ncclCommInitRank", nr, err, errlen);
+	}
+	*out = s;
+	return GCB_OK;
+}
+
+static int events(gcb_nccl *s, int n, char *err, int errlen) {
+	if (n <= s->nev) return GCB_OK;
+	CUevent *ev = realloc(s->ev, sizeof(CUevent) * (size_t)n);
+	if (ev == NULL) return GCB_ENOMEM;
+	s->ev = ev;
+	for (; s->nev < n; s->nev++) {
+		CU(L.EventCreate(&s->ev[s->nev], CU_EVENT_DEFAULT), "cuEventCreate");
+	}
+	return GCB_OK;
+}
+
+static int one(gcb_nccl *s, const gcb_args *a, size_t elt, char *err, int errlen) {
+	const void *sb = (const void *)a->send;
+	void *rb = (void *)a->recv;
+	int dt = a->dtype, op = a->op;
+	switch (a->coll) {
+	case GCB_ALLREDUCE: NCCL(L.AllReduce(sb, rb, a->count, dt, op, s->comm, s->stream), "ncclAllReduce"); break;
+	case GCB_ALLGATHER: NCCL(L.AllGather(sb, rb, a->count, dt, s->comm, s->stream), "ncclAllGather"); break;
+	case GCB_REDUCESCATTER: NCCL(L.ReduceScatter(sb, rb, a->count, dt, op, s->comm, s->stream), "ncclReduceScatter"); break;
+	case GCB_BROADCAST: NCCL(L.Broadcast(sb, rb, a->count, dt, a->root, s->comm, s->stream), "ncclBroadcast"); break;
+	case GCB_REDUCE: NCCL(L.Reduce(sb, rb, a->count, dt, op, a->root, s->comm, s->stream), "ncclReduce"); break;
+	case GCB_ALLTOALL:
+		// As nccl-tests: one send and one receive per peer in a group.
+		NCCL(L.GroupStart(), "ncclGroupStart");
+		for (int r = 0; r < s->nranks; r++) {
+			size_t off = (size_t)r * a->count * elt;
+			NCCL(L.Send((const char *)sb + off, a->count, dt, r, s->comm, s->stream), "ncclSend");
+			NCCL(L.Recv((char *)rb + off, a->count, dt, r, s->comm, s->stream), "ncclRecv");
+		}
+		NCCL(L.GroupEnd(), "ncclGroupEnd");
+		break;
+	case GCB_PINGPONG:
+		if (a->initiator) {
+			NCCL(L.Send(sb, a->count, dt, a->peer, s->comm, s->stream), "ncclSend");
+			NCCL(L.Recv(rb, a->count, dt, a->peer, s->comm, s->stream), "ncclRecv");
+		} else {
+			NCCL(L.Recv(rb, a->count, dt, a->peer, s->comm, s->stream), "ncclRecv");
+			NCCL(L.Send(rb, a->count, dt, a->peer, s->comm, s->stream), "ncclSend");
+		}
+		break;
+	case GCB_BANDWIDTH:
+		// The window goes out as one group, as osu_bw posts it nonblocking.
+		NCCL(L.GroupStart(), "ncclGroupStart");
+		for (int w = 0; w < a->window; w++) {
+			if (a->initiator) NCCL(L.Send(sb, a->count, dt, a->peer, s->comm, s->stream), "ncclSend");
+			else NCCL(L.Recv(rb, a->count, dt, a->peer, s->comm, s->stream), "ncclRecv");
+		}
+		NCCL(L.GroupEnd(), "ncclGroupEnd");
+		if (a->initiator) NCCL(L.Recv(rb, 1, ncclUint8, a->peer, s->comm, s->stream), "ncclRecv (ack)");
+		else NCCL(L.Send(rb, 1, ncclUint8, a->peer, s->comm, s->stream), "ncclSend (ack)");
+		break;
+	default:
+		return GCB_EARG;
+	}
+	return GCB_OK;
+}
+
+static int nccl_type(int dt, int *t, size_t *elt) {
+	switch (dt) {
+	case GCB_INT8: *t = ncclInt8; *elt = 1; return GCB_OK;
+	case GCB_UINT8: *t = ncclUint8; *elt = 1; return GCB_OK;
+	case GCB_INT32: *t = ncclInt32; *elt = 4; return GCB_OK;
+	case GCB_UINT32: *t = ncclUint32; *elt = 4; return GCB_OK;
+	case GCB_INT64: *t = ncclInt64; *elt = 8; return GCB_OK;
+	case GCB_UINT64: *t = ncclUint64; *elt = 8; return GCB_OK;
+	case GCB_FLOAT16: *t = ncclFloat16; *elt = 2; return GCB_OK;
+	case GCB_BFLOAT16: *t = ncclBfloat16; *elt = 2; return GCB_OK;
+	case GCB_FLOAT32: *t = ncclFloat32; *elt = 4; return GCB_OK;
+	case GCB_FLOAT64: *t = ncclFloat64; *elt = 8; return GCB_OK;
+	}
+	return GCB_ETYPE;
+}
+
+static int nccl_op(int op, int *o) {
+	switch (op) {
+	case GCB_SUM: *o = ncclSum; return GCB_OK;
+	case GCB_PROD: *o = ncclProd; return GCB_OK;
+	case GCB_MIN: *o = ncclMin; return GCB_OK;
+	case GCB_MAX: *o = ncclMax; return GCB_OK;
+	case GCB_AVG: *o = ncclAvg; return GCB_OK;
+	}
+	return GCB_ETYPE;
+}
+
+int gcb_nccl_run(gcb_nccl *s, const gcb_args *in, int iters, double *times, char *err, int errlen) {
+	if (s == NULL || iters < 0 || in->warmup < 0) return GCB_EARG;
+	gcb_args a = *in;
+	size_t elt = 0;
+	int rc = nccl_type(in->dtype, &a.dtype, &elt);
+	if (rc == GCB_OK) rc = nccl_op(in->op == 0 ? GCB_SUM : in->op, &a.op);
+	if (rc != GCB_OK) return rc;
+	CU(L.CtxSetCurrent(s->ctx), "cuCtxSetCurrent");
+	if ((rc = events(s, 2 * iters, err, errlen)) != GCB_OK) return rc;
+	for (int i = 0; i < a.warmup; i++) {
+		if ((rc = one(s, &a, elt, err, errlen)) != GCB_OK) return rc;
+	}
+	// A one-element allreduce is the barrier: every rank starts timing after
+	// all have arrived. Point-to-point pairs skip it (the others sit out).
+	if (a.coll != GCB_PINGPONG && a.coll != GCB_BANDWIDTH && a.recv != 0) {
+		NCCL(L.AllReduce((void *)a.recv, (void *)a.recv, 1, ncclUint8, ncclMax, s->comm, s->stream), "ncclAllReduce (barrier)");
+	}
+	CU(L.StreamSynchronize(s->stream), "cuStreamSynchronize");
+	for (int i = 0; i < iters; i++) {
+		CU(L.EventRecord(s->ev[2 * i], s->stream), "cuEventRecord");
+		if ((rc = one(s, &a, elt, err, errlen)) != GCB_OK) return rc;
+		CU(L.EventRecord(s->ev[2 * i + 1], s->stream), "cuEventRecord");
+	}
+	CU(L.StreamSynchronize(s->stream), "cuStreamSynchronize");
+	for (int i = 0; i < iters; i++) {
+		float ms = 0;
+		CU(L.EventElapsedTime(&ms, s->ev[2 * i], s->ev[2 * i + 1]), "cuEventElapsedTime");
+		double t = ms / 1e3;
+		if (a.coll == GCB_PINGPONG) t = a.initiator ? t / 2 : 0;
+		if (a.coll == GCB_BANDWIDTH) t = a.initiator ? t / a.window : 0;
+		times[i] = t;
+	}
+	return GCB_OK;
+}
+
+int gcb_nccl_close(gcb_nccl *s, char *err, int errlen) {
+	if (s == NULL) return GCB_OK;
+	int rc = GCB_OK;
+	if (L.CtxSetCurrent(s->ctx) == 0) {
+		for (int i = 0; i < s->nev; i++) L.EventDestroy(s->ev[i]);
+		L.StreamSynchronize(s->stream);
+		L.StreamDestroy(s->stream);
+	}
+	ncclResult_t nr = L.CommDestroy(s->comm);
+	if (nr != 0) rc = nccl_fail("ncclCommDestroy", nr, err, errlen);
+	L.PrimaryCtxRelease(s->dev);
+	free(s->ev);
+	free(s);
+	return rc;
+}

@@ -1,0 +1,344 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/local"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+)
+
+// Exit statuses of Main, the same as every gpucomm subcommand's.
+const (
+	ExitOK    = 0
+	ExitFail  = 1 // an error, or wrong results
+	ExitUsage = 2
+)
+
+// CommandSummary is the one-line description of the bench command.
+const CommandSummary = "measure collectives and point-to-point transfers, nccl-tests and OSU style"
+
+const description = `Bench times collectives in the manner of NVIDIA's nccl-tests (size, count,
+type, redop, root, time, algbw, busbw, #wrong) and point-to-point latency
+and bandwidth in the manner of the OSU micro-benchmarks, over a size sweep.
+Each row is the median over the timed iterations (p10 and p90 beside it);
+results are checked against values computed in Go on -c iterations per size.
+Where a backend has a library underneath (MPI, NCCL), the same operation is
+also timed from a C loop straight to that library, and the base, time/base
+and busbw/base columns show gpucomm's overhead.
+
+With the local backend every rank is a goroutine of this process (-np of
+them). With any other backend run it under mpirun, one process a rank:
+
+	mpirun -np 8 gpucomm bench -backend mpi -op allreduce,pingpong
+
+Every process then measures; rank 0 prints. GPUCOMM_BACKEND, when set,
+overrides -backend.`
+
+// listFlag collects a flag given several times or as a comma-separated list.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(s string) error {
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			*l = append(*l, f)
+		}
+	}
+	return nil
+}
+
+// options are Main's flags, parsed.
+type options struct {
+	backend, device, ops, dtype, redop, min, max, step string
+	np, factor, root, iters, warmup, checks, window    int
+	timeout                                            time.Duration
+	json, csv, noBaseline, noProgress                  bool
+	plot, label                                        string
+	compare                                            listFlag
+	set                                                map[string]bool
+}
+
+// dtypeAliases accepts nccl-tests' -d names besides gpucomm's own.
+var dtypeAliases = map[string]comm.DType{
+	"char": comm.Int8, "int": comm.Int32, "half": comm.Float16, "float": comm.Float32, "double": comm.Float64,
+	"fp16": comm.Float16, "bf16": comm.BFloat16, "fp32": comm.Float32, "fp64": comm.Float64,
+}
+
+func parseDType(s string) (comm.DType, error) {
+	if d, ok := dtypeAliases[strings.ToLower(s)]; ok {
+		return d, nil
+	}
+	var names []string
+	for _, d := range comm.DTypes {
+		if d.String() == strings.ToLower(s) {
+			return d, nil
+		}
+		names = append(names, d.String())
+	}
+	return 0, fmt.Errorf("unknown dtype %q (want %s, or nccl-tests' half, float, double)", s, strings.Join(names, ", "))
+}
+
+func parseRedop(s string) (comm.Op, error) {
+	var names []string
+	for _, o := range comm.Ops {
+		if o.String() == strings.ToLower(s) {
+			return o, nil
+		}
+		names = append(names, o.String())
+	}
+	return 0, fmt.Errorf("unknown reduction %q (want %s)", s, strings.Join(names, ", "))
+}
+
+// Main is the bench command: it parses args, runs, prints rank 0's report
+// and returns the exit status.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("gpucomm bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: gpucomm bench [-backend NAME] [-np N] [-op LIST] [-b MIN] [-e MAX] [-f FACTOR] [flags]\n\n%s\n\nFlags:\n", description)
+		fs.PrintDefaults()
+	}
+	def := DefaultConfig()
+	var o options
+	fs.StringVar(&o.backend, "backend", local.Name, "backend `NAME`: "+strings.Join(comm.Backends(), ", ")+" or auto")
+	fs.IntVar(&o.np, "np", 4, "number of in-process ranks `N` (local backend only; under MPI, mpirun sets the rank count)")
+	fs.StringVar(&o.device, "device", "", "device `SPEC`: auto, host, cuda or cuda:N (default GPUCOMM_DEVICE, else auto)")
+	fs.StringVar(&o.ops, "op", "all", "operations, comma-separated `LIST`: allreduce, allgather, reducescatter, broadcast, reduce, alltoall, pingpong, bw, or all")
+	fs.StringVar(&o.min, "b", FormatSize(def.MinBytes), "smallest size in `BYTES` (K, M, G suffixes allowed)")
+	fs.StringVar(&o.max, "e", FormatSize(def.MaxBytes), "largest size in `BYTES`")
+	fs.IntVar(&o.factor, "f", def.StepFactor, "multiply the size by `FACTOR` at each step (1: add -i instead)")
+	fs.StringVar(&o.step, "i", FormatSize(def.StepBytes), "with -f 1, add `BYTES` at each step")
+	fs.StringVar(&o.dtype, "d", def.DType.String(), "element `TYPE`: int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, float32, float64")
+	fs.StringVar(&o.redop, "o", def.Op.String(), "reduction `OP` of allreduce, reducescatter and reduce: sum, prod, min, max, avg")
+	fs.IntVar(&o.root, "r", def.Root, "`ROOT` rank of broadcast and reduce")
+	fs.IntVar(&o.iters, "n", def.Iters, "timed iterations `N` per size")
+	fs.IntVar(&o.warmup, "w", def.Warmup, "untimed warm-up iterations `N` per size")
+	fs.IntVar(&o.checks, "c", def.Checks, "check the results of `N` of each size's timed iterations, spread evenly (0: none)")
+	fs.IntVar(&o.window, "window", def.Window, "sends per window `N` of the bw test")
+	fs.DurationVar(&o.timeout, "timeout", 0, "bound each operation by `DURATION` (0: GPUCOMM_TIMEOUT or none)")
+	fs.BoolVar(&o.noBaseline, "nobaseline", false, "skip the C-loop baseline")
+	fs.BoolVar(&o.json, "json", false, "print the report as JSON instead of the table")
+	fs.BoolVar(&o.csv, "csv", false, "print the report as CSV instead of the table")
+	fs.StringVar(&o.plot, "plot", "", "draw bandwidth and time against size to `FILE` (.png or .svg)")
+	fs.Var(&o.compare, "compare", "overlay earlier -json reports from `FILE`s in the plot (repeat or comma-separate)")
+	fs.StringVar(&o.label, "label", "", "name this run in plots and JSON (default: backend and rank count)")
+	fs.BoolVar(&o.noProgress, "noprogress", false, "no progress bar, even on a terminal")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return ExitOK
+		}
+		return ExitUsage
+	}
+	if fs.NArg() > 0 {
+		return usageError(fs, "unexpected argument %q", fs.Arg(0))
+	}
+	o.set = map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
+	return o.run(ctx, fs, stdout, stderr)
+}
+
+func usageError(fs *flag.FlagSet, format string, args ...any) int {
+	fmt.Fprintf(fs.Output(), "%s: %s\n", fs.Name(), fmt.Sprintf(format, args...))
+	fmt.Fprintf(fs.Output(), "Run '%s -h' for usage.\n", fs.Name())
+	return ExitUsage
+}
+
+// config turns the flags into a Config, or says which flag is wrong.
+func (o *options) config() (Config, error) {
+	cfg := DefaultConfig()
+	var err error
+	if o.ops != "all" {
+		if cfg.Ops, err = ParseOperations(o.ops); err != nil {
+			return cfg, fmt.Errorf("-op: %v", err)
+		}
+	}
+	if cfg.MinBytes, err = ParseSize(o.min); err != nil {
+		return cfg, fmt.Errorf("-b: %v", err)
+	}
+	if cfg.MaxBytes, err = ParseSize(o.max); err != nil {
+		return cfg, fmt.Errorf("-e: %v", err)
+	}
+	if cfg.StepBytes, err = ParseSize(o.step); err != nil {
+		return cfg, fmt.Errorf("-i: %v", err)
+	}
+	if _, err := Sweep(cfg.MinBytes, cfg.MaxBytes, o.factor, cfg.StepBytes); err != nil {
+		return cfg, err
+	}
+	cfg.StepFactor = o.factor
+	if cfg.DType, err = parseDType(o.dtype); err != nil {
+		return cfg, fmt.Errorf("-d: %v", err)
+	}
+	if cfg.Op, err = parseRedop(o.redop); err != nil {
+		return cfg, fmt.Errorf("-o: %v", err)
+	}
+	for _, v := range []struct {
+		name     string
+		val, min int
+	}{{"r", o.root, 0}, {"n", o.iters, 1}, {"w", o.warmup, 0}, {"c", o.checks, 0}, {"window", o.window, 1}} {
+		if v.val < v.min {
+			return cfg, fmt.Errorf("-%s %d: want %d or more", v.name, v.val, v.min)
+		}
+	}
+	if o.json && o.csv {
+		return cfg, fmt.Errorf("-json and -csv: pick one")
+	}
+	if o.timeout < 0 {
+		return cfg, fmt.Errorf("-timeout %v: want 0 or more", o.timeout)
+	}
+	if o.plot != "" {
+		if ext := strings.ToLower(o.plot); !strings.HasSuffix(ext, ".png") && !strings.HasSuffix(ext, ".svg") {
+			return cfg, fmt.Errorf("-plot %s: want a .png or .svg file", o.plot)
+		}
+	} else if len(o.compare) > 0 {
+		return cfg, fmt.Errorf("-compare draws into the -plot file: give -plot too")
+	}
+	cfg.Root, cfg.Iters, cfg.Warmup, cfg.Checks, cfg.Window = o.root, o.iters, o.warmup, o.checks, o.window
+	cfg.NoBaseline = o.noBaseline
+	return cfg, nil
+}
+
+func (o *options) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.Writer) int {
+	cfg, err := o.config()
+	if err != nil {
+		return usageError(fs, "%v", err)
+	}
+	var compare []*Report
+	for _, path := range o.compare {
+		r, err := ReadReport(path)
+		if err != nil {
+			return usageError(fs, "-compare: %v", err)
+		}
+		compare = append(compare, r)
+	}
+	if env := os.Getenv("GPUCOMM_BACKEND"); env != "" {
+		if o.set["backend"] && env != o.backend {
+			fmt.Fprintf(stderr, "gpucomm bench: GPUCOMM_BACKEND=%s overrides -backend %s\n", env, o.backend)
+		}
+		o.backend = env
+	}
+	var opts []comm.Option
+	if o.timeout > 0 {
+		opts = append(opts, comm.WithTimeout(o.timeout))
+	}
+	if o.backend == local.Name {
+		if o.np < 1 {
+			return usageError(fs, "-np %d: want 1 or more ranks", o.np)
+		}
+		if d := strings.ToLower(o.device); d != "" && d != "auto" && d != "host" {
+			return usageError(fs, "-device %s: the local backend runs on simulated host devices only", o.device)
+		}
+		if _, _, err := cfg.resolve(o.np); err != nil {
+			return usageError(fs, "%v", err)
+		}
+		bar := newBar(stderr, o.noProgress)
+		rep, err := RunLocal(ctx, o.np, cfg, bar.progress, opts...)
+		bar.finish()
+		return o.report(rep, err, compare, stdout, stderr)
+	}
+	if o.set["np"] && o.np != 1 {
+		return usageError(fs, "-np applies to the local backend only; %s takes one rank a process, so set the rank count with mpirun -np", o.backend)
+	}
+	if o.device != "" {
+		opts = append(opts, comm.WithDevice(o.device))
+	}
+	c, err := comm.Open(o.backend, opts...)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpucomm bench: %v\n", err)
+		if errors.Is(err, comm.ErrInvalidArgument) {
+			return ExitUsage
+		}
+		return ExitFail
+	}
+	defer c.Close()
+	if c.Rank() != 0 {
+		// Rank 0 speaks for the job; the others report only their own errors.
+		_, err := Run(ctx, c, cfg, nil)
+		if err != nil {
+			fmt.Fprintf(stderr, "gpucomm bench: rank %d: %v\n", c.Rank(), err)
+			return ExitFail
+		}
+		return ExitOK
+	}
+	bar := newBar(stderr, o.noProgress)
+	rep, err := Run(ctx, c, cfg, bar.progress)
+	bar.finish()
+	return o.report(rep, err, compare, stdout, stderr)
+}
+
+// report prints rank 0's report and plot, then gives the exit status.
+func (o *options) report(rep *Report, runErr error, compare []*Report, stdout, stderr io.Writer) int {
+	code := ExitOK
+	if runErr != nil {
+		fmt.Fprintf(stderr, "gpucomm bench: %v\n", runErr)
+		code = ExitFail
+	}
+	if rep == nil {
+		return code
+	}
+	rep.Label = o.label
+	var err error
+	switch {
+	case o.json:
+		err = rep.WriteJSON(stdout)
+	case o.csv:
+		err = rep.WriteCSV(stdout)
+	default:
+		err = rep.WriteTable(stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "gpucomm bench: %v\n", err)
+		code = ExitFail
+	}
+	if o.plot != "" && len(rep.Results)+len(compare) > 0 {
+		if err := PlotFile(o.plot, append([]*Report{rep}, compare...)); err != nil {
+			fmt.Fprintf(stderr, "gpucomm bench: %v\n", err)
+			code = ExitFail
+		}
+	}
+	if n := rep.Wrong(); n > 0 {
+		fmt.Fprintf(stderr, "gpucomm bench: %d wrong elements: the backend returned incorrect results\n", n)
+		code = ExitFail
+	}
+	return code
+}
+
+// bar is a progress bar on stderr when it is a terminal; otherwise it does
+// nothing, so logs and pipes stay clean.
+type bar struct {
+	w   io.Writer
+	off bool
+	pb  *progressbar.ProgressBar
+}
+
+func newBar(stderr io.Writer, off bool) *bar {
+	f, ok := stderr.(*os.File)
+	return &bar{w: stderr, off: off || !ok || !term.IsTerminal(int(f.Fd()))}
+}
+
+func (b *bar) progress(done, total int) {
+	if b.off {
+		return
+	}
+	if b.pb == nil {
+		b.pb = progressbar.NewOptions(total, progressbar.OptionSetWriter(b.w), progressbar.OptionSetDescription("bench"),
+			progressbar.OptionShowCount(), progressbar.OptionClearOnFinish(), progressbar.OptionSetPredictTime(true),
+			progressbar.OptionThrottle(100*time.Millisecond))
+	}
+	_ = b.pb.Set(done)
+}
+
+func (b *bar) finish() {
+	if b.pb != nil {
+		_ = b.pb.Finish()
+	}
+}

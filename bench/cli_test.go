@@ -1,0 +1,259 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"encoding/xml"
+	"errors"
+	"image/png"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// bench runs Main with GPUCOMM_BACKEND cleared, as a shell would.
+func bench(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	t.Setenv("GPUCOMM_BACKEND", "")
+	var out, errOut bytes.Buffer
+	code = Main(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// tinyArgs is a short sweep: 8, 32, 128, 512 bytes of float32.
+var tinyArgs = []string{"-b", "8", "-e", "512", "-f", "4", "-n", "3", "-w", "1", "-c", "1", "-window", "4"}
+
+// wantRows counts the sizes of tinyArgs that give an operation at least
+// one element per rank on n ranks.
+func wantRows(t *testing.T, op Operation, n int) int {
+	rows := 0
+	for _, size := range []int64{8, 32, 128, 512} {
+		sh, err := ShapeOf(op, size, 4, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sh.Count > 0 {
+			rows++
+		}
+	}
+	return rows
+}
+
+func TestTableHasNcclTestsColumnsAndARowPerSize(t *testing.T) {
+	for _, n := range []int{2, 4} {
+		ops := []Operation{AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll, PingPong, Bandwidth}
+		code, out, errOut := bench(t, append([]string{"-np", strconv.Itoa(n), "-op", "all"}, tinyArgs...)...)
+		if code != ExitOK {
+			t.Fatalf("np %d: exit %d\n%s", n, code, errOut)
+		}
+		if errOut != "" {
+			t.Errorf("np %d: stderr not empty (no terminal, so no progress bar):\n%s", n, errOut)
+		}
+		sections := strings.Split(out, "\n#\n# ")
+		if len(sections) != len(ops)+2 { // the preamble, one per operation, the verdict
+			t.Fatalf("np %d: %d sections, want %d:\n%s", n, len(sections), len(ops)+2, out)
+		}
+		for i, op := range ops {
+			lines := strings.Split(strings.TrimSpace(sections[i+1]), "\n")
+			if !strings.HasPrefix(lines[0], op.String()+" (") {
+				t.Errorf("np %d: section %d is %q, want %v", n, i, lines[0], op)
+			}
+			header := strings.Fields(strings.TrimPrefix(lines[1], "#"))
+			if strings.Join(header, " ") != strings.Join(TableColumns, " ") {
+				t.Errorf("np %d %v: header %q, want %q", n, op, header, TableColumns)
+			}
+			for _, want := range []string{"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong"} {
+				if !strings.Contains(lines[1], want) {
+					t.Errorf("np %d %v: header lacks %s", n, op, want)
+				}
+			}
+			var rows [][]string
+			for _, l := range lines[3:] {
+				if !strings.HasPrefix(l, "#") {
+					rows = append(rows, strings.Fields(l))
+				}
+			}
+			if len(rows) != wantRows(t, op, n) {
+				t.Errorf("np %d %v: %d rows, want %d:\n%s", n, op, len(rows), wantRows(t, op, n), sections[i+1])
+			}
+			col := func(name string) int {
+				for j, c := range TableColumns {
+					if c == name {
+						return j
+					}
+				}
+				t.Fatalf("no column %s", name)
+				return -1
+			}
+			for _, r := range rows {
+				if len(r) != len(TableColumns) {
+					t.Errorf("np %d %v: row %q has %d fields, want %d", n, op, r, len(r), len(TableColumns))
+					continue
+				}
+				if r[col("#wrong")] != "0" || r[col("type")] != "float32" || r[col("base")] != "-" {
+					t.Errorf("np %d %v: row %q: want #wrong 0, float32, no baseline", n, op, r)
+				}
+				if v, err := strconv.ParseFloat(r[col("time")], 64); err != nil || !(v > 0) {
+					t.Errorf("np %d %v: time %q", n, op, r[col("time")])
+				}
+			}
+		}
+		if !strings.Contains(out, "Wrong elements : 0 OK") {
+			t.Errorf("np %d: no OK verdict:\n%s", n, out)
+		}
+	}
+}
+
+func TestJSONAndCSVCarryTheSameResults(t *testing.T) {
+	args := append([]string{"-np", "2", "-op", "allreduce,pingpong"}, tinyArgs...)
+	code, out, errOut := bench(t, append(args, "-json", "-label", "mine")...)
+	if code != ExitOK {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	var rep Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("-json output is not JSON: %v\n%s", err, out)
+	}
+	if rep.Backend != "local" || rep.Ranks != 2 || rep.Label != "mine" || len(rep.Results) != 8 {
+		t.Errorf("report %+v", rep)
+	}
+	if rep.Results[0].Operation != AllReduce || rep.Results[7].Operation != PingPong || rep.Results[7].Size != 512 {
+		t.Errorf("results out of order: first %v, last %v of %d", rep.Results[0].Operation, rep.Results[7].Operation, rep.Results[7].Size)
+	}
+
+	code, out, errOut = bench(t, append(args, "-csv")...)
+	if code != ExitOK {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	recs, err := csv.NewReader(strings.NewReader(out)).ReadAll()
+	if err != nil {
+		t.Fatalf("-csv output: %v", err)
+	}
+	if len(recs) != 9 || strings.Join(recs[0], ",") != strings.Join(CSVHeader, ",") {
+		t.Fatalf("%d records, header %v", len(recs), recs[0])
+	}
+	for _, r := range recs[1:] {
+		if len(r) != len(CSVHeader) || r[18] != "0" {
+			t.Errorf("row %v: want %d fields and wrong 0", r, len(CSVHeader))
+		}
+	}
+}
+
+func TestPlotIsAPNGOrSVGOfTheExpectedShape(t *testing.T) {
+	dir := t.TempDir()
+	pngPath, svgPath, jsonPath := filepath.Join(dir, "b.png"), filepath.Join(dir, "b.svg"), filepath.Join(dir, "earlier.json")
+	args := append([]string{"-np", "2", "-op", "allgather,pingpong,bw"}, tinyArgs...)
+	code, out, errOut := bench(t, append(args, "-json")...)
+	if code != ExitOK {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	if err := os.WriteFile(jsonPath, []byte(out), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := bench(t, append(args, "-plot", pngPath, "-compare", jsonPath)...); code != ExitOK {
+		t.Fatalf("-plot png: exit %d\n%s", code, errOut)
+	}
+	f, err := os.Open(pngPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("plot is not a PNG: %v", err)
+	}
+	w, h := PlotPixels(3)
+	if b := img.Bounds(); b.Dx() != w || b.Dy() != h {
+		t.Errorf("PNG is %dx%d, want %dx%d for three operations", b.Dx(), b.Dy(), w, h)
+	}
+
+	if code, _, errOut := bench(t, append(args, "-plot", svgPath, "-op", "reduce")...); code != ExitOK {
+		t.Fatalf("-plot svg: exit %d\n%s", code, errOut)
+	}
+	data, err := os.ReadFile(svgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := xml.NewDecoder(bytes.NewReader(data))
+	var root string
+	for {
+		tok, err := d.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG does not parse as XML: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && root == "" {
+			root = se.Name.Local
+		}
+	}
+	if root != "svg" {
+		t.Errorf("SVG root element %q", root)
+	}
+	if !bytes.Contains(data, []byte("reduce: bus bandwidth")) {
+		t.Error("SVG lacks the reduce panel's title")
+	}
+}
+
+func TestBadFlagsAreUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	notJSON := filepath.Join(dir, "x.json")
+	if err := os.WriteFile(notJSON, []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string][]string{
+		"bad min size":            {"-b", "abc"},
+		"max below min":           {"-b", "1M", "-e", "8"},
+		"zero factor":             {"-f", "0"},
+		"unknown dtype":           {"-d", "float128"},
+		"unknown reduction":       {"-o", "xor"},
+		"root beyond the ranks":   {"-np", "2", "-r", "2"},
+		"negative root":           {"-r", "-1"},
+		"no iterations":           {"-n", "0"},
+		"negative warm-up":        {"-w", "-1"},
+		"empty window":            {"-window", "0"},
+		"unknown operation":       {"-op", "gather"},
+		"json and csv":            {"-json", "-csv"},
+		"plot of another format":  {"-plot", "x.pdf"},
+		"compare without plot":    {"-compare", notJSON},
+		"compare of a bad report": {"-plot", filepath.Join(dir, "p.png"), "-compare", notJSON},
+		"no ranks":                {"-np", "0"},
+		"pingpong on one rank":    {"-np", "1", "-op", "pingpong"},
+		"local on a GPU":          {"-device", "cuda"},
+		"negative timeout":        {"-timeout", "-1s"},
+		"unknown flag":            {"-x"},
+		"stray argument":          {"allreduce"},
+		"np for mpi":              {"-backend", "mpi", "-np", "4"},
+	}
+	for name, args := range cases {
+		code, out, errOut := bench(t, args...)
+		if code != ExitUsage {
+			t.Errorf("%s %v: exit %d, want 2\n%s", name, args, code, errOut)
+		}
+		if out != "" || errOut == "" {
+			t.Errorf("%s: stdout %q, stderr %q; want the complaint on stderr only", name, out, errOut)
+		}
+	}
+	if code, _, errOut := bench(t, "-backend", "nosuch", "-np", "1"); code == ExitOK || !strings.Contains(errOut, "local") {
+		t.Errorf("unknown backend: exit %d, stderr %q; want a failure naming the known backends", code, errOut)
+	}
+	if code, _, errOut := bench(t, "-h"); code != ExitOK || !strings.Contains(errOut, "nccl-tests") {
+		t.Errorf("-h: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestSingleRankRunsTheCollectivesOnly(t *testing.T) {
+	code, out, errOut := bench(t, append([]string{"-np", "1", "-d", "half", "-o", "max"}, tinyArgs...)...)
+	if code != ExitOK {
+		t.Fatalf("exit %d\n%s", code, errOut)
+	}
+	if strings.Contains(out, "# pingpong") || !strings.Contains(out, "# alltoall") || !strings.Contains(out, "float16") {
+		t.Errorf("one rank should run the six collectives in float16:\n%s", out)
+	}
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/gpucomm/gpucomm/solver"
+)
+
+func runHeatCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	t.Setenv("GPUCOMM_BACKEND", "")
+	var out, errOut bytes.Buffer
+	code = run(append([]string{"heat"}, args...), &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// lineWith returns the output line that starts with prefix.
+func lineWith(t *testing.T, out, prefix string) string {
+	t.Helper()
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			return l
+		}
+	}
+	t.Fatalf("no line starting %q in:\n%s", prefix, out)
+	return ""
+}
+
+func TestHeatReportsStepTimeBandwidthHaloWaitAndTheReferenceResidual(t *testing.T) {
+	cases := []struct {
+		args   []string
+		steps  int
+		header string
+		cfg    solver.Config
+	}{
+		{[]string{"-n", "40", "-steps", "20", "-np", "2", "-k", "5"}, 20,
+			"heat: 40×40 grid, 2 ranks on local", solver.Config{N: 40, M: 40, ResidualEvery: 5, Seed: 1, Boundary: solver.Boundary{Top: 1}}},
+		{[]string{"-n", "30", "-m", "21", "-steps", "12", "-np", "2", "-decomp", "2d", "-px", "1", "-py", "2", "-overlap=false", "-k", "4", "-seed", "7"}, 12,
+			"heat: 30×21 grid, 2 ranks on local", solver.Config{N: 30, M: 21, ResidualEvery: 4, Seed: 7, Boundary: solver.Boundary{Top: 1}}},
+	}
+	for _, c := range cases {
+		code, out, errOut := runHeatCLI(t, c.args...)
+		if code != exitOK {
+			t.Fatalf("%v: exit %d\nstdout:\n%s\nstderr:\n%s", c.args, code, out, errOut)
+		}
+		if errOut != "" {
+			t.Errorf("%v: stderr is not a terminal, so no progress bar: %q", c.args, errOut)
+		}
+		if h := lineWith(t, out, "heat: "); !strings.HasPrefix(h, c.header) {
+			t.Errorf("%v: header %q, want it to start %q", c.args, h, c.header)
+		}
+		if l := lineWith(t, out, "steps: "); l != fmt.Sprintf("steps: %d", c.steps) {
+			t.Errorf("%v: %q", c.args, l)
+		}
+		var perStep string
+		if _, err := fmt.Sscanf(lineWith(t, out, "time per step: "), "time per step: %s", &perStep); err != nil || perStep == "0s" {
+			t.Errorf("%v: time per step %q (%v)", c.args, perStep, err)
+		}
+		var bw float64
+		var unit string
+		if _, err := fmt.Sscanf(lineWith(t, out, "bandwidth: "), "bandwidth: %g %s", &bw, &unit); err != nil || bw <= 0 || !strings.HasSuffix(unit, "B/s") {
+			t.Errorf("%v: bandwidth %v %q (%v)", c.args, bw, unit, err)
+		}
+		if want := fmt.Sprintf("(%d bytes a step", 16*c.cfg.N*c.cfg.M); !strings.Contains(lineWith(t, out, "bandwidth: "), want) {
+			t.Errorf("%v: bandwidth line lacks %q", c.args, want)
+		}
+		var share float64
+		if _, err := fmt.Sscanf(lineWith(t, out, "halo wait: "), "halo wait: %g%%", &share); err != nil || share < 0 || share > 100 {
+			t.Errorf("%v: halo wait %v%% (%v)", c.args, share, err)
+		}
+		// The residual printed is the solver's, which agrees with the
+		// one-rank reference.
+		_, res, err := solver.Reference(c.cfg, c.steps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got float64
+		if _, err := fmt.Sscanf(lineWith(t, out, "residual: "), "residual: %g", &got); err != nil || fmt.Sprintf("%.4e", got) != fmt.Sprintf("%.4e", res) {
+			t.Errorf("%v: residual %v, reference %v (%v)", c.args, got, res, err)
+		}
+	}
+}
+
+func TestHeatBadFlagsAreUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"-n", "2"},
+		{"-steps", "0"},
+		{"-k", "-1"},
+		{"-np", "0"},
+		{"-decomp", "3d"},
+		{"-px", "2"},
+		{"-n", "10", "-np", "9"}, // more ranks than interior rows
+		{"-n", "10", "-np", "4", "-decomp", "2d", "-px", "3"},   // 3×0 ranks
+		{"-n", "10", "-np", "2", "-backend", "nosuch"},          // unknown backend
+		{"-n", "10", "-np", "2", "-backend", "mpi", "-np", "2"}, // -np is for local
+		{"stray"},
+	} {
+		code, out, errOut := runHeatCLI(t, args...)
+		if code != exitUsage || out != "" || errOut == "" {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 with a message on stderr", args, code, out, errOut)
+		}
+	}
+	if code, _, errOut := runHeatCLI(t, "-h"); code != exitOK || !strings.Contains(errOut, "-decomp") || !strings.Contains(errOut, "-overlap") {
+		t.Errorf("heat -h: exit %d, %q", code, errOut)
+	}
+}
+
+func TestHeatBarDrawsOnlyWhenOn(t *testing.T) {
+	var w bytes.Buffer
+	b := &heatBar{w: &w, on: true}
+	b.progress(10, 20)
+	b.finish()
+	if got := w.String(); got != "\rheat [####################....................]  50% 10/20 steps\n" {
+		t.Fatalf("bar drew %q", got)
+	}
+	w.Reset()
+	off := newHeatBar(&w, true) // not a terminal
+	off.progress(1, 2)
+	off.finish()
+	var none *heatBar
+	none.progress(1, 2) // ranks other than 0 hold no bar
+	if w.Len() != 0 {
+		t.Fatalf("a bar on a non-terminal drew %q", w.String())
+	}
+}
