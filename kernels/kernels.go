@@ -15,7 +15,8 @@ const (
 	flatThreads = 256     // fill, scale, pack, unpack
 	maxFlatGrid = 1 << 20 // grid-stride loops cover the rest
 	heatBlockX  = 32      // a warp along a row, for coalesced loads
-	heatBlockY  = 8
+	heatBlockY  = 4
+	heatRows    = 4 // HEAT_ROWS of heat.cu: rows each thread walks
 	maxGridY    = 65535 // CUDA's limit on gridDim.y
 )
 
@@ -100,7 +101,7 @@ func heatPlan(s *devmem.Stream, dst, src devmem.Slice[float64], nx, rowLo, rowHi
 		file: "heat.cu", kernel: "heat_step",
 		grid: [3]uint32{
 			uint32(ceilDiv(colHi-colLo, heatBlockX)),
-			uint32(min(ceilDiv(rowHi-rowLo, heatBlockY), maxGridY)),
+			uint32(min(ceilDiv(rowHi-rowLo, heatBlockY*heatRows), maxGridY)),
 			1,
 		},
 		block: [3]uint32{heatBlockX, heatBlockY, 1},

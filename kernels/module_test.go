@@ -418,3 +418,26 @@ func TestLaunchGoesToTheLoadedFunctionWithItsArguments(t *testing.T) {
 		t.Fatalf("launch = %+v", got)
 	}
 }
+
+func TestGoConstantsMatchTheDefinesOfTheSources(t *testing.T) {
+	for file, want := range map[string]string{
+		"heat.cu":     fmt.Sprintf("#define HEAT_ROWS %d\n", heatRows),
+		"residual.cu": fmt.Sprintf("#define RESIDUAL_THREADS %d\n", residualThreads),
+	} {
+		src, _ := sources.ReadFile(file)
+		if !strings.Contains(string(src), want) {
+			t.Errorf("%s lacks %q, which the launcher assumes", file, want)
+		}
+	}
+	d := devmem.NewHostDevice()
+	for _, rows := range []int{1, 15, 16, 17, 1000} {
+		a, b := alloc(t, d, (rows+2)*5, nil), alloc(t, d, (rows+2)*5, nil)
+		p, err := heatPlan(nil, a, b, 5, 1, rows+1, 1, 4, 0.1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cover := int(p.l.grid[1]) * int(p.l.block[1]) * heatRows; cover < rows {
+			t.Errorf("%d rows: grid %v block %v covers %d rows", rows, p.l.grid, p.l.block, cover)
+		}
+	}
+}
