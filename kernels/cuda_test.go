@@ -80,7 +80,9 @@ func TestLaunchersOnCUDAMatchTheHostDevice(t *testing.T) {
 		{"residual", func(s *devmem.Stream, p func(pair) devmem.Slice[float64]) error {
 			return ResidualRows(s, p(part), p(a), p(c), nx, 1, ny-1, 1, nx-1)
 		}},
-		{"sum", func(s *devmem.Stream, p func(pair) devmem.Slice[float64]) error { return SumInOrder(s, p(one), p(part)) }},
+		{"sum", func(s *devmem.Stream, p func(pair) devmem.Slice[float64]) error {
+			return SumInOrder(s, p(one), p(part))
+		}},
 		{"fill", func(s *devmem.Stream, p func(pair) devmem.Slice[float64]) error { return Fill(s, p(b), -3.5) }},
 	}
 	for _, st := range steps {
