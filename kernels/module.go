@@ -4,6 +4,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/gpucomm/gpucomm/devmem"
@@ -177,7 +178,7 @@ type CompileError struct {
 
 func (e *CompileError) Error() string {
 	msg := fmt.Sprintf("kernels: NVRTC could not compile %s with %v: %v", e.File, e.Options, e.Err)
-	if e.Log != "" {
+	if e.Log != "" && !strings.Contains(msg, e.Log) { // internal/nvrtc's errors carry the log already
 		msg += "\nNVRTC log:\n" + e.Log
 	}
 	return msg

@@ -441,3 +441,11 @@ func TestGoConstantsMatchTheDefinesOfTheSources(t *testing.T) {
 		}
 	}
 }
+
+func TestCompileErrorShowsTheLogOnce(t *testing.T) {
+	log := "heat.cu(3): error: expected a \";\""
+	e := &CompileError{File: "heat.cu", Log: log, Err: fmt.Errorf("nvrtcCompileProgram: NVRTC_ERROR_COMPILATION\n%s", log)}
+	if n := strings.Count(e.Error(), log); n != 1 {
+		t.Fatalf("the log appears %d times in %q", n, e.Error())
+	}
+}
