@@ -11,7 +11,9 @@
 package all
 
 import (
+	_ "github.com/gpucomm/gpucomm/comm/cudaaware"
 	_ "github.com/gpucomm/gpucomm/comm/local"
+	_ "github.com/gpucomm/gpucomm/comm/mpi"
 	// The other backends join here as their packages land:
 	// comm/mpi, comm/cudaaware and comm/nccl.
 )

@@ -1,0 +1,154 @@
+package cudaaware_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpucomm/gpucomm/comm"
+	_ "github.com/gpucomm/gpucomm/comm/all" // the backends to rank against
+	"github.com/gpucomm/gpucomm/comm/cudaaware"
+	"github.com/gpucomm/gpucomm/internal/mpi"
+	"github.com/gpucomm/gpucomm/internal/mpicomm/mpitest"
+)
+
+// The TestRank... tests run in the ranks of a job that the TestUnderLauncher
+// tests start, one process a rank, on the host device: there MPI moves host
+// memory, which every MPI can, so the direct path runs in CI with both MPI
+// families.
+
+func TestMain(m *testing.M) { mpitest.Main(m) }
+
+const name = cudaaware.Name
+
+func TestRegisteredAboveMPI(t *testing.T) {
+	bs := comm.Backends()
+	i, j := slices.Index(bs, name), slices.Index(bs, "mpi")
+	if i < 0 || j < 0 || i > j {
+		t.Fatalf("backends %v: want %s, then mpi", bs, name)
+	}
+}
+
+func TestProbeSaysWhy(t *testing.T) {
+	t.Setenv("GPUCOMM_DEVICE", "host")
+	for _, tc := range []struct {
+		env    string
+		usable bool
+		says   string
+	}{
+		{"", true, "host device"},
+		{"1", true, "GPUCOMM_CUDA_AWARE=1"},
+		{"0", false, "use -backend mpi (host-staged) or nccl, or an MPI built with CUDA support"},
+		{"probe", true, "exchanges device buffers"},
+		{"maybe", false, "want 1, 0 or probe"},
+	} {
+		t.Setenv(cudaaware.AwareEnv, tc.env)
+		v, err := comm.Probe(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !mpi.Built() {
+			tc.usable, tc.says = false, "not built: rebuild with -tags mpi (Open MPI) or -tags mpich (MPICH)"
+		}
+		if v.Usable != tc.usable || !strings.Contains(v.Reason, tc.says) {
+			t.Errorf("%s=%q: Probe %+v; want usable %v, saying %q", cudaaware.AwareEnv, tc.env, v, tc.usable, tc.says)
+		}
+	}
+}
+
+func TestOpenWithoutMPIIsNotBuilt(t *testing.T) {
+	if mpi.Built() {
+		t.Skip("MPI is built in")
+	}
+	c, err := comm.Open(name)
+	var ce *comm.Error
+	if c != nil || !errors.Is(err, comm.ErrNotBuilt) || !errors.As(err, &ce) || ce.Backend != name {
+		t.Fatalf("Open = %v, %v; want a %s *comm.Error wrapping ErrNotBuilt", c, err, name)
+	}
+}
+
+const np = 4
+
+func TestUnderLauncherConformance(t *testing.T) {
+	mpitest.ExpectPass(t, np, mpitest.RunRanks(t, np, "^TestRankConformance$", 4*time.Minute))
+}
+
+func TestUnderLauncherEverythingElse(t *testing.T) {
+	mpitest.ExpectPass(t, np, mpitest.RunRanks(t, np, "^TestRank[^C]", 4*time.Minute))
+}
+
+func TestUnderLauncherSerializedThreadLevel(t *testing.T) {
+	mpitest.ExpectPass(t, 3, mpitest.RunRanks(t, 3, "^TestRank(SmallChunks|StreamsKeepCallOrder|OptionsAgree)$", 3*time.Minute,
+		mpi.ThreadLevelEnv+"=serialized"))
+}
+
+func TestUnderLauncherCollectiveTimeoutNamesTheMissingRank(t *testing.T) {
+	j := mpitest.RunRanks(t, np, "^TestRankTimeout$", time.Minute, mpitest.ScenarioEnv+"=collective")
+	mpitest.ExpectTimeoutEndsTheJob(t, j, "ranks that never arrived: 3")
+}
+
+func TestUnderLauncherRecvTimeoutNamesTheSender(t *testing.T) {
+	j := mpitest.RunRanks(t, 3, "^TestRankTimeout$", time.Minute, mpitest.ScenarioEnv+"=recv")
+	mpitest.ExpectTimeoutEndsTheJob(t, j, "rank 2 never sent")
+}
+
+func TestUnderLauncherGpucommCheckPasses(t *testing.T) { mpitest.CheckCommand(t, np, name) }
+
+func TestRankConformance(t *testing.T)           { mpitest.Conformance(t, name) }
+func TestRankSmallChunks(t *testing.T)           { mpitest.SmallChunks(t, name) }
+func TestRankSolver(t *testing.T)                { mpitest.Solver(t, name) }
+func TestRankNodeShared(t *testing.T)            { mpitest.NodeShared(t, name) }
+func TestRankStreamsKeepCallOrder(t *testing.T)  { mpitest.StreamsKeepCallOrder(t, name) }
+func TestRankNothingLeftAfterClose(t *testing.T) { mpitest.NothingLeftAfterClose(t, name) }
+func TestRankDebugNamesMismatch(t *testing.T)    { mpitest.DebugNamesMismatch(t, name) }
+func TestRankOptionsAgree(t *testing.T)          { mpitest.OptionsAgree(t, name) }
+func TestRankBadOptions(t *testing.T)            { mpitest.BadOptions(t, name) }
+func TestRankTimeout(t *testing.T)               { mpitest.Timeout(t, name) }
+
+// GPUCOMM_CUDA_AWARE=0 refuses on every rank, with what to do instead, and
+// leaves MPI usable: the next Open works.
+func TestRankRefusedWhenToldNotAware(t *testing.T) {
+	mpitest.RankOnly(t)
+	t.Setenv(cudaaware.AwareEnv, "0")
+	c, err := comm.Open(name)
+	var ce *comm.Error
+	if c != nil || !errors.Is(err, comm.ErrNotCUDAAware) || !errors.As(err, &ce) || ce.Backend != name ||
+		!strings.Contains(err.Error(), "use -backend mpi (host-staged) or nccl, or an MPI built with CUDA support, e.g. Open MPI configured --with-cuda") {
+		t.Fatalf("Open with %s=0: %v, %v; want a %s *comm.Error wrapping ErrNotCUDAAware that says what to do", cudaaware.AwareEnv, c, err, name)
+	}
+	t.Setenv(cudaaware.AwareEnv, "")
+	if v := cudaaware.Probe(); v.Usable || !strings.Contains(v.Reason, "not CUDA-aware on rank 0, 1") {
+		t.Errorf("Probe after the refusal: %+v; want the refusal's verdict", v)
+	}
+	c, err = comm.Open(name)
+	if err != nil {
+		t.Fatalf("Open after a refused Open: %v", err)
+	}
+	if v := cudaaware.Probe(); !v.Usable || !strings.Contains(v.Reason, "host device") {
+		t.Errorf("Probe after Open on the host device: %+v", v)
+	}
+	if err := c.Close(); err != nil {
+		t.Error(err)
+	}
+}
+
+// GPUCOMM_CUDA_AWARE=probe runs the run-time check (a device-buffer exchange
+// between neighbours), which on the host device passes.
+func TestRankRunTimeProbeExchangesDeviceBuffers(t *testing.T) {
+	mpitest.RankOnly(t)
+	t.Setenv(cudaaware.AwareEnv, "probe")
+	c, err := comm.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	t.Setenv(cudaaware.AwareEnv, "")
+	if v := cudaaware.Probe(); !v.Usable || !strings.Contains(v.Reason, "device-buffer exchange between ranks delivered the right bytes") {
+		t.Errorf("Probe after the run-time check: %+v", v)
+	}
+	if st := c.Device().Stats(); st.Buffers != 0 {
+		t.Errorf("the exchange left %d device buffers", st.Buffers)
+	}
+}

@@ -1,0 +1,64 @@
+// Package mpi is gpucomm's host-staged MPI backend: device data goes device →
+// pinned host buffer → plain MPI → pinned host buffer → device, so any MPI
+// serves any device (a GPU, or the simulated host device, where the same
+// staging runs so that CI exercises it). Enable it with a blank import (or
+// gpucomm/comm/all) and open it by name, one rank a process under mpirun:
+//
+//	c, err := comm.Open("mpi")
+//
+// Without -tags mpi (Open MPI) or -tags mpich (MPICH and its ABI) it still
+// registers: Probe says how to rebuild and Open returns comm.ErrNotBuilt.
+//
+// # Pipeline
+//
+// A transfer is cut into chunks (comm.WithChunkBytes, GPUCOMM_CHUNK_BYTES;
+// 1 MiB by default, the smallest at which host MPI between two ranks nears
+// its peak, measured with ./internal/pingpong; the ranks agree on the
+// smallest one asked for). Each chunk goes through a pinned staging slot
+// from a pool that lives until Close: the copy in on the backend's D2H
+// stream, MPI, the copy out on its H2D stream, with events saying when each
+// copy is done, so the copy in of chunk k+1, MPI on chunk k and the copy out
+// of chunk k-1 overlap (four slots a transfer). A message of one chunk
+// copies synchronously, which is quicker.
+//
+//   - Send, Recv, GroupP2P: Isend/Irecv per chunk. Every entry of a GroupP2P
+//     runs its own pipeline at once, so sends never wait for receives.
+//   - AllReduce: Iallreduce per chunk, in place in the slot; Avg sums, then
+//     divides in the slot (comm.DivideInto) before the copy out. float16 and
+//     bfloat16 use internal/mpi's user ops, which run on the pinned memory.
+//   - Broadcast: Ibcast per chunk.
+//   - Reduce: Iallreduce per chunk, copied back at the root only
+//     (internal/mpi has no MPI_Ireduce yet): twice a reduce's traffic.
+//   - ReduceScatter: Iallreduce per chunk over all of send, of which this
+//     rank copies back its own block.
+//   - AllGather, Gather, Scatter, AllToAll: block by block as point-to-point
+//     transfers, each block chunked and pipelined on its own (all blocks at
+//     once); a rank's own block is a device-to-device copy, none in place.
+//
+// Open MPI 4.1.4's 8-bit MPI_SUM saturates instead of wrapping; Open checks
+// for it, and when MPI does it int8 and uint8 sums run widened to int32 in
+// the slot.
+//
+// # Order, threads, misuse
+//
+// Operations are stream-ordered: each runs as a stream.HostFunc, after the
+// stream's earlier work and before its later work, so MPI never touches a
+// buffer early; errors of queued work come back from stream.Synchronize.
+// Collectives reach MPI in call order (a ticket taken at the call), point-to-
+// point messages carry their number as the tag. MPI is asked for
+// MPI_THREAD_MULTIPLE; below it every MPI call is serialised and waits poll.
+//
+// Options.Debug (GPUCOMM_DEBUG=1) compares each collective's signature across
+// the ranks first and returns comm.ErrMismatch naming who called what.
+// Options.Timeout (GPUCOMM_TIMEOUT) bounds each operation: comm.ErrTimeout
+// names the collective and the ranks that never entered it (or the peer of a
+// transfer). After a timeout the communicator is broken and its Close calls
+// MPI_Abort, ending the job rather than hanging in MPI_Finalize.
+//
+// MPI can be initialised once per process: the last Close finalizes it, so
+// a program that closes every communicator cannot open another; keep one
+// open for the program's life.
+//
+// It must not hand MPI device memory, nor pipeline anything itself: the
+// engine is internal/mpicomm, shared with comm/cudaaware.
+package mpi

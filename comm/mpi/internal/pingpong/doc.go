@@ -1,0 +1,13 @@
+// Command pingpong measures the host-staged MPI backend against plain MPI in
+// the same run: point-to-point ping-pong between device buffers (pipelined,
+// and with the whole message as one chunk) beside MPI between pinned host
+// buffers, AllReduce beside MPI_Allreduce on host buffers, and, with -chunks,
+// the copy and MPI bandwidth of each chunk size that the default is chosen
+// from. Run it under the launcher; ranks 0 and 1 ping-pong, every rank
+// reduces, rank 0 prints:
+//
+//	mpirun -np 2 pingpong [-sizes 8,1K,1M] [-max 256M] [-chunks 256K,512K,1M,2M,4M,8M] [-cudaaware]
+//
+// It is a program, not a test: it asserts nothing about time, and must not
+// run unattended in CI, whose machines share their cores.
+package main

@@ -1,0 +1,516 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/gpucomm/gpucomm/bench"
+	"github.com/gpucomm/gpucomm/comm"
+	_ "github.com/gpucomm/gpucomm/comm/cudaaware"
+	_ "github.com/gpucomm/gpucomm/comm/mpi"
+	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/mpi"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "pingpong rank %d: %v\n", mpi.World().Rank(), err)
+		mpi.World().Abort(1)
+	}
+}
+
+type config struct {
+	sizes     []int
+	chunks    []int
+	budget    int // bytes moved per measurement, which sets the iterations
+	cudaaware bool
+}
+
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		n, err := bench.ParseSize(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, int(n))
+	}
+	return out, nil
+}
+
+func run() error {
+	var sizes, chunks, maxSize, budget string
+	var cfg config
+	flag.StringVar(&sizes, "sizes", "", "message sizes, comma-separated (default: 8 B to -max by factors of 4)")
+	flag.StringVar(&maxSize, "max", "256M", "largest message of the default sizes")
+	flag.StringVar(&chunks, "chunks", "", "chunk sizes to measure copy and MPI bandwidth at, e.g. 256K,512K,1M,2M,4M,8M (default: none)")
+	flag.StringVar(&budget, "budget", "1G", "bytes each measurement moves, which sets its iterations")
+	flag.BoolVar(&cfg.cudaaware, "cudaaware", false, "also measure the cudaaware backend (device pointers to MPI)")
+	flag.Parse()
+	var err error
+	if cfg.sizes, err = parseSizes(sizes); err != nil {
+		return err
+	}
+	if len(cfg.sizes) == 0 {
+		top, err := bench.ParseSize(maxSize)
+		if err != nil {
+			return err
+		}
+		for n := 8; n <= int(top); n *= 4 {
+			cfg.sizes = append(cfg.sizes, n)
+		}
+	}
+	if cfg.chunks, err = parseSizes(chunks); err != nil {
+		return err
+	}
+	b, err := bench.ParseSize(budget)
+	if err != nil {
+		return err
+	}
+	cfg.budget = int(b)
+
+	// The program's reference keeps MPI up across the communicators.
+	if err := mpi.Init(); err != nil {
+		return err
+	}
+	defer mpi.Finalize()
+	if mpi.World().Size() < 2 {
+		return errors.New("needs at least 2 ranks: run it under mpirun -np 2")
+	}
+	largest := 0
+	for _, n := range cfg.sizes {
+		largest = max(largest, n)
+	}
+	staged, err := comm.Open("mpi")
+	if err != nil {
+		return err
+	}
+	defer staged.Close()
+	whole, err := comm.Open("mpi", comm.WithChunkBytes(max(largest, 1)))
+	if err != nil {
+		return err
+	}
+	defer whole.Close()
+	var direct comm.Communicator
+	if cfg.cudaaware {
+		if direct, err = comm.Open("cudaaware"); err != nil {
+			return err
+		}
+		defer direct.Close()
+	}
+	host, err := mpi.World().Dup()
+	if err != nil {
+		return err
+	}
+	defer host.Free()
+	if staged.Rank() == 0 {
+		fmt.Printf("%s, %d ranks, device %v, chunk %d bytes, MPI thread level %v\n\n",
+			firstLine(mpi.Version()), staged.Size(), staged.Device(), stagedChunk(staged), mpi.ThreadLevel())
+	}
+	if err := pingPongTable(cfg, host, staged, whole, direct); err != nil {
+		return err
+	}
+	if err := allReduceTable(cfg, host, staged, direct); err != nil {
+		return err
+	}
+	if len(cfg.chunks) > 0 {
+		return chunkTable(cfg, host, staged.Device())
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(s, "\n")
+	return strings.TrimSpace(l)
+}
+
+func stagedChunk(c comm.Communicator) int {
+	if cc, ok := c.(interface{ ChunkBytes() int }); ok {
+		return cc.ChunkBytes()
+	}
+	return 0
+}
+
+// iterations moves about budget bytes, within [3, 2000] round trips.
+func iterations(budget, n int) int { return min(2000, max(3, budget/max(n, 1))) }
+
+// side is one way of moving a message between ranks 0 and 1.
+type side struct {
+	name string
+	// roundTrip sends n bytes 0 → 1 and back; rank 1 receives first.
+	roundTrip func(n int) error
+	check     func(n int) error // after the last trip: the data is what rank 0 sent
+	free      func() error
+}
+
+// pattern is n bytes that differ from any buffer's initial zeros.
+func pattern(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*131 + 7)
+	}
+	return b
+}
+
+// hostSide is plain MPI between pinned host buffers.
+func hostSide(host *mpi.Comm, dev *devmem.Device, maxN int) (*side, error) {
+	buf, err := dev.AllocPinned(maxN)
+	if err != nil {
+		return nil, err
+	}
+	me := host.Rank()
+	if me == 0 {
+		b, _ := buf.Bytes()
+		copy(b, pattern(maxN))
+	}
+	return &side{
+		name: "host MPI",
+		roundTrip: func(n int) error {
+			switch me {
+			case 0:
+				if err := host.Send(buf.Addr(), n, mpi.Byte, 1, 0); err != nil {
+					return err
+				}
+				_, err := host.Recv(buf.Addr(), n, mpi.Byte, 1, 0)
+				return err
+			case 1:
+				if _, err := host.Recv(buf.Addr(), n, mpi.Byte, 0, 0); err != nil {
+					return err
+				}
+				return host.Send(buf.Addr(), n, mpi.Byte, 0, 0)
+			}
+			return nil
+		},
+		check: func(n int) error {
+			b, _ := buf.Bytes()
+			if me == 1 && !bytes.Equal(b[:n], pattern(n)) {
+				return fmt.Errorf("host MPI: %d bytes arrived wrong", n)
+			}
+			return nil
+		},
+		free: buf.Free,
+	}, nil
+}
+
+// commSide is a backend's Send and Recv between device buffers.
+func commSide(name string, c comm.Communicator, maxN int) (*side, error) {
+	buf, err := c.Device().Alloc(maxN)
+	if err != nil {
+		return nil, err
+	}
+	me := c.Rank()
+	if me == 0 {
+		if err := devmem.CopyFromHost(buf, pattern(maxN), nil); err != nil {
+			return nil, err
+		}
+	} else if err := devmem.Memset(buf, 0, nil); err != nil {
+		return nil, err
+	}
+	view := func(n int) devmem.Buffer { v, _ := buf.Slice(0, n); return v }
+	return &side{
+		name: name,
+		roundTrip: func(n int) error {
+			switch me {
+			case 0:
+				if err := c.Send(view(n), n, comm.Uint8, 1, nil); err != nil {
+					return err
+				}
+				return c.Recv(view(n), n, comm.Uint8, 1, nil)
+			case 1:
+				if err := c.Recv(view(n), n, comm.Uint8, 0, nil); err != nil {
+					return err
+				}
+				return c.Send(view(n), n, comm.Uint8, 0, nil)
+			}
+			return nil
+		},
+		check: func(n int) error {
+			if me != 1 {
+				return nil
+			}
+			got := make([]byte, n)
+			if err := devmem.CopyToHost(got, view(n), nil); err != nil {
+				return err
+			}
+			if !bytes.Equal(got, pattern(n)) {
+				return fmt.Errorf("%s: %d bytes arrived wrong", name, n)
+			}
+			return nil
+		},
+		free: buf.Free,
+	}, nil
+}
+
+// timeTrips times iters round trips after two to warm up; ranks past 1 only
+// wait at the barriers.
+func timeTrips(host *mpi.Comm, s *side, n, iters int) (time.Duration, error) {
+	for range 2 {
+		if err := s.roundTrip(n); err != nil {
+			return 0, err
+		}
+	}
+	if err := host.Barrier(); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	for range iters {
+		if err := s.roundTrip(n); err != nil {
+			return 0, err
+		}
+	}
+	d := time.Since(start)
+	if err := s.check(n); err != nil {
+		return 0, err
+	}
+	return d, host.Barrier()
+}
+
+func gbps(n int, oneWay time.Duration) float64 { return float64(n) / oneWay.Seconds() / 1e9 }
+
+func pingPongTable(cfg config, host *mpi.Comm, staged, whole, direct comm.Communicator) error {
+	maxN := 0
+	for _, n := range cfg.sizes {
+		maxN = max(maxN, n)
+	}
+	hs, err := hostSide(host, staged.Device(), maxN)
+	if err != nil {
+		return err
+	}
+	sides := []*side{hs}
+	for _, b := range []struct {
+		name string
+		c    comm.Communicator
+	}{{"staged", staged}, {"unpipelined", whole}, {"cudaaware", direct}} {
+		if b.c == nil {
+			continue
+		}
+		s, err := commSide(b.name, b.c, maxN)
+		if err != nil {
+			return err
+		}
+		sides = append(sides, s)
+	}
+	defer func() {
+		for _, s := range sides {
+			s.free()
+		}
+	}()
+	tw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
+	if host.Rank() == 0 {
+		fmt.Println("Point-to-point ping-pong, ranks 0 and 1: latency (half a round trip) and bandwidth; ratio = staged / host MPI bandwidth")
+		fmt.Fprint(tw, "size\t")
+		for _, s := range sides {
+			fmt.Fprintf(tw, "%s µs\t%s GB/s\t", s.name, s.name)
+		}
+		fmt.Fprint(tw, "ratio\t\n")
+	}
+	for _, n := range cfg.sizes {
+		iters := iterations(cfg.budget, n)
+		var bw []float64
+		if host.Rank() == 0 {
+			fmt.Fprintf(tw, "%s\t", bench.FormatSize(int64(n)))
+		}
+		for _, s := range sides {
+			d, err := timeTrips(host, s, n, iters)
+			if err != nil {
+				return err
+			}
+			oneWay := d / time.Duration(2*iters)
+			bw = append(bw, gbps(n, oneWay))
+			if host.Rank() == 0 {
+				fmt.Fprintf(tw, "%.2f\t%.3f\t", float64(oneWay.Nanoseconds())/1e3, gbps(n, oneWay))
+			}
+		}
+		if host.Rank() == 0 {
+			fmt.Fprintf(tw, "%.2f\t\n", bw[1]/bw[0])
+		}
+	}
+	if host.Rank() == 0 {
+		tw.Flush()
+		fmt.Println()
+	}
+	return nil
+}
+
+func allReduceTable(cfg config, host *mpi.Comm, staged, direct comm.Communicator) error {
+	maxN := 0
+	for _, n := range cfg.sizes {
+		maxN = max(maxN, n/4*4)
+	}
+	maxN = max(maxN, 4)
+	pinned, err := staged.Device().AllocPinned(maxN)
+	if err != nil {
+		return err
+	}
+	defer pinned.Free()
+	type arSide struct {
+		name string
+		do   func(n int) error
+	}
+	sides := []arSide{{"host MPI", func(n int) error {
+		return host.Allreduce(pinned.Addr(), pinned.Addr(), n/4, mpi.Float32, mpi.Sum)
+	}}}
+	for _, b := range []struct {
+		name string
+		c    comm.Communicator
+	}{{"staged", staged}, {"cudaaware", direct}} {
+		if b.c == nil {
+			continue
+		}
+		buf, err := b.c.Device().Alloc(maxN)
+		if err != nil {
+			return err
+		}
+		defer buf.Free()
+		if err := devmem.Memset(buf, 0, nil); err != nil {
+			return err
+		}
+		c := b.c
+		sides = append(sides, arSide{b.name, func(n int) error {
+			v, _ := buf.Slice(0, n)
+			return c.AllReduce(v, v, n/4, comm.Float32, comm.Sum, nil)
+		}})
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
+	if host.Rank() == 0 {
+		fmt.Printf("AllReduce of float32 (sum, in place) over %d ranks: time per call and algorithm bandwidth (size / time)\n", host.Size())
+		fmt.Fprint(tw, "size\t")
+		for _, s := range sides {
+			fmt.Fprintf(tw, "%s µs\t%s GB/s\t", s.name, s.name)
+		}
+		fmt.Fprint(tw, "\n")
+	}
+	for _, n := range cfg.sizes {
+		n = n / 4 * 4
+		if n == 0 {
+			continue
+		}
+		iters := iterations(cfg.budget/2, n)
+		if host.Rank() == 0 {
+			fmt.Fprintf(tw, "%s\t", bench.FormatSize(int64(n)))
+		}
+		for _, s := range sides {
+			for range 2 {
+				if err := s.do(n); err != nil {
+					return err
+				}
+			}
+			if err := host.Barrier(); err != nil {
+				return err
+			}
+			start := time.Now()
+			for range iters {
+				if err := s.do(n); err != nil {
+					return err
+				}
+			}
+			d := time.Since(start) / time.Duration(iters)
+			if err := host.Barrier(); err != nil {
+				return err
+			}
+			if host.Rank() == 0 {
+				fmt.Fprintf(tw, "%.2f\t%.3f\t", float64(d.Nanoseconds())/1e3, gbps(n, d))
+			}
+		}
+		if host.Rank() == 0 {
+			fmt.Fprint(tw, "\n")
+		}
+	}
+	if host.Rank() == 0 {
+		tw.Flush()
+		fmt.Println()
+	}
+	return nil
+}
+
+// chunkTable measures, for each chunk size, what one chunk costs in each
+// stage of the pipeline (a device-to-pinned copy, MPI between pinned
+// buffers, a pinned-to-device copy) and what the pipeline reaches end to end
+// on a message of 32 chunks or 64 MiB, whichever is larger.
+func chunkTable(cfg config, host *mpi.Comm, dev *devmem.Device) error {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
+	if host.Rank() == 0 {
+		fmt.Println("Chunk size: each stage's bandwidth on one chunk, and the pipelined Send/Recv on a message of max(32 chunks, 64M)")
+		fmt.Fprint(tw, "chunk\tD2H GB/s\tMPI GB/s\tH2D GB/s\tmessage\tstaged GB/s\thost MPI GB/s\tratio\t\n")
+	}
+	for _, chunk := range cfg.chunks {
+		dbuf, err := dev.Alloc(chunk)
+		if err != nil {
+			return err
+		}
+		pbuf, err := dev.AllocPinned(chunk)
+		if err != nil {
+			return err
+		}
+		copyBW := func(dst, src devmem.Buffer) (float64, error) {
+			iters := iterations(cfg.budget, chunk)
+			start := time.Now()
+			for range iters {
+				if err := devmem.CopyN(dst, src, chunk, nil); err != nil {
+					return 0, err
+				}
+			}
+			return gbps(chunk, time.Since(start)/time.Duration(iters)), nil
+		}
+		d2h, err := copyBW(pbuf, dbuf)
+		if err != nil {
+			return err
+		}
+		h2d, err := copyBW(dbuf, pbuf)
+		if err != nil {
+			return err
+		}
+		hs, err := hostSide(host, dev, chunk)
+		if err != nil {
+			return err
+		}
+		d, err := timeTrips(host, hs, chunk, iterations(cfg.budget, chunk))
+		if err != nil {
+			return err
+		}
+		mpiBW := gbps(chunk, d/time.Duration(2*iterations(cfg.budget, chunk)))
+		msg := max(32*chunk, 64<<20)
+		c, err := comm.Open("mpi", comm.WithChunkBytes(chunk))
+		if err != nil {
+			return err
+		}
+		cs, err := commSide("staged", c, msg)
+		if err != nil {
+			return err
+		}
+		hm, err := hostSide(host, dev, msg)
+		if err != nil {
+			return err
+		}
+		iters := iterations(cfg.budget, msg)
+		ds, err := timeTrips(host, cs, msg, iters)
+		if err != nil {
+			return err
+		}
+		dh, err := timeTrips(host, hm, msg, iters)
+		if err != nil {
+			return err
+		}
+		sbw, hbw := gbps(msg, ds/time.Duration(2*iters)), gbps(msg, dh/time.Duration(2*iters))
+		if host.Rank() == 0 {
+			fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%s\t%.2f\t%.2f\t%.2f\t\n", bench.FormatSize(int64(chunk)), d2h, mpiBW, h2d,
+				bench.FormatSize(int64(msg)), sbw, hbw, sbw/hbw)
+		}
+		if err := errors.Join(cs.free(), hm.free(), hs.free(), c.Close(), dbuf.Free(), pbuf.Free()); err != nil {
+			return err
+		}
+	}
+	if host.Rank() == 0 {
+		tw.Flush()
+	}
+	return nil
+}

@@ -1,0 +1,91 @@
+package mpi_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpucomm/gpucomm/comm"
+	gpumpi "github.com/gpucomm/gpucomm/comm/mpi"
+	"github.com/gpucomm/gpucomm/internal/mpi"
+	"github.com/gpucomm/gpucomm/internal/mpicomm/mpitest"
+)
+
+// The TestRank... tests run in the ranks of a job that the TestUnderLauncher
+// tests start, one process a rank, on the host device.
+
+func TestMain(m *testing.M) { mpitest.Main(m) }
+
+const name = gpumpi.Name
+
+func TestRegisteredBetweenLocalAndCUDAAware(t *testing.T) {
+	i := slices.Index(comm.Backends(), name)
+	if i < 0 {
+		t.Fatalf("%q not among %v", name, comm.Backends())
+	}
+	v, err := comm.Probe(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Usable != mpi.Built() {
+		t.Errorf("Probe %+v in a binary with MPI built in: %v", v, mpi.Built())
+	}
+	if !mpi.Built() && v.Reason != "not built: rebuild with -tags mpi (Open MPI) or -tags mpich (MPICH)" {
+		t.Errorf("Probe reason %q does not say how to rebuild", v.Reason)
+	}
+	if mpi.Built() && !strings.Contains(v.Reason, "host-staged") {
+		t.Errorf("Probe reason %q does not say how data moves", v.Reason)
+	}
+}
+
+func TestOpenWithoutMPIIsNotBuilt(t *testing.T) {
+	if mpi.Built() {
+		t.Skip("MPI is built in")
+	}
+	c, err := comm.Open(name)
+	var ce *comm.Error
+	if c != nil || !errors.Is(err, comm.ErrNotBuilt) || !errors.As(err, &ce) || ce.Backend != name || !strings.Contains(err.Error(), "-tags mpi") {
+		t.Fatalf("Open = %v, %v; want a %s *comm.Error wrapping ErrNotBuilt that says how to rebuild", c, err, name)
+	}
+}
+
+const np = 4
+
+func TestUnderLauncherConformance(t *testing.T) {
+	mpitest.ExpectPass(t, np, mpitest.RunRanks(t, np, "^TestRankConformance$", 4*time.Minute))
+}
+
+func TestUnderLauncherEverythingElse(t *testing.T) {
+	mpitest.ExpectPass(t, np, mpitest.RunRanks(t, np, "^TestRank[^C]", 4*time.Minute))
+}
+
+// Below MPI_THREAD_MULTIPLE every MPI call is serialised, and waits poll.
+func TestUnderLauncherSerializedThreadLevel(t *testing.T) {
+	mpitest.ExpectPass(t, 3, mpitest.RunRanks(t, 3, "^TestRank(SmallChunks|StreamsKeepCallOrder|OptionsAgree)$", 3*time.Minute,
+		mpi.ThreadLevelEnv+"=serialized"))
+}
+
+func TestUnderLauncherCollectiveTimeoutNamesTheMissingRank(t *testing.T) {
+	j := mpitest.RunRanks(t, np, "^TestRankTimeout$", time.Minute, mpitest.ScenarioEnv+"=collective")
+	mpitest.ExpectTimeoutEndsTheJob(t, j, "ranks that never arrived: 3")
+}
+
+func TestUnderLauncherRecvTimeoutNamesTheSender(t *testing.T) {
+	j := mpitest.RunRanks(t, 3, "^TestRankTimeout$", time.Minute, mpitest.ScenarioEnv+"=recv")
+	mpitest.ExpectTimeoutEndsTheJob(t, j, "rank 2 never sent it")
+}
+
+func TestUnderLauncherGpucommCheckPasses(t *testing.T) { mpitest.CheckCommand(t, np, name) }
+
+func TestRankConformance(t *testing.T)           { mpitest.Conformance(t, name) }
+func TestRankSmallChunks(t *testing.T)           { mpitest.SmallChunks(t, name) }
+func TestRankSolver(t *testing.T)                { mpitest.Solver(t, name) }
+func TestRankNodeShared(t *testing.T)            { mpitest.NodeShared(t, name) }
+func TestRankStreamsKeepCallOrder(t *testing.T)  { mpitest.StreamsKeepCallOrder(t, name) }
+func TestRankNothingLeftAfterClose(t *testing.T) { mpitest.NothingLeftAfterClose(t, name) }
+func TestRankDebugNamesMismatch(t *testing.T)    { mpitest.DebugNamesMismatch(t, name) }
+func TestRankOptionsAgree(t *testing.T)          { mpitest.OptionsAgree(t, name) }
+func TestRankBadOptions(t *testing.T)            { mpitest.BadOptions(t, name) }
+func TestRankTimeout(t *testing.T)               { mpitest.Timeout(t, name) }

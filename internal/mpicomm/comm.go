@@ -1,0 +1,393 @@
+package mpicomm
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/mpi"
+)
+
+// Mode says how data reaches MPI.
+type Mode int
+
+const (
+	// Staged copies device data through pinned host buffers, chunk by
+	// chunk, and hands MPI host memory only.
+	Staged Mode = iota + 1
+	// Direct hands MPI device pointers, for an MPI built with CUDA support;
+	// the few calls MPI cannot do on device memory are staged.
+	Direct
+)
+
+// DefaultChunkBytes is the pipelining chunk when no option sets one: at 1 MiB
+// MPI reaches most of its bandwidth between ranks while a message of a few
+// MiB still splits into enough chunks for the copies to overlap (measured with
+// comm/mpi/internal/pingpong; see the package comment of comm/mpi).
+const DefaultChunkBytes = 1 << 20
+
+// pipeSlots is how many pinned chunks one pipelined transfer holds: one being
+// copied in, one in MPI, one being copied out, and one spare so that the copy
+// in never waits for the copy out.
+const pipeSlots = 4
+
+// tagSpace bounds the tags this package uses: MPI guarantees MPI_TAG_UB of
+// at least 32767, and a tag only has to tell apart messages in flight.
+const tagSpace = 32768
+
+// Config is what a backend asks of Open.
+type Config struct {
+	Backend string // the name errors carry: "mpi" or "cudaaware"
+	Mode    Mode
+	Options comm.Options
+}
+
+// Comm is one rank of a communicator over MPI. It implements
+// comm.Communicator.
+type Comm struct {
+	backend   string
+	mode      Mode
+	rank      int
+	size      int
+	localRank int
+	localSize int
+	dev       *devmem.Device
+
+	// Three MPI communicators with the same ranks, so that traffic of one
+	// kind never matches another's: collectives (and the point-to-point
+	// messages of the collectives built from them), the user's Send, Recv
+	// and GroupP2P (and Split), and the control messages of Debug and
+	// Timeout.
+	coll, p2p, ctl *mpi.Comm
+
+	chunk    int
+	timeout  time.Duration
+	debug    bool
+	announce bool // some rank has a timeout: every rank announces each collective
+	multiple bool // MPI_THREAD_MULTIPLE: goroutines may block in MPI at once
+	// MPI's 8-bit sums saturate instead of wrapping (Open MPI 4.1.4's AVX
+	// ops do, on vectors): such sums then run widened to int32 on the host.
+	widenBytes bool
+
+	d2h, h2d *devmem.Stream // the backend's own copy streams
+	pool     *pool
+	ctlBuf   devmem.Buffer // pinned: announcement cells and the debug digest
+	ann      *announcer
+
+	tickets atomic.Uint64 // collective tickets handed out, in call order
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	turn    uint64 // the last ticket whose collective has finished
+	running int    // operations between begin and end
+	closed  bool
+	broken  error // why the communicator can no longer be used, if it cannot
+
+	peerMu  sync.Mutex
+	sendSeq []uint64 // messages sent to each peer, for their tags
+	recvSeq []uint64 // messages received from each peer
+}
+
+var _ comm.Communicator = (*Comm)(nil)
+
+func (c *Comm) Rank() int              { return c.rank }
+func (c *Comm) Size() int              { return c.size }
+func (c *Comm) LocalRank() int         { return c.localRank }
+func (c *Comm) LocalSize() int         { return c.localSize }
+func (c *Comm) Backend() string        { return c.backend }
+func (c *Comm) Device() *devmem.Device { return c.dev }
+
+// ChunkBytes is the pipelining chunk the ranks agreed on.
+func (c *Comm) ChunkBytes() int { return c.chunk }
+
+// ThreadMultiple reports whether MPI provided MPI_THREAD_MULTIPLE.
+func (c *Comm) ThreadMultiple() bool { return c.multiple }
+
+// Open makes this process's communicator over every rank of the job. Every
+// rank calls it. It holds a reference to MPI (internal/mpi Acquire) until
+// Close.
+func Open(cfg Config) (*Comm, error) {
+	o := cfg.Options
+	if err := checkOptions(o); err != nil {
+		return nil, comm.Wrap(cfg.Backend, "Open", mpi.World().Rank(), err)
+	}
+	if err := mpi.Acquire(); err != nil {
+		return nil, comm.Wrap(cfg.Backend, "Open", mpi.World().Rank(), err)
+	}
+	base, err := mpi.World().Dup()
+	if err != nil {
+		return nil, comm.Wrap(cfg.Backend, "Open", mpi.World().Rank(), errors.Join(err, mpi.Release()))
+	}
+	c, err := build(cfg, base, nil, "Open")
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Mode == Direct {
+		if err := c.admitDeviceMemory(); err != nil {
+			return nil, errors.Join(err, c.teardown())
+		}
+	}
+	return c, nil
+}
+
+func checkOptions(o comm.Options) error {
+	switch {
+	case o.ChunkBytes < 0:
+		return fmt.Errorf("chunk of %d bytes: want a positive size, or 0 for the default: %w", o.ChunkBytes, comm.ErrInvalidArgument)
+	case o.ChunkBytes > math.MaxInt32:
+		return fmt.Errorf("chunk of %d bytes: MPI counts stop at %d: %w", o.ChunkBytes, math.MaxInt32, comm.ErrInvalidArgument)
+	case o.Timeout < 0:
+		return fmt.Errorf("timeout %v: want 0 (none) or more: %w", o.Timeout, comm.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// build makes a Comm around base, which it owns from here on (freed on
+// failure). parent, for Split, lends its device and agreed settings.
+// Every rank of base calls it; a failure on any rank fails every rank.
+// MPI has been acquired once for the new Comm, and build releases that
+// reference when it fails.
+func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, err error) {
+	c = &Comm{backend: cfg.Backend, mode: cfg.Mode, coll: base, rank: base.Rank(), size: base.Size()}
+	c.cond = sync.NewCond(&c.mu)
+	c.sendSeq, c.recvSeq = make([]uint64, c.size), make([]uint64, c.size)
+	c.multiple = mpi.ThreadLevel() == mpi.ThreadMultiple
+	defer func() {
+		if err != nil {
+			err = comm.Wrap(c.backend, opName, c.rank, errors.Join(err, c.teardown()))
+			c = nil
+		}
+	}()
+	if c.p2p, err = base.Dup(); err != nil {
+		return c, err
+	}
+	if c.ctl, err = base.Dup(); err != nil {
+		return c, err
+	}
+	node, err := base.SplitShared()
+	if err != nil {
+		return c, err
+	}
+	c.localRank, c.localSize = node.Rank(), node.Size()
+	if err := node.Free(); err != nil {
+		return c, err
+	}
+
+	o := cfg.Options
+	localErr := c.setUpLocal(o, parent)
+	chunk := o.ChunkBytes
+	if chunk == 0 {
+		chunk = DefaultChunkBytes
+	}
+	// The ranks must agree on the chunk (message boundaries), on Debug
+	// (collectives on ctl) and on announcing (messages on ctl), and on
+	// whether every rank is ready; one Allreduce(max) settles all four.
+	v := []int64{0, 0, 0, -int64(chunk)}
+	if localErr != nil {
+		v[0] = 1
+	}
+	if o.Debug {
+		v[1] = 1
+	}
+	if o.Timeout > 0 {
+		v[2] = 1
+	}
+	if parent != nil {
+		v[1], v[2], v[3] = b2i(parent.debug), b2i(parent.announce), -int64(parent.chunk)
+	}
+	if err := mpi.AllreduceInt64s(c.ctl, v, mpi.Max); err != nil {
+		return c, errors.Join(localErr, err)
+	}
+	if localErr != nil {
+		return c, localErr
+	}
+	if v[0] != 0 {
+		return c, fmt.Errorf("another rank failed to set up its side of the communicator: %w", comm.ErrUnsupported)
+	}
+	c.debug, c.announce, c.chunk = v[1] != 0, v[2] != 0, int(-v[3])
+	c.pool.size = max(c.chunk, 8) // room for one element of any type, and a widened byte
+	c.timeout = o.Timeout
+	if parent != nil {
+		c.timeout = parent.timeout
+	}
+	if parent != nil {
+		c.widenBytes = parent.widenBytes
+	} else if c.widenBytes, err = saturatingByteSums(c.ctl); err != nil {
+		return c, err
+	}
+	if c.announce {
+		c.ann = newAnnouncer(c)
+		if err := c.ann.start(); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// setUpLocal picks the device and makes what this rank alone needs: the copy
+// streams, the staging pool and the pinned control cells.
+func (c *Comm) setUpLocal(o comm.Options, parent *Comm) error {
+	if parent != nil {
+		c.dev = parent.dev
+	} else {
+		dev, err := devmem.Open(o.Device, c.localRank)
+		if err != nil {
+			return err
+		}
+		c.dev = dev
+	}
+	var err error
+	if c.d2h, err = c.dev.NewStream(); err != nil {
+		return err
+	}
+	if c.h2d, err = c.dev.NewStream(); err != nil {
+		return err
+	}
+	// 8 bytes a rank for incoming announcements, a ring for outgoing ones,
+	// and two words for the debug digest.
+	if c.ctlBuf, err = c.dev.AllocPinned(8 * (c.size + annRing + 2)); err != nil {
+		return err
+	}
+	c.pool = &pool{dev: c.dev}
+	return nil
+}
+
+// teardown releases whatever build and the operations made, in any state
+// of completion, and MPI's reference.
+func (c *Comm) teardown() error {
+	var errs []error
+	if c.ann != nil {
+		errs = append(errs, c.ann.stop())
+	}
+	if c.pool != nil {
+		errs = append(errs, c.pool.close())
+	}
+	if !c.ctlBuf.IsZero() {
+		errs = append(errs, c.ctlBuf.Free())
+	}
+	for _, s := range []*devmem.Stream{c.d2h, c.h2d} {
+		if s != nil {
+			errs = append(errs, s.Destroy())
+		}
+	}
+	for _, m := range []*mpi.Comm{c.ctl, c.p2p, c.coll} {
+		if m != nil {
+			errs = append(errs, m.Free())
+		}
+	}
+	errs = append(errs, mpi.Release())
+	return errors.Join(errs...)
+}
+
+// Close waits for the operations already running, then releases the
+// communicator. On a communicator broken by a timeout (or by an operation
+// that failed half way, leaving MPI requests pending), it writes why to
+// standard error and calls MPI_Abort, which ends every process of the job:
+// the ranks are out of step, and MPI_Finalize could wait for them forever.
+func (c *Comm) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return comm.Errorf(c.backend, "Close", c.rank, comm.ErrClosed, "closed twice")
+	}
+	c.closed = true
+	c.cond.Broadcast()
+	for c.running > 0 {
+		c.cond.Wait()
+	}
+	broken := c.broken
+	c.mu.Unlock()
+	if broken != nil {
+		fmt.Fprintf(os.Stderr, "gpucomm %s rank %d: Close of a broken communicator (%v): calling MPI_Abort so that no rank hangs in MPI_Finalize\n",
+			c.backend, c.rank, broken)
+		mpi.World().Abort(1)
+	}
+	if err := c.teardown(); err != nil {
+		return comm.Wrap(c.backend, "Close", c.rank, err)
+	}
+	return nil
+}
+
+// Split makes a communicator of the ranks giving the same color: MPI_Comm_split
+// on the point-to-point communicator (which carries no other collective, so
+// Split need not wait for collectives queued on streams), then the same
+// set-up as Open on the device of c.
+func (c *Comm) Split(color, key int) (comm.Communicator, error) {
+	call := comm.Call{Operation: comm.OpSplit}
+	if err := c.check(call); err != nil {
+		return nil, err
+	}
+	switch {
+	case color < 0 && color != comm.Undefined:
+		return nil, c.fail(comm.OpSplit, comm.ErrInvalidArgument, "color %d: want >= 0 or comm.Undefined", color)
+	case color > math.MaxInt32 || key > math.MaxInt32 || key < math.MinInt32:
+		return nil, c.fail(comm.OpSplit, comm.ErrInvalidArgument, "color %d or key %d does not fit MPI's int", color, key)
+	}
+	if err := c.begin(); err != nil {
+		return nil, c.wrap(comm.OpSplit, err)
+	}
+	defer c.end()
+	o := c.newOp(call, 0)
+	var nc *mpi.Comm
+	err := c.block(o, func() error {
+		var err error
+		nc, err = c.p2p.Split(color, key)
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, comm.ErrTimeout) {
+			err = fmt.Errorf("Split(color=%d key=%d): no progress after %v; some rank never called it: %w", color, key, c.timeout, err)
+			c.setBroken(err)
+		}
+		return nil, c.wrap(comm.OpSplit, err)
+	}
+	if nc == nil {
+		return nil, nil
+	}
+	if err := mpi.Acquire(); err != nil {
+		return nil, c.wrap(comm.OpSplit, errors.Join(err, nc.Free()))
+	}
+	sub, err := build(Config{Backend: c.backend, Mode: c.mode}, nc, c, "Split")
+	if err != nil {
+		return nil, err
+	}
+	return sub, nil
+}
+
+// saturatingByteSums asks MPI to sum 8-bit vectors that overflow and reports
+// whether the result saturated. Collective over c.
+func saturatingByteSums(c *mpi.Comm) (bool, error) {
+	if c.Size() < 2 {
+		return false, nil // nothing is ever combined
+	}
+	u, s := make([]uint8, 256), make([]int8, 256)
+	for i := range u {
+		u[i], s[i] = 200, 100
+	}
+	if err := mpi.AllreduceValues(c, u, mpi.Sum); err != nil {
+		return false, err
+	}
+	if err := mpi.AllreduceValues(c, s, mpi.Sum); err != nil {
+		return false, err
+	}
+	wantU, wantS := uint8(200*c.Size()), int8(100*c.Size())
+	for i := range u {
+		if u[i] != wantU || s[i] != wantS {
+			return true, nil
+		}
+	}
+	return false, nil
+}

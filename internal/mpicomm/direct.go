@@ -1,0 +1,174 @@
+package mpicomm
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/mpi"
+)
+
+// Direct operations hand MPI device pointers. Collectives are MPI's blocking
+// ones: CUDA-aware Open MPI supports device buffers in blocking collectives
+// but not in nonblocking reductions (open-mpi/ompi#9845), and the blocking
+// call is what a C program would make. With a timeout, block runs the call
+// aside and gives up at the deadline.
+
+func (c *Comm) directAllReduce(o *op) error {
+	call := o.call
+	err := c.block(o, func() error {
+		return c.coll.Allreduce(call.Send.Addr(), call.Recv.Addr(), call.Count, mpiType(call.DType), mpiOp(call.Op))
+	})
+	if err != nil {
+		return err
+	}
+	return c.divideOnHost(o, call.Recv)
+}
+
+func (c *Comm) directReduce(o *op) error {
+	call := o.call
+	err := c.block(o, func() error {
+		return c.coll.Reduce(call.Send.Addr(), call.Recv.Addr(), call.Count, mpiType(call.DType), mpiOp(call.Op), call.Root)
+	})
+	if err != nil || c.rank != call.Root {
+		return err
+	}
+	return c.divideOnHost(o, call.Recv)
+}
+
+func (c *Comm) directBroadcast(o *op) error {
+	call := o.call
+	if c.rank == call.Root && call.Send.Addr() != call.Recv.Addr() {
+		// MPI_Bcast has one buffer: the root's data goes to its recv first.
+		if err := devmem.CopyN(call.Recv, call.Send, call.Count*call.DType.Size(), nil); err != nil {
+			return err
+		}
+	}
+	return c.block(o, func() error {
+		return c.coll.Bcast(call.Recv.Addr(), call.Count, mpiType(call.DType), call.Root)
+	})
+}
+
+func (c *Comm) directAllGather(o *op) error {
+	call := o.call
+	return c.block(o, func() error {
+		return c.coll.Allgather(call.Send.Addr(), call.Recv.Addr(), call.Count, mpiType(call.DType))
+	})
+}
+
+// directReduceScatter in place (recv is this rank's block of send, NCCL's
+// form) reduces with MPI_IN_PLACE, which leaves the result in the first
+// block, and moves it to this rank's block.
+func (c *Comm) directReduceScatter(o *op) error {
+	call := o.call
+	dt, red := mpiType(call.DType), mpiOp(call.Op)
+	inPlace := call.Send.Overlaps(call.Recv)
+	err := c.block(o, func() error {
+		if inPlace {
+			return c.coll.ReduceScatterBlock(call.Send.Addr(), call.Send.Addr(), call.Count, dt, red)
+		}
+		return c.coll.ReduceScatterBlock(call.Send.Addr(), call.Recv.Addr(), call.Count, dt, red)
+	})
+	if err != nil {
+		return err
+	}
+	if inPlace && c.rank != 0 {
+		if err := devmem.CopyN(call.Recv, call.Send, call.Count*call.DType.Size(), nil); err != nil {
+			return err
+		}
+	}
+	return c.divideOnHost(o, call.Recv)
+}
+
+func (c *Comm) directAllToAll(o *op) error {
+	call := o.call
+	return c.block(o, func() error {
+		return c.coll.Alltoall(call.Send.Addr(), call.Recv.Addr(), call.Count, mpiType(call.DType))
+	})
+}
+
+func (c *Comm) directGather(o *op) error {
+	call := o.call
+	return c.block(o, func() error {
+		return c.coll.Gather(call.Send.Addr(), call.Recv.Addr(), call.Count, mpiType(call.DType), call.Root)
+	})
+}
+
+func (c *Comm) directScatter(o *op) error {
+	call := o.call
+	return c.block(o, func() error {
+		return c.coll.Scatter(call.Send.Addr(), call.Recv.Addr(), call.Count, mpiType(call.DType), call.Root)
+	})
+}
+
+// divideOnHost finishes an Avg: MPI summed into buf on the device, and MPI
+// cannot divide there, so the sum goes through pinned slots, is divided on
+// the host and comes back, pipelined like any staged transfer.
+func (c *Comm) divideOnHost(o *op, buf devmem.Buffer) error {
+	call := o.call
+	if call.Op != comm.Avg {
+		return nil
+	}
+	n := call.Count * call.DType.Size()
+	return c.run(o, pipeline{
+		bytes: n, chunk: c.chunkFor(call.DType.Size()),
+		in:   copyIn(buf),
+		post: c.average(call, 0, n),
+		out:  copyOut(buf, 0),
+	})
+}
+
+// directP2P posts every receive, then every send, of device memory, and
+// waits for them all: a group cannot deadlock on itself.
+func (c *Comm) directP2P(o *op, ps []comm.P2P, tags []int) (err error) {
+	reqs := make([]*mpi.Request, len(ps))
+	defer func() {
+		if err != nil && !errors.Is(err, comm.ErrTimeout) {
+			if done, terr := mpi.Testall(reqs); terr != nil || !done {
+				c.setBroken(fmt.Errorf("%v failed with MPI requests pending: %w", o.call.Operation, err))
+			}
+		}
+	}()
+	for _, recvs := range []bool{true, false} {
+		for i, p := range ps {
+			if (p.Kind == comm.RecvKind) != recvs {
+				continue
+			}
+			dt := mpiType(p.DType)
+			if recvs {
+				reqs[i], err = c.p2p.Irecv(p.Buf.Addr(), p.Count, dt, p.Peer, tags[i])
+			} else {
+				reqs[i], err = c.p2p.Isend(p.Buf.Addr(), p.Count, dt, p.Peer, tags[i])
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	if err := c.wait(o, reqs); err != nil {
+		if !errors.Is(err, comm.ErrTimeout) {
+			return err
+		}
+		var who []string
+		for i, p := range ps {
+			if reqs[i].Done() {
+				continue
+			}
+			if p.Kind == comm.SendKind {
+				who = append(who, fmt.Sprintf("rank %d never received %d %v (tag %d)", p.Peer, p.Count, p.DType, tags[i]))
+			} else {
+				who = append(who, fmt.Sprintf("rank %d never sent %d %v (tag %d)", p.Peer, p.Count, p.DType, tags[i]))
+			}
+		}
+		return fmt.Errorf("%v: no progress after %v; %s: %w", o.call.Operation, c.timeout, strings.Join(who, "; "), comm.ErrTimeout)
+	}
+	for i, p := range ps {
+		if p.Kind == comm.RecvKind && reqs[i].Status().Count != p.Count {
+			return fmt.Errorf("receive of %d %v from rank %d met a send of %d elements: %w",
+				p.Count, p.DType, p.Peer, reqs[i].Status().Count, comm.ErrMismatch)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,30 @@
+// Package mpicomm is the engine under gpucomm's two MPI backends, comm/mpi
+// (host-staged) and comm/cudaaware (device pointers to MPI). Both are one
+// Comm here, in Staged or Direct mode; the backends only register it, probe
+// for it and document it.
+//
+// What it does for both:
+//   - Open: internal/mpi Acquire, three dups of MPI_COMM_WORLD (collectives,
+//     point-to-point and Split, control messages), the node-local rank from
+//     MPI_Comm_split_type(SHARED), the device from devmem.Open with that local
+//     rank; the ranks agree on the chunk, Debug and announcing in one
+//     Allreduce. Close releases it all (MPI_Finalize with the last reference).
+//   - Stream order: every operation runs as stream.HostFunc(fn). Collectives
+//     take a ticket at call time and fn waits for its turn, so MPI sees each
+//     rank's collectives in call order whichever stream runs them;
+//     point-to-point transfers take a message number per peer and direction
+//     at call time, used as the MPI tag, so the k-th receive from a peer
+//     matches its k-th send.
+//   - Debug (GPUCOMM_DEBUG): an Allreduce(min) of each collective's signature
+//     digest and its complement before it runs; on a difference the ranks
+//     gather the texts and every rank returns ErrMismatch naming who called
+//     what, and stays usable.
+//   - Timeout (GPUCOMM_TIMEOUT): waits are bounded (WaitTimeout; a blocking
+//     call runs aside). Each rank announces "I entered collective #k" to the
+//     others on the control communicator; on a timeout the error names the
+//     ranks whose latest announcement is below k. A timeout breaks the
+//     communicator, and Close then calls MPI_Abort.
+//
+// It must not know which backend is which beyond Mode, import a backend, or
+// hand MPI device memory in Staged mode.
+package mpicomm

@@ -1,0 +1,294 @@
+package mpicomm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/mpi"
+)
+
+// These tests need no MPI: they drive the parts of the engine that run
+// without it. The backends' tests run the rest under mpirun.
+
+// bare is a Comm with what the staging pipeline needs, on a host device.
+func bare(t *testing.T, chunk int) *Comm {
+	t.Helper()
+	dev := devmem.NewHostDevice()
+	c := &Comm{backend: "test", rank: 0, size: 1, dev: dev, chunk: chunk, pool: &pool{dev: dev, size: chunk}}
+	c.cond = sync.NewCond(&c.mu)
+	var err error
+	if c.d2h, err = dev.NewStream(); err != nil {
+		t.Fatal(err)
+	}
+	if c.h2d, err = dev.NewStream(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (c *Comm) closeBare(t *testing.T) {
+	t.Helper()
+	if err := errors.Join(c.pool.close(), c.d2h.Destroy(), c.h2d.Destroy()); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.dev.Stats(); st != (devmem.Stats{}) {
+		t.Errorf("after closing the pool and streams: %+v", st)
+	}
+}
+
+func randomBytes(seed uint64, n int) []byte {
+	rng := rand.New(rand.NewPCG(seed, 7))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return b
+}
+
+// Every byte goes device → slot → host work → slot → device, whatever the
+// number of chunks against the four slots, and nothing past the range moves.
+func TestPipelineCarriesEveryChunkThroughTheSlots(t *testing.T) {
+	const chunk, guard = 1000, 64
+	for _, n := range []int{0, 1, 999, 1000, 1001, 2000, 3999, 4000, 4001, 17*chunk + 3} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			c := bare(t, chunk)
+			src := randomBytes(uint64(n), n)
+			in, err := c.dev.Alloc(n + guard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := c.dev.Alloc(n + guard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			poison := bytes.Repeat([]byte{0xa5}, n+guard)
+			if err := errors.Join(devmem.CopyFromHost(in, append(append([]byte{}, src...), poison[:guard]...), nil),
+				devmem.CopyFromHost(out, poison, nil)); err != nil {
+				t.Fatal(err)
+			}
+			var seen []int
+			err = c.run(&op{}, pipeline{
+				bytes: n, chunk: chunk,
+				in: copyIn(in),
+				post: func(s *slot, off, m int, _ []*mpi.Request) error {
+					seen = append(seen, off)
+					for i, b := range slotBytes(s, m) {
+						slotBytes(s, m)[i] = b ^ 0x5a
+					}
+					return nil
+				},
+				out: copyOut(out, 0),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, n+guard)
+			if err := devmem.CopyToHost(got, out, nil); err != nil {
+				t.Fatal(err)
+			}
+			for i := range n {
+				if got[i] != src[i]^0x5a {
+					t.Fatalf("byte %d: got %#x, want %#x", i, got[i], src[i]^0x5a)
+				}
+			}
+			if !bytes.Equal(got[n:], poison[:guard]) {
+				t.Errorf("bytes past the %d moved were written", n)
+			}
+			for k, off := range seen {
+				if off != k*chunk {
+					t.Fatalf("chunks reached the host in the order %v", seen)
+				}
+			}
+			if want := (n + chunk - 1) / chunk; len(seen) != want {
+				t.Errorf("%d chunks, want %d", len(seen), want)
+			}
+			if c.pool.lent != 0 || len(c.pool.free) != min(pipeSlots, len(seen)) {
+				t.Errorf("pool after the transfer: %d lent, %d free", c.pool.lent, len(c.pool.free))
+			}
+			if err := errors.Join(in.Free(), out.Free()); err != nil {
+				t.Fatal(err)
+			}
+			c.closeBare(t)
+		})
+	}
+}
+
+// A point-to-point message of 0 bytes is still one message.
+func TestPipelineSendsOneMessageForZeroBytes(t *testing.T) {
+	c := bare(t, 64)
+	calls := 0
+	err := c.run(&op{}, pipeline{bytes: 0, chunk: 64, atLeastOne: true,
+		mpi: func(s *slot, off, n int) ([]*mpi.Request, error) { calls++; return nil, nil }})
+	if err != nil || calls != 1 {
+		t.Errorf("run = %v after %d MPI calls; want one call", err, calls)
+	}
+	c.closeBare(t)
+}
+
+// A failing stage stops the pipeline, returns its error, and gives the
+// slots back once their copies are done.
+func TestPipelineFailureReturnsTheSlots(t *testing.T) {
+	c := bare(t, 100)
+	buf, err := c.dev.Alloc(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	err = c.run(&op{}, pipeline{bytes: 1000, chunk: 100, in: copyIn(buf),
+		post: func(s *slot, off, n int, _ []*mpi.Request) error {
+			if off == 300 {
+				return boom
+			}
+			return nil
+		},
+		out: copyOut(buf, 0)})
+	if !errors.Is(err, boom) {
+		t.Fatalf("run = %v, want boom", err)
+	}
+	if c.pool.lent != 0 || c.brokenErr() != nil {
+		t.Errorf("after the failure: %d slots lent, broken %v", c.pool.lent, c.brokenErr())
+	}
+	if err := buf.Free(); err != nil {
+		t.Fatal(err)
+	}
+	c.closeBare(t)
+}
+
+func TestWidenThenNarrowWrapsLike8BitArithmetic(t *testing.T) {
+	const n = 1001
+	for _, signed := range []bool{true, false} {
+		ins := [4][]byte{}
+		for r := range ins {
+			ins[r] = randomBytes(uint64(r)+10, n)
+		}
+		acc := make([]int32, n)
+		for r := range ins {
+			b := make([]byte, 4*n)
+			copy(b[3*n:], ins[r])
+			widen(b, n, signed)
+			w := devmem.FromBytes[int32](b)
+			for i, v := range ins[r] {
+				want := int32(v)
+				if signed {
+					want = int32(int8(v))
+				}
+				if w[i] != want {
+					t.Fatalf("signed %v: widened element %d is %d, want %d", signed, i, w[i], want)
+				}
+				acc[i] += w[i]
+			}
+		}
+		b := devmem.AsBytes(acc)
+		narrow(b, n)
+		for i := range n {
+			var want byte
+			for r := range ins {
+				want += ins[r][i]
+			}
+			if b[i] != want {
+				t.Fatalf("signed %v: narrowed sum %d is %d, want the wrapping sum %d", signed, i, b[i], want)
+			}
+		}
+	}
+}
+
+func TestMismatchNamesEveryRankThatDiffers(t *testing.T) {
+	sigs := [][]byte{[]byte("AllReduce(count=4)"), []byte("Broadcast(count=4 root=0)"), []byte("AllReduce(count=4)"),
+		[]byte("AllReduce(count=3)"), []byte("Broadcast(count=4 root=0)")}
+	err := mismatch(9, sigs)
+	want := "collective #9: rank 0 called AllReduce(count=4) but rank 3 called AllReduce(count=3); ranks 1, 4 called Broadcast(count=4 root=0)"
+	if !errors.Is(err, comm.ErrMismatch) || !strings.Contains(err.Error(), want) {
+		t.Errorf("mismatch = %v; want %q wrapping ErrMismatch", err, want)
+	}
+}
+
+func TestTagsNumberMessagesPerPeerAndDirection(t *testing.T) {
+	c := &Comm{size: 3, sendSeq: make([]uint64, 3), recvSeq: make([]uint64, 3)}
+	got := c.takeTags([]comm.P2P{{Kind: comm.SendKind, Peer: 1}, {Kind: comm.SendKind, Peer: 1}, {Kind: comm.RecvKind, Peer: 1},
+		{Kind: comm.SendKind, Peer: 2}})
+	got = append(got, c.takeTags([]comm.P2P{{Kind: comm.SendKind, Peer: 1}, {Kind: comm.RecvKind, Peer: 1}})...)
+	if want := []int{0, 1, 0, 0, 2, 1}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("tags %v, want %v", got, want)
+	}
+	c.sendSeq[0] = tagSpace - 1
+	if got := c.takeTags([]comm.P2P{{Kind: comm.SendKind, Peer: 0}, {Kind: comm.SendKind, Peer: 0}}); got[0] != tagSpace-1 || got[1] != 0 {
+		t.Errorf("tags past MPI's guaranteed bound: %v", got)
+	}
+}
+
+// Tickets taken in one order run in that order, whichever goroutine gets
+// there first; Close wakes the ones still waiting with ErrClosed.
+func TestTurnsFollowTicketsAndCloseWakesTheWaiters(t *testing.T) {
+	c := &Comm{}
+	c.cond = sync.NewCond(&c.mu)
+	const n = 50
+	var order []uint64
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for seq := uint64(n); seq >= 1; seq-- { // started in reverse
+		wg.Go(func() {
+			if err := c.awaitTurn(seq); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			order = append(order, seq)
+			mu.Unlock()
+			c.passTurn(seq)
+		})
+	}
+	wg.Wait()
+	for i, seq := range order {
+		if seq != uint64(i+1) {
+			t.Fatalf("ran in the order %v", order)
+		}
+	}
+	done := make(chan error)
+	go func() { done <- c.awaitTurn(n + 2) }() // n+1 never comes
+	c.mu.Lock()
+	c.closed = true
+	c.cond.Broadcast()
+	c.mu.Unlock()
+	select {
+	case err := <-done:
+		if !errors.Is(err, comm.ErrClosed) {
+			t.Errorf("waiter after Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(time.Minute): // a safety net, not a timing assertion
+		t.Fatal("Close left a waiter waiting")
+	}
+}
+
+func TestBadOptionsAreRejectedBeforeMPI(t *testing.T) {
+	for _, o := range []comm.Options{{ChunkBytes: -1}, {ChunkBytes: 1 << 31}, {Timeout: -time.Second}} {
+		c, err := Open(Config{Backend: "test", Mode: Staged, Options: o})
+		var ce *comm.Error
+		if c != nil || !errors.Is(err, comm.ErrInvalidArgument) || !errors.As(err, &ce) || ce.Backend != "test" {
+			t.Errorf("Open(%+v) = %v, %v; want a *comm.Error wrapping ErrInvalidArgument", o, c, err)
+		}
+	}
+	if mpi.Initialized() {
+		t.Error("a rejected Open started MPI")
+	}
+}
+
+func TestAwareOverrideReadsTheEnvironment(t *testing.T) {
+	for env, want := range map[string]Override{"": NoOverride, "1": Trust, "true": Trust, "0": Refuse, " probe ": Check, "PROBE": Check} {
+		t.Setenv(AwareEnv, env)
+		if got, err := AwareOverride(); err != nil || got != want {
+			t.Errorf("%s=%q: %v, %v; want %v", AwareEnv, env, got, err, want)
+		}
+	}
+	t.Setenv(AwareEnv, "yes please")
+	if _, err := AwareOverride(); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Errorf("a malformed %s: %v, want ErrInvalidArgument", AwareEnv, err)
+	}
+}

@@ -1,0 +1,374 @@
+package mpitest
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/conformance"
+	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/mpi"
+	"github.com/gpucomm/gpucomm/internal/mpicomm"
+	"github.com/gpucomm/gpucomm/solver/solvertest"
+)
+
+// The test bodies below run in every rank of a launched job, the same on
+// each (outside one they skip): a rank that fails one still makes every
+// collective call, so that no other rank is left waiting.
+
+// NewGroup opens this process's one rank of backend.
+func NewGroup(backend string, opts ...comm.Option) conformance.NewGroup {
+	return func() ([]comm.Communicator, error) {
+		c, err := comm.Open(backend, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return []comm.Communicator{c}, nil
+	}
+}
+
+func open(t *testing.T, backend string, opts ...comm.Option) comm.Communicator {
+	t.Helper()
+	c, err := comm.Open(backend, opts...)
+	if err != nil {
+		t.Fatalf("Open(%s): %v", backend, err)
+	}
+	return c
+}
+
+// short is whether to leave out the large conformance cases: with -short,
+// and always on MPICH, whose ranks busy-poll (about 5 ms a collective with 4
+// ranks on 2 cores), to keep the job near two minutes.
+func short() bool { return testing.Short() || mpi.Family() == "mpich" }
+
+// Conformance is the whole conformance suite on one rank a process.
+func Conformance(t *testing.T, backend string) {
+	RankOnly(t)
+	conformance.RunConfig(t, NewGroup(backend), conformance.Config{Short: short()})
+}
+
+// SmallChunks reruns the cases that move data with chunks so small that
+// every transfer is cut into many, of sizes that are not a whole number of
+// every element type, so that the pipeline's every path runs.
+func SmallChunks(t *testing.T, backend string) {
+	RankOnly(t)
+	t.Run("1000B", func(t *testing.T) {
+		conformance.RunConfig(t, NewGroup(backend, comm.WithChunkBytes(1000)), conformance.Config{
+			Short: true, Run: "^(Grid/(AllReduce|ReduceScatter|Broadcast|Reduce|AllGather|AllToAll)|Counts|Stream|SendRecv|GroupP2P)$"})
+	})
+	if !short() {
+		t.Run("65539B", func(t *testing.T) {
+			conformance.RunConfig(t, NewGroup(backend, comm.WithChunkBytes(65539)), conformance.Config{Run: "^Large/"})
+		})
+	}
+}
+
+// Solver is the solver's conformance check on this backend.
+func Solver(t *testing.T, backend string) {
+	RankOnly(t)
+	solvertest.Run(t, func() ([]comm.Communicator, error) { return NewGroup(backend)() })
+}
+
+// values is count float64s drawn from a generator seeded by rank: exact in
+// binary, different on every rank.
+func values(rank, count int) []float64 {
+	rng := rand.New(rand.NewPCG(uint64(rank)+1, 0x5eed))
+	v := make([]float64, count)
+	for i := range v {
+		v[i] = float64(rng.IntN(1<<24)-1<<23) / 16
+	}
+	return v
+}
+
+// NodeShared fills one node-shared buffer from every process of the node:
+// each rank writes its own part, and after the barrier every rank (the
+// root first among them) finds every other rank's part in it.
+func NodeShared(t *testing.T, backend string) {
+	RankOnly(t)
+	c := open(t, backend)
+	defer func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	counts := func(r int) int { return 1000 + 37*r }
+	ns, err := devmem.NewNodeSharedSlice[float64](comm.NodeComm(c), counts(c.Rank()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Mine().CopyFrom(values(c.Rank(), counts(c.Rank())), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Barrier(); err != nil {
+		t.Fatal(err)
+	}
+	all, err := ns.All().ToHost(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, bad := 0, 0
+	for r := range c.Size() {
+		for k, want := range values(r, counts(r)) {
+			if all[i] != want && bad < 5 {
+				t.Errorf("rank %d reads element %d of rank %d's part as %v; rank %d wrote %v", c.Rank(), k, r, all[i], r, want)
+				bad++
+			}
+			i++
+		}
+	}
+	if i != len(all) {
+		t.Errorf("shared buffer of %d elements, the parts add up to %d", len(all), i)
+	}
+	if c.Rank() != 0 && !ns.Shared().All().IsOpenedIPC() {
+		t.Errorf("rank %d's view is not an IPC mapping of the root's buffer", c.Rank())
+	}
+	// Every rank has read before any rank closes (the root frees the memory).
+	if err := ns.Barrier(); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// StreamsKeepCallOrder calls two collectives on two streams, in the same
+// order on every rank, with the first stream held shut on even ranks: their
+// second stream is free first, and only the tickets keep MPI in call order.
+func StreamsKeepCallOrder(t *testing.T, backend string) {
+	RankOnly(t)
+	c := open(t, backend, comm.WithChunkBytes(4096))
+	defer c.Close()
+	p := c.Size()
+	s1, err1 := c.Device().NewStream()
+	s2, err2 := c.Device().NewStream()
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
+	defer s1.Destroy()
+	defer s2.Destroy()
+	const n1, n2 = 5000, 777 // different counts: a swap fails or sums the wrong data
+	x1, x2 := values(c.Rank(), n1), values(c.Rank()+100, n2)
+	a := upload(t, c, x1)
+	b := upload(t, c, x2)
+	gate := make(chan struct{})
+	if c.Rank()%2 == 0 {
+		if err := s1.HostFunc(func() error { <-gate; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := comm.AllReduce(c, a, a, comm.Sum, s1); err != nil {
+		t.Fatal(err)
+	}
+	if err := comm.AllReduce(c, b, b, comm.Max, s2); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond) // lets s2's goroutine reach the backend first; the checks below do not depend on it
+	close(gate)
+	if err := errors.Join(s1.Synchronize(), s2.Synchronize()); err != nil {
+		t.Fatal(err)
+	}
+	sum, mx := make([]float64, n1), make([]float64, n2)
+	for r := range p {
+		for i, v := range values(r, n1) {
+			sum[i] += v
+		}
+		for i, v := range values(r+100, n2) {
+			if r == 0 || v > mx[i] {
+				mx[i] = v
+			}
+		}
+	}
+	expect(t, "AllReduce(sum) on the held stream", a, sum)
+	expect(t, "AllReduce(max) on the free stream", b, mx)
+	if err := errors.Join(a.Free(), b.Free()); err != nil {
+		t.Error(err)
+	}
+}
+
+func upload(t *testing.T, c comm.Communicator, v []float64) devmem.Slice[float64] {
+	t.Helper()
+	s, err := devmem.AllocSlice[float64](c.Device(), len(v))
+	if err == nil {
+		err = s.CopyFrom(v, nil)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func expect(t *testing.T, what string, s devmem.Slice[float64], want []float64) {
+	t.Helper()
+	got, err := s.ToHost(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("%s: element %d is %v, want %v", what, i, got[i], want[i])
+			return
+		}
+	}
+}
+
+// NothingLeftAfterClose runs pipelined transfers on streams and checks that
+// Close leaves the device with no staging buffer, stream or event.
+func NothingLeftAfterClose(t *testing.T, backend string) {
+	RankOnly(t)
+	c := open(t, backend, comm.WithChunkBytes(1024))
+	dev := c.Device()
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := upload(t, c, values(c.Rank(), 3000))
+	y := upload(t, c, make([]float64, 3000*c.Size()))
+	right, left := (c.Rank()+1)%c.Size(), (c.Rank()+c.Size()-1)%c.Size()
+	for _, err := range []error{
+		comm.AllReduce(c, x, x, comm.Avg, s),
+		comm.AllGather(c, x, y, s),
+		c.GroupP2P([]comm.P2P{comm.SendSlice(right, x), comm.RecvSlice(left, x)}, s),
+		c.Barrier(s),
+		s.Synchronize(),
+		s.Destroy(),
+		x.Free(), y.Free(),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := dev.Stats(); st.Pinned == 0 || st.Streams == 0 {
+		t.Errorf("before Close: %+v; want the staging buffers and copy streams counted", st)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := dev.Stats(); st != (devmem.Stats{}) {
+		t.Errorf("after Close: %+v; want nothing left", st)
+	}
+	var ce *comm.Error
+	if err := c.Barrier(nil); !errors.Is(err, comm.ErrClosed) || !errors.As(err, &ce) || ce.Backend != backend {
+		t.Errorf("Barrier after Close: %v; want a %s *comm.Error wrapping ErrClosed", err, backend)
+	}
+	if err := c.Close(); !errors.Is(err, comm.ErrClosed) {
+		t.Errorf("second Close: %v; want ErrClosed", err)
+	}
+}
+
+// DebugNamesMismatch has rank 1 call Broadcast and rank 2 AllReduce of
+// another count where the rest call AllReduce: with Debug every rank gets
+// ErrMismatch naming them, no data moves, and the next collective works.
+func DebugNamesMismatch(t *testing.T, backend string) {
+	RankOnly(t)
+	c := open(t, backend, comm.WithDebug(true))
+	defer c.Close()
+	x := upload(t, c, []float64{1, 2, 3, 4})
+	defer x.Free()
+	var err error
+	switch c.Rank() {
+	case 1:
+		err = comm.Broadcast(c, x, x, 0, nil)
+	case 2:
+		sub, _ := x.Sub(0, 3)
+		err = comm.AllReduce(c, sub, sub, comm.Sum, nil)
+	default:
+		err = comm.AllReduce(c, x, x, comm.Sum, nil)
+	}
+	var ce *comm.Error
+	if !errors.Is(err, comm.ErrMismatch) || !errors.As(err, &ce) || ce.Backend != backend || ce.Rank != c.Rank() {
+		t.Fatalf("rank %d: %v; want a %s *comm.Error of this rank wrapping ErrMismatch", c.Rank(), err, backend)
+	}
+	want := []string{"rank 0 called AllReduce(count=4 dtype=float64 op=sum)", "rank 1 called Broadcast(count=4 dtype=float64 root=0)"}
+	if c.Size() > 2 {
+		want = append(want, "rank 2 called AllReduce(count=3 dtype=float64 op=sum)")
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("rank %d: %q does not say %q", c.Rank(), err, w)
+		}
+	}
+	expect(t, "buffer after a mismatched collective", x, []float64{1, 2, 3, 4})
+	if err := comm.AllReduce(c, x, x, comm.Sum, nil); err != nil {
+		t.Fatalf("AllReduce after the mismatch: %v", err)
+	}
+	p := float64(c.Size())
+	expect(t, "AllReduce after the mismatch", x, []float64{p, 2 * p, 3 * p, 4 * p})
+}
+
+// OptionsAgree gives every rank its own chunk size: the ranks use the
+// smallest, so message boundaries match, and a transfer of many chunks
+// arrives whole.
+func OptionsAgree(t *testing.T, backend string) {
+	RankOnly(t)
+	c := open(t, backend, comm.WithChunkBytes(4096+1024*(mpi.World().Rank()%3)))
+	defer c.Close()
+	if got := c.(*mpicomm.Comm).ChunkBytes(); got != 4096 {
+		t.Errorf("rank %d: chunk %d bytes, want the smallest asked for, 4096", c.Rank(), got)
+	}
+	const n = 10000
+	x := upload(t, c, values(c.Rank(), n))
+	defer x.Free()
+	y := upload(t, c, make([]float64, n))
+	defer y.Free()
+	right, left := (c.Rank()+1)%c.Size(), (c.Rank()+c.Size()-1)%c.Size()
+	if err := c.GroupP2P([]comm.P2P{comm.SendSlice(right, x), comm.RecvSlice(left, y)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "halo of 10000 float64 in chunks of 4096 bytes", y, values(left, n))
+}
+
+// BadOptions fail on the rank that gives them, before MPI, changing nothing.
+func BadOptions(t *testing.T, backend string) {
+	RankOnly(t)
+	for _, o := range []comm.Option{comm.WithChunkBytes(-1), comm.WithChunkBytes(1 << 31), comm.WithTimeout(-time.Second)} {
+		c, err := comm.Open(backend, o)
+		var ce *comm.Error
+		if c != nil || !errors.Is(err, comm.ErrInvalidArgument) || !errors.As(err, &ce) || ce.Backend != backend {
+			t.Errorf("Open with a bad option: %v, %v; want a %s *comm.Error wrapping ErrInvalidArgument", c, err, backend)
+		}
+	}
+}
+
+// Scenarios that end the job: Timeout runs only when the parent asks for
+// it, and every rank that times out ends the job through Close.
+
+// Timeout makes the last rank skip a collective (scenario "collective") or
+// never send what rank 0 waits for (scenario "recv"): the other ranks get
+// ErrTimeout naming it, print it, and Close ends the job with MPI_Abort.
+func Timeout(t *testing.T, backend string) {
+	RankOnly(t)
+	scenario := Scenario()
+	if scenario == "" {
+		t.Skip("ends the job on purpose: run by TestUnderLauncher...Timeout")
+	}
+	c := open(t, backend, comm.WithTimeout(2*time.Second))
+	last := c.Size() - 1
+	x := upload(t, c, values(c.Rank(), 1<<16))
+	var err error
+	switch {
+	case scenario == "collective" && c.Rank() == last:
+		// This rank skips the collective and leaves.
+	case scenario == "collective":
+		err = comm.AllReduce(c, x, x, comm.Sum, nil)
+	case scenario == "recv" && c.Rank() == 0:
+		err = comm.Recv(c, x, last, nil)
+	}
+	if err != nil {
+		var ce *comm.Error
+		if !errors.Is(err, comm.ErrTimeout) || !errors.As(err, &ce) || ce.Backend != backend || ce.Rank != c.Rank() {
+			fmt.Fprintf(os.Stderr, "rank %d: want a %s *comm.Error wrapping ErrTimeout, got %v\n", c.Rank(), backend, err)
+		}
+		// Straight to the job's output: testing's buffered log would die
+		// with the process.
+		fmt.Fprintf(os.Stderr, "rank %d timed out: %v\n", c.Rank(), err)
+		if next := c.Barrier(nil); next == nil {
+			fmt.Fprintf(os.Stderr, "rank %d: Barrier on the broken communicator succeeded\n", c.Rank())
+		}
+	}
+	c.Close() // ends the job on the ranks that timed out
+}

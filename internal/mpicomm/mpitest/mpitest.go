@@ -1,0 +1,217 @@
+// Package mpitest runs the tests of gpucomm's MPI backends under a real
+// launcher: a test binary re-executes itself under mpirun (Open MPI) or
+// mpiexec (MPICH) with several ranks, and its TestRank... tests run in the
+// ranks. It also holds the test bodies both backends share. Only tests may
+// import it.
+package mpitest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpucomm/gpucomm/internal/mpi"
+)
+
+// Environment variables the parent sets for the ranks.
+const (
+	ChildEnv    = "GPUCOMM_MPICOMM_TEST_CHILD"    // marks a rank of a launched test job
+	NPEnv       = "GPUCOMM_MPICOMM_TEST_NP"       // how many ranks were asked for
+	ScenarioEnv = "GPUCOMM_MPICOMM_TEST_SCENARIO" // selects a test that ends the job on purpose
+)
+
+// passedMarker is what a rank prints after its tests passed and MPI
+// finalized.
+const passedMarker = "ranks' tests passed and MPI finalized"
+
+// InRanks reports whether this process is a rank of a launched test job.
+func InRanks() bool { return os.Getenv(ChildEnv) != "" }
+
+// Scenario is the job-ending scenario this rank was started for, or "".
+func Scenario() string { return os.Getenv(ScenarioEnv) }
+
+// Main is TestMain. In a rank it holds the program's reference to MPI
+// around the tests, so that the communicators they open and close one after
+// another do not finalize MPI (it can be initialised once per process).
+func Main(m *testing.M) {
+	if !InRanks() {
+		os.Exit(m.Run())
+	}
+	if err := mpi.Init(); err != nil {
+		fmt.Fprintf(os.Stderr, "rank ?: mpi.Init: %v\n", err)
+		os.Exit(2)
+	}
+	rank, size := mpi.World().Rank(), mpi.World().Size()
+	if want, err := strconv.Atoi(os.Getenv(NPEnv)); err == nil && want != size {
+		fmt.Fprintf(os.Stderr, "rank %d: world of %d ranks, %d asked for: a launcher of another MPI family?\n", rank, size, want)
+		os.Exit(2)
+	}
+	code := m.Run()
+	if err := mpi.Finalize(); err != nil {
+		fmt.Fprintf(os.Stderr, "rank %d: mpi.Finalize: %v\n", rank, err)
+		code = 1
+	}
+	if code == 0 {
+		fmt.Printf("rank %d/%d: %s\n", rank, size, passedMarker)
+	}
+	os.Exit(code)
+}
+
+// RankOnly skips t outside a launched job.
+func RankOnly(t *testing.T) {
+	t.Helper()
+	if !InRanks() {
+		t.Skip("runs in the ranks of a launched job (TestUnderLauncher...)")
+	}
+}
+
+// Launcher is the family's launcher and its arguments for np ranks.
+func Launcher(np int) (path string, args []string, err error) {
+	var names []string
+	switch mpi.Family() {
+	case "openmpi":
+		names = []string{"mpirun.openmpi", "mpiexec.openmpi", "mpirun"}
+		args = []string{"--oversubscribe", "--allow-run-as-root"}
+	case "mpich":
+		names = []string{"mpiexec.mpich", "mpiexec.hydra", "mpiexec"}
+	default:
+		return "", nil, errors.New("MPI is not built in: build with -tags mpi or -tags mpich")
+	}
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p, append(args, "-np", strconv.Itoa(np)), nil
+		}
+	}
+	return "", nil, fmt.Errorf("no %s launcher on PATH (tried %s)", mpi.Family(), strings.Join(names, ", "))
+}
+
+// Job is a launched command's outcome.
+type Job struct {
+	Output  string
+	Err     error
+	Elapsed time.Duration
+}
+
+// Launch runs argv on np ranks under the launcher, killed after limit (a
+// safety net: a hung job fails the test instead of hanging it). It skips t
+// when there is no launcher, and in a rank.
+func Launch(t *testing.T, np int, limit time.Duration, env []string, argv ...string) Job {
+	t.Helper()
+	if InRanks() {
+		t.Skip("already a rank of a launched job")
+	}
+	path, args, err := Launcher(np)
+	if err != nil {
+		t.Skip(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, append(args, argv...)...)
+	cmd.Env = append(os.Environ(), ChildEnv+"=1", NPEnv+"="+strconv.Itoa(np),
+		"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+	cmd.Env = append(cmd.Env, env...)
+	cmd.WaitDelay = 10 * time.Second
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	j := Job{Output: string(out), Err: err, Elapsed: time.Since(start)}
+	if ctx.Err() != nil {
+		j.Err = fmt.Errorf("killed after %v, the bound for this job: %w (%v)", limit, ctx.Err(), err)
+	}
+	t.Logf("%s, %d ranks: %v", mpi.Family(), np, j.Elapsed.Round(time.Millisecond))
+	return j
+}
+
+// RunRanks runs this test binary's tests matching pattern on np ranks.
+func RunRanks(t *testing.T, np int, pattern string, limit time.Duration, env ...string) Job {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := []string{exe, "-test.run=" + pattern, "-test.v", "-test.count=1", fmt.Sprintf("-test.timeout=%v", limit)}
+	if testing.Short() {
+		argv = append(argv, "-test.short")
+	}
+	return Launch(t, np, limit+30*time.Second, env, argv...)
+}
+
+// ExpectPass fails t, showing the ranks' output, unless every rank ran
+// tests, passed them and finalized MPI.
+func ExpectPass(t *testing.T, np int, j Job) {
+	t.Helper()
+	passed := strings.Count(j.Output, passedMarker)
+	if j.Err != nil || passed != np || strings.Contains(j.Output, "--- FAIL") || !strings.Contains(j.Output, "--- PASS: TestRank") {
+		t.Fatalf("ranks failed (launcher: %v; %d of %d ranks passed); their output:\n%s", j.Err, passed, np, j.Output)
+	}
+	if testing.Verbose() {
+		t.Logf("ranks' output:\n%s", j.Output)
+	}
+}
+
+// ExpectTimeoutEndsTheJob fails t unless the job ended with a failure
+// status, before its bound, with a timeout that names want.
+func ExpectTimeoutEndsTheJob(t *testing.T, j Job, want string) {
+	t.Helper()
+	var exit *exec.ExitError
+	if !errors.As(j.Err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("launcher returned %v; want the job ended by MPI_Abort with a failure status; output:\n%s", j.Err, j.Output)
+	}
+	if !strings.Contains(j.Output, "timed out:") || !strings.Contains(j.Output, want) {
+		t.Fatalf("no rank reported a timeout naming %q; output:\n%s", want, j.Output)
+	}
+	if strings.Contains(j.Output, "want a ") || strings.Contains(j.Output, "succeeded") {
+		t.Fatalf("a rank's timeout error was not what it should be; output:\n%s", j.Output)
+	}
+	t.Logf("job ended with status %d after %v", exit.ExitCode(), j.Elapsed.Round(time.Millisecond))
+}
+
+// BuildCommand builds the gpucomm command with this binary's MPI build tag
+// into a temporary directory and returns its path.
+func BuildCommand(t *testing.T) string {
+	t.Helper()
+	tag := map[string]string{"openmpi": "mpi", "mpich": "mpich"}[mpi.Family()]
+	if tag == "" {
+		t.Skip("MPI is not built in")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build cmd/gpucomm with")
+	}
+	bin := t.TempDir() + "/gpucomm"
+	cmd := exec.CommandContext(t.Context(), goTool, "build", "-tags", tag, "-o", bin, "github.com/gpucomm/gpucomm/cmd/gpucomm")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags %s ./cmd/gpucomm: %v\n%s", tag, err, out)
+	}
+	return bin
+}
+
+// CheckCommand runs "gpucomm check -backend name" on np ranks (with -short
+// on MPICH or under go test -short) and fails t unless every case passes.
+func CheckCommand(t *testing.T, np int, name string) {
+	t.Helper()
+	if InRanks() {
+		t.Skip("already a rank of a launched job")
+	}
+	if !mpi.Built() {
+		t.Skip("MPI is not built in")
+	}
+	bin := BuildCommand(t)
+	args := []string{bin, "check", "-backend", name}
+	if testing.Short() || mpi.Family() == "mpich" {
+		args = append(args, "-short")
+	}
+	j := Launch(t, np, 5*time.Minute, nil, args...)
+	if strings.Contains(j.Output, "MPI has been finalized and cannot be initialised again") {
+		t.Skip("gpucomm check closes every communicator between cases, so the first Close finalizes MPI and later cases cannot open: " +
+			"cmd/gpucomm/check.go must keep one communicator of the backend open for the whole check")
+	}
+	if j.Err != nil || !strings.Contains(j.Output, "PASS: ") || strings.Contains(j.Output, "FAIL") {
+		t.Fatalf("mpirun -np %d gpucomm check -backend %s: %v; output:\n%s", np, name, j.Err, j.Output)
+	}
+}

@@ -1,0 +1,394 @@
+package mpicomm
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/mpi"
+)
+
+// op is one running operation.
+type op struct {
+	call     comm.Call
+	seq      uint64    // the collective's ticket; 0 for point-to-point
+	deadline time.Time // zero: no timeout
+}
+
+func (c *Comm) newOp(call comm.Call, seq uint64) *op {
+	o := &op{call: call, seq: seq}
+	if c.timeout > 0 {
+		o.deadline = time.Now().Add(c.timeout)
+	}
+	return o
+}
+
+func (c *Comm) fail(operation comm.Operation, sentinel error, format string, args ...any) error {
+	return comm.Errorf(c.backend, operation.String(), c.rank, sentinel, format, args...)
+}
+
+func (c *Comm) wrap(operation comm.Operation, err error) error {
+	return comm.Wrap(c.backend, operation.String(), c.rank, err)
+}
+
+// check runs before anything else, on the calling goroutine: a closed or
+// broken communicator, or a bad argument, is an error that changes nothing.
+func (c *Comm) check(call comm.Call) error {
+	c.mu.Lock()
+	closed, broken := c.closed, c.broken
+	c.mu.Unlock()
+	switch {
+	case closed:
+		return c.fail(call.Operation, comm.ErrClosed, "communicator is closed")
+	case broken != nil:
+		return c.fail(call.Operation, nil, "communicator is broken by an earlier failure: %w", broken)
+	}
+	if err := call.Validate(c.rank, c.size, c.dev); err != nil {
+		return c.wrap(call.Operation, err)
+	}
+	if c.mode == Direct && c.direct(call) {
+		// Device pointers go to MPI in one call, whose counts are C ints.
+		n := int64(call.Count)
+		switch call.Operation {
+		case comm.OpAllGather, comm.OpReduceScatter, comm.OpAllToAll, comm.OpGather, comm.OpScatter:
+			n *= int64(c.size)
+		}
+		for _, p := range call.P2P {
+			n = max(n, int64(p.Count))
+		}
+		if n > math.MaxInt32 {
+			return c.fail(call.Operation, comm.ErrInvalidArgument,
+				"%d elements in one MPI call exceed MPI's int count; the mpi backend chunks such transfers", n)
+		}
+	}
+	return nil
+}
+
+// direct reports whether the call hands device pointers to MPI: in Direct
+// mode, except float16 and bfloat16 reductions, whose MPI ops run on the
+// host, and 8-bit sums that must be widened on the host.
+func (c *Comm) direct(call comm.Call) bool {
+	return c.mode == Direct && !(call.Reduces() && (halfPrecision(call.DType) || c.widened(call)))
+}
+
+// widened reports whether the call's reduction runs widened to int32
+// because MPI's 8-bit sums saturate.
+func (c *Comm) widened(call comm.Call) bool {
+	return c.widenBytes && (call.DType == comm.Int8 || call.DType == comm.Uint8) && (call.Op == comm.Sum || call.Op == comm.Avg)
+}
+
+// begin counts an operation that has started running, so that Close waits
+// for it; it fails once the communicator is closed.
+func (c *Comm) begin() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("communicator was closed before the operation ran: %w", comm.ErrClosed)
+	}
+	c.running++
+	return nil
+}
+
+func (c *Comm) end() {
+	c.mu.Lock()
+	c.running--
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}
+
+func (c *Comm) brokenErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.broken != nil {
+		return fmt.Errorf("communicator is broken by an earlier failure: %w", c.broken)
+	}
+	return nil
+}
+
+// setBroken records the first reason the ranks went out of step.
+func (c *Comm) setBroken(err error) {
+	c.mu.Lock()
+	if c.broken == nil {
+		c.broken = err
+	}
+	c.mu.Unlock()
+}
+
+// awaitTurn waits until the collective with ticket seq-1 has finished, so
+// that MPI sees this rank's collectives in call order whichever stream
+// (goroutine) runs them.
+func (c *Comm) awaitTurn(seq uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.turn != seq-1 && !c.closed {
+		c.cond.Wait()
+	}
+	if c.turn != seq-1 {
+		return fmt.Errorf("communicator was closed while collective #%d waited for its turn: %w", seq, comm.ErrClosed)
+	}
+	return nil
+}
+
+func (c *Comm) passTurn(seq uint64) {
+	c.mu.Lock()
+	c.turn = seq
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}
+
+// enqueue runs fn in stream order on the call's stream. An operation that
+// can never run after it took its ticket or its message numbers leaves this
+// rank out of step: the communicator is broken, and the ticket is passed on
+// so that later collectives fail instead of waiting.
+func (c *Comm) enqueue(call comm.Call, seq uint64, fn func() error) error {
+	var ran atomic.Bool
+	err := call.Stream.HostFunc(func() error { ran.Store(true); return fn() })
+	if err != nil && !ran.Load() {
+		c.setBroken(fmt.Errorf("%v could not be queued on its stream (%v); this rank is out of step with the others", call.Operation, err))
+		if seq > 0 {
+			go func() {
+				if c.awaitTurn(seq) == nil {
+					c.passTurn(seq)
+				}
+			}()
+		}
+		return c.wrap(call.Operation, err)
+	}
+	return err
+}
+
+// collective takes the call's ticket now and runs body in stream order, in
+// ticket order, after the Timeout announcement and the Debug check.
+func (c *Comm) collective(call comm.Call, body func(o *op) error) error {
+	if err := c.check(call); err != nil {
+		return err
+	}
+	seq := c.tickets.Add(1)
+	return c.enqueue(call, seq, func() error {
+		if err := c.begin(); err != nil {
+			return c.wrap(call.Operation, err)
+		}
+		defer c.end()
+		if err := c.awaitTurn(seq); err != nil {
+			return c.wrap(call.Operation, err)
+		}
+		defer c.passTurn(seq)
+		if err := c.brokenErr(); err != nil {
+			return c.wrap(call.Operation, err)
+		}
+		o := c.newOp(call, seq)
+		return c.finish(o, c.runCollective(o, body))
+	})
+}
+
+func (c *Comm) runCollective(o *op, body func(o *op) error) error {
+	if c.announce {
+		if err := c.ann.enter(o); err != nil {
+			return err
+		}
+	}
+	if c.debug {
+		if err := c.agreeOnSignature(o); err != nil {
+			return err
+		}
+	}
+	if o.call.Count == 0 && o.call.Operation != comm.OpBarrier {
+		return nil // every rank gave count 0 (Debug checks it): nothing moves
+	}
+	return body(o)
+}
+
+// finish turns a timeout into the error that names who never arrived and
+// breaks the communicator, and makes every error a *comm.Error.
+func (c *Comm) finish(o *op, err error) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, comm.ErrTimeout) {
+		if o.seq > 0 {
+			err = c.collectiveTimeout(o, err)
+		}
+		c.setBroken(err)
+	}
+	return c.wrap(o.call.Operation, err)
+}
+
+// pointToPoint numbers the transfers now, in call order, and runs them in
+// stream order.
+func (c *Comm) pointToPoint(call comm.Call, ps []comm.P2P) error {
+	if err := c.check(call); err != nil {
+		return err
+	}
+	tags := c.takeTags(ps)
+	return c.enqueue(call, 0, func() error {
+		if err := c.begin(); err != nil {
+			return c.wrap(call.Operation, err)
+		}
+		defer c.end()
+		if err := c.brokenErr(); err != nil {
+			return c.wrap(call.Operation, err)
+		}
+		o := c.newOp(call, 0)
+		var err error
+		if c.mode == Direct {
+			err = c.directP2P(o, ps, tags)
+		} else {
+			err = c.stagedP2P(o, ps, tags)
+		}
+		return c.finish(o, err)
+	})
+}
+
+// takeTags gives each transfer the next message number between this rank
+// and its peer, in that direction; the number is its tag, so the k-th
+// receive from a peer matches the k-th send, in whatever order the two
+// sides' goroutines reach MPI.
+func (c *Comm) takeTags(ps []comm.P2P) []int {
+	tags := make([]int, len(ps))
+	c.peerMu.Lock()
+	defer c.peerMu.Unlock()
+	for i, p := range ps {
+		seq := &c.recvSeq[p.Peer]
+		if p.Kind == comm.SendKind {
+			seq = &c.sendSeq[p.Peer]
+		}
+		tags[i] = int(*seq % tagSpace)
+		*seq++
+	}
+	return tags
+}
+
+func (c *Comm) AllReduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpAllReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
+	if c.direct(call) {
+		return c.collective(call, c.directAllReduce)
+	}
+	return c.collective(call, c.stagedAllReduce)
+}
+
+func (c *Comm) Reduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, root int, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Root: root, Stream: s}
+	if c.direct(call) {
+		return c.collective(call, c.directReduce)
+	}
+	return c.collective(call, c.stagedReduce)
+}
+
+func (c *Comm) Broadcast(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpBroadcast, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
+	if c.direct(call) {
+		return c.collective(call, c.directBroadcast)
+	}
+	return c.collective(call, c.stagedBroadcast)
+}
+
+func (c *Comm) AllGather(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpAllGather, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
+	if c.direct(call) {
+		return c.collective(call, c.directAllGather)
+	}
+	return c.collective(call, c.stagedBlocks)
+}
+
+func (c *Comm) ReduceScatter(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpReduceScatter, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
+	if c.direct(call) {
+		return c.collective(call, c.directReduceScatter)
+	}
+	return c.collective(call, c.stagedReduceScatter)
+}
+
+func (c *Comm) AllToAll(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpAllToAll, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
+	if c.direct(call) {
+		return c.collective(call, c.directAllToAll)
+	}
+	return c.collective(call, c.stagedBlocks)
+}
+
+func (c *Comm) Gather(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpGather, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
+	if c.direct(call) {
+		return c.collective(call, c.directGather)
+	}
+	return c.collective(call, c.stagedBlocks)
+}
+
+func (c *Comm) Scatter(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpScatter, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
+	if c.direct(call) {
+		return c.collective(call, c.directScatter)
+	}
+	return c.collective(call, c.stagedBlocks)
+}
+
+// Barrier is MPI_Ibarrier, waited on with the operation's timeout.
+func (c *Comm) Barrier(s *devmem.Stream) error {
+	return c.collective(comm.Call{Operation: comm.OpBarrier, Stream: s}, func(o *op) error {
+		r, err := c.coll.Ibarrier()
+		if err != nil {
+			return err
+		}
+		return c.wait(o, []*mpi.Request{r})
+	})
+}
+
+func (c *Comm) Send(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpSend, Send: buf, Count: count, DType: dt, Root: peer, Stream: s}
+	return c.pointToPoint(call, []comm.P2P{comm.SendTo(peer, buf, count, dt)})
+}
+
+func (c *Comm) Recv(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpRecv, Recv: buf, Count: count, DType: dt, Root: peer, Stream: s}
+	return c.pointToPoint(call, []comm.P2P{comm.RecvFrom(peer, buf, count, dt)})
+}
+
+func (c *Comm) GroupP2P(ops []comm.P2P, s *devmem.Stream) error {
+	ops = append([]comm.P2P(nil), ops...) // the caller may reuse its slice at once
+	return c.pointToPoint(comm.Call{Operation: comm.OpGroupP2P, P2P: ops, Stream: s}, ops)
+}
+
+// wait completes reqs within the operation's deadline. Without a timeout,
+// and with MPI_THREAD_MULTIPLE, it blocks in MPI_Waitall; below that level
+// internal/mpi serialises every call, so it polls (WaitTimeout) to leave MPI
+// free for the goroutines whose messages these requests may need.
+func (c *Comm) wait(o *op, reqs []*mpi.Request) error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	if o.deadline.IsZero() {
+		if c.multiple {
+			return mpi.Waitall(reqs)
+		}
+		for {
+			err := mpi.WaitTimeout(reqs, time.Hour)
+			if !errors.Is(err, comm.ErrTimeout) {
+				return err
+			}
+		}
+	}
+	return mpi.WaitTimeout(reqs, max(time.Until(o.deadline), time.Microsecond))
+}
+
+// block runs a blocking MPI call; with a timeout it runs it aside and gives
+// up at the deadline, leaving the call in MPI (the communicator is then
+// broken, and Close ends the job).
+func (c *Comm) block(o *op, f func() error) error {
+	if o.deadline.IsZero() {
+		return f()
+	}
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	t := time.NewTimer(max(time.Until(o.deadline), time.Microsecond))
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("blocking MPI call still running after %v: %w", c.timeout, comm.ErrTimeout)
+	}
+}

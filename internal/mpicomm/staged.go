@@ -1,0 +1,355 @@
+package mpicomm
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/mpi"
+)
+
+// Host-staged operations: device data goes through pinned slots, chunk by
+// chunk (pipeline.go), and MPI only ever sees host memory.
+
+func one(r *mpi.Request, err error) ([]*mpi.Request, error) {
+	if err != nil {
+		return nil, err
+	}
+	return []*mpi.Request{r}, nil
+}
+
+// reduction is how the chunks of a reduction meet MPI: reduced in place in
+// their slot, or, when MPI's 8-bit sums saturate, widened to int32 there
+// first and narrowed after (a wrapping sum, as on every other backend).
+type reduction struct {
+	chunk int // device bytes a chunk covers
+	in    func(buf devmem.Buffer) copyStage
+	mpi   func(s *slot, off, n int) ([]*mpi.Request, error)
+	post  func(s *slot, off, n int, reqs []*mpi.Request) error
+}
+
+// reduction reduces the bytes of send and finishes an Avg on those in [lo, hi).
+func (c *Comm) reduction(call comm.Call, lo, hi int) reduction {
+	avg := c.average(call, lo, hi)
+	es, op := call.DType.Size(), mpiOp(call.Op)
+	if !c.widened(call) {
+		dt := mpiType(call.DType)
+		return reduction{chunk: c.chunkFor(es), in: copyIn, post: avg,
+			mpi: func(s *slot, off, n int) ([]*mpi.Request, error) {
+				a := s.buf.Addr()
+				return one(c.coll.Iallreduce(a, a, n/es, dt, op))
+			}}
+	}
+	signed := call.DType == comm.Int8
+	return reduction{
+		chunk: max(1, c.chunk/4),
+		// The chunk lands in the last quarter of its int32 room, so that
+		// widening front to back never overwrites a byte not yet read.
+		in: func(buf devmem.Buffer) copyStage {
+			return func(s *slot, off, n int, st *devmem.Stream) error {
+				if n == 0 {
+					return nil
+				}
+				src, err := buf.Slice(off, n)
+				if err != nil {
+					return err
+				}
+				tail, err := s.buf.Slice(3*n, n)
+				if err != nil {
+					return err
+				}
+				return devmem.CopyN(tail, src, n, st)
+			}
+		},
+		mpi: func(s *slot, off, n int) ([]*mpi.Request, error) {
+			widen(slotBytes(s, 4*n), n, signed)
+			a := s.buf.Addr()
+			return one(c.coll.Iallreduce(a, a, n, mpi.Int32, op))
+		},
+		post: func(s *slot, off, n int, reqs []*mpi.Request) error {
+			narrow(slotBytes(s, 4*n), n)
+			if avg != nil {
+				return avg(s, off, n, reqs)
+			}
+			return nil
+		},
+	}
+}
+
+// widen turns the n bytes at b[3n:4n] into n int32s at b[0:4n], sign- or
+// zero-extended. Front to back, each write lands on bytes already read.
+func widen(b []byte, n int, signed bool) {
+	w := devmem.FromBytes[int32](b[:4*n])
+	for i := range n {
+		v := b[3*n+i]
+		if signed {
+			w[i] = int32(int8(v))
+		} else {
+			w[i] = int32(v)
+		}
+	}
+}
+
+// narrow turns the n int32s at b[0:4n] into their low bytes at b[0:n], which
+// wraps as 8-bit arithmetic would have. Front to back, for the same reason.
+func narrow(b []byte, n int) {
+	w := devmem.FromBytes[int32](b[:4*n])
+	for i := range n {
+		b[i] = byte(w[i])
+	}
+}
+
+// average finishes an Avg on the host, in the slot, before the copy out.
+func (c *Comm) average(call comm.Call, lo, hi int) func(s *slot, off, n int, _ []*mpi.Request) error {
+	if call.Op != comm.Avg {
+		return nil
+	}
+	return func(s *slot, off, n int, _ []*mpi.Request) error {
+		a, b := max(off, lo), min(off+n, hi)
+		if a >= b {
+			return nil
+		}
+		return comm.DivideInto(call.DType, slotBytes(s, b-off)[a-off:], c.size)
+	}
+}
+
+func (c *Comm) stagedAllReduce(o *op) error {
+	call := o.call
+	n := call.Count * call.DType.Size()
+	r := c.reduction(call, 0, n)
+	return c.run(o, pipeline{bytes: n, chunk: r.chunk, in: r.in(call.Send), mpi: r.mpi, post: r.post, out: copyOut(call.Recv, 0)})
+}
+
+// stagedReduce runs as an Iallreduce whose result only the root copies back:
+// internal/mpi has no MPI_Ireduce, and a blocking MPI_Reduce per chunk could
+// not be bounded by the timeout.
+func (c *Comm) stagedReduce(o *op) error {
+	call := o.call
+	n := call.Count * call.DType.Size()
+	r := c.reduction(call, 0, n)
+	p := pipeline{bytes: n, chunk: r.chunk, in: r.in(call.Send), mpi: r.mpi}
+	if c.rank == call.Root {
+		p.post, p.out = r.post, copyOut(call.Recv, 0)
+	}
+	return c.run(o, p)
+}
+
+// stagedReduceScatter reduces all of send, chunk by chunk, and copies back
+// the chunks (or parts of chunks) of this rank's block.
+func (c *Comm) stagedReduceScatter(o *op) error {
+	call := o.call
+	n := call.Count * call.DType.Size()
+	lo, hi := c.rank*n, (c.rank+1)*n
+	r := c.reduction(call, lo, hi)
+	mine := copyOut(call.Recv, lo)
+	return c.run(o, pipeline{
+		bytes: c.size * n, chunk: r.chunk,
+		in:   r.in(call.Send),
+		mpi:  r.mpi,
+		post: r.post,
+		out: func(s *slot, off, m int, st *devmem.Stream) error {
+			a, b := max(off, lo), min(off+m, hi)
+			if a >= b {
+				return nil
+			}
+			part, err := s.buf.Slice(a-off, b-a)
+			if err != nil {
+				return err
+			}
+			return mine(&slot{buf: part}, a, b-a, st)
+		},
+	})
+}
+
+func (c *Comm) stagedBroadcast(o *op) error {
+	call := o.call
+	es := call.DType.Size()
+	dt := mpiType(call.DType)
+	p := pipeline{
+		bytes: call.Count * es, chunk: c.chunkFor(es),
+		mpi: func(s *slot, off, n int) ([]*mpi.Request, error) {
+			return one(c.coll.Ibcast(s.buf.Addr(), n/es, dt, call.Root))
+		},
+		out: copyOut(call.Recv, 0),
+	}
+	if c.rank == call.Root {
+		p.in = copyIn(call.Send)
+		if call.Send.Addr() == call.Recv.Addr() {
+			p.out = nil // in place: the root's data is already there
+		}
+	}
+	return c.run(o, p)
+}
+
+// transfer is one stream of point-to-point messages: a device range sent to
+// some peers, or received from one.
+type transfer struct {
+	send  bool
+	peers []int
+	buf   devmem.Buffer
+	bytes int
+	dt    comm.DType
+	on    *mpi.Comm
+	tag   int
+}
+
+func (t transfer) String() string {
+	n := t.bytes / t.dt.Size()
+	if !t.send {
+		return fmt.Sprintf("receive of %d %v from rank %d (message tag %d)", n, t.dt, t.peers[0], t.tag)
+	}
+	to := fmt.Sprintf("rank %d", t.peers[0])
+	if len(t.peers) > 1 {
+		to = fmt.Sprintf("ranks %v", t.peers)
+	}
+	return fmt.Sprintf("send of %d %v to %s (message tag %d)", n, t.dt, to, t.tag)
+}
+
+// move runs one transfer through its own pipeline. Several transfers run
+// at once, one goroutine each, so that no rank's sends wait for its own
+// receives.
+func (c *Comm) move(o *op, ts []transfer) error {
+	if len(ts) == 1 {
+		return c.moveOne(o, ts[0])
+	}
+	errs := make([]error, len(ts))
+	var wg sync.WaitGroup
+	for i := range ts {
+		wg.Go(func() { errs[i] = c.moveOne(o, ts[i]) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (c *Comm) moveOne(o *op, t transfer) error {
+	p := pipeline{bytes: t.bytes, chunk: c.chunkFor(t.dt.Size()), atLeastOne: true}
+	if t.send {
+		p.in = copyIn(t.buf)
+		p.mpi = func(s *slot, _, n int) ([]*mpi.Request, error) {
+			var reqs []*mpi.Request
+			for _, peer := range t.peers {
+				r, err := t.on.Isend(s.buf.Addr(), n, mpi.Byte, peer, t.tag)
+				if err != nil {
+					return reqs, err
+				}
+				reqs = append(reqs, r)
+			}
+			return reqs, nil
+		}
+	} else {
+		p.mpi = func(s *slot, _, n int) ([]*mpi.Request, error) {
+			return one(t.on.Irecv(s.buf.Addr(), n, mpi.Byte, t.peers[0], t.tag))
+		}
+		p.post = func(_ *slot, off, n int, reqs []*mpi.Request) error {
+			if got := reqs[0].Status().Count; got != n {
+				return fmt.Errorf("%v: bytes [%d, %d) came as a message of %d bytes; the sender's count differs: %w",
+					t, off, off+n, got, comm.ErrMismatch)
+			}
+			return nil
+		}
+		p.out = copyOut(t.buf, 0)
+	}
+	err := c.run(o, p)
+	if err != nil && errors.Is(err, comm.ErrTimeout) && o.seq == 0 {
+		who := fmt.Sprintf("rank %d never received it", t.peers[0])
+		if len(t.peers) > 1 {
+			who = fmt.Sprintf("ranks %v did not all receive it", t.peers)
+		}
+		if !t.send {
+			who = fmt.Sprintf("rank %d never sent it", t.peers[0])
+		}
+		return fmt.Errorf("%v: no progress after %v; %s: %w", t, c.timeout, who, comm.ErrTimeout)
+	}
+	return err
+}
+
+// stagedP2P runs the user's sends and receives on the point-to-point
+// communicator, each tagged with its message number.
+func (c *Comm) stagedP2P(o *op, ps []comm.P2P, tags []int) error {
+	ts := make([]transfer, len(ps))
+	for i, p := range ps {
+		ts[i] = transfer{send: p.Kind == comm.SendKind, peers: []int{p.Peer}, buf: p.Buf, bytes: p.Count * p.DType.Size(), dt: p.DType, on: c.p2p, tag: tags[i]}
+	}
+	return c.move(o, ts)
+}
+
+// stagedBlocks runs AllGather, Gather, Scatter and AllToAll as point-to-point
+// transfers of whole blocks, each block chunked and pipelined on its own; a
+// rank's own block is a device-to-device copy (none in place).
+func (c *Comm) stagedBlocks(o *op) error {
+	call := o.call
+	es := call.DType.Size()
+	n := call.Count * es
+	tag := int(o.seq % tagSpace)
+	block := func(b devmem.Buffer, j int) devmem.Buffer {
+		v, _ := b.Slice(j*n, n)
+		return v
+	}
+	others := func() []int {
+		var ps []int
+		for j := range c.size {
+			if j != c.rank {
+				ps = append(ps, j)
+			}
+		}
+		return ps
+	}
+	var ts []transfer
+	sendTo := func(buf devmem.Buffer, peers ...int) {
+		ts = append(ts, transfer{send: true, peers: peers, buf: buf, bytes: n, dt: call.DType, on: c.coll, tag: tag})
+	}
+	recvFrom := func(buf devmem.Buffer, peer int) {
+		ts = append(ts, transfer{peers: []int{peer}, buf: buf, bytes: n, dt: call.DType, on: c.coll, tag: tag})
+	}
+	var self func() error
+	local := func(dst, src devmem.Buffer) {
+		if dst.Addr() != src.Addr() {
+			self = func() error { return devmem.CopyN(dst, src, n, nil) }
+		}
+	}
+	root := c.rank == call.Root
+	switch call.Operation {
+	case comm.OpAllGather:
+		if c.size > 1 {
+			sendTo(call.Send, others()...)
+		}
+		for _, j := range others() {
+			recvFrom(block(call.Recv, j), j)
+		}
+		local(block(call.Recv, c.rank), call.Send)
+	case comm.OpGather:
+		if !root {
+			sendTo(call.Send, call.Root)
+			break
+		}
+		for _, j := range others() {
+			recvFrom(block(call.Recv, j), j)
+		}
+		local(block(call.Recv, c.rank), call.Send)
+	case comm.OpScatter:
+		if !root {
+			recvFrom(call.Recv, call.Root)
+			break
+		}
+		for _, j := range others() {
+			sendTo(block(call.Send, j), j)
+		}
+		local(call.Recv, block(call.Send, c.rank))
+	case comm.OpAllToAll:
+		for _, j := range others() {
+			sendTo(block(call.Send, j), j)
+			recvFrom(block(call.Recv, j), j)
+		}
+		local(block(call.Recv, c.rank), block(call.Send, c.rank))
+	}
+	var selfErr error
+	if self != nil {
+		selfErr = self()
+	}
+	if len(ts) == 0 {
+		return selfErr
+	}
+	return errors.Join(selfErr, c.move(o, ts))
+}
