@@ -105,6 +105,7 @@ func TestRankNothingLeftAfterClose(t *testing.T) { mpitest.NothingLeftAfterClose
 func TestRankDebugNamesMismatch(t *testing.T)    { mpitest.DebugNamesMismatch(t, name) }
 func TestRankOptionsAgree(t *testing.T)          { mpitest.OptionsAgree(t, name) }
 func TestRankBadOptions(t *testing.T)            { mpitest.BadOptions(t, name) }
+func TestRankReceiveOfAnotherSize(t *testing.T)  { mpitest.ReceiveOfAnotherSizeIsAMismatch(t, name) }
 func TestRankTimeout(t *testing.T)               { mpitest.Timeout(t, name) }
 
 // GPUCOMM_CUDA_AWARE=0 refuses on every rank, with what to do instead, and

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/devmem"
@@ -106,6 +107,7 @@ type pipeline struct {
 	bytes      int
 	chunk      int  // bytes, a whole number of elements
 	atLeastOne bool // a message of 0 bytes still goes (point-to-point)
+	receives   bool // its MPI requests are receives, which a failure may cancel
 	in         copyStage
 	mpi        func(s *slot, off, n int) ([]*mpi.Request, error)
 	post       func(s *slot, off, n int, reqs []*mpi.Request) error
@@ -133,7 +135,7 @@ func (c *Comm) run(o *op, p pipeline) (err error) {
 		sIn, sOut = c.d2h, c.h2d
 	}
 	reqs := make([][]*mpi.Request, nSlots)
-	defer func() { c.settle(o, slots, reqs, err) }()
+	defer func() { c.settle(o, slots, reqs, p.receives, err) }()
 
 	span := func(j int) (off, n int) {
 		off = j * p.chunk
@@ -239,10 +241,12 @@ func (c *Comm) run(o *op, p pipeline) (err error) {
 }
 
 // settle returns the slots once nothing uses them. After a failure, copies
-// still queued finish first; MPI requests still pending keep their slots
-// (leaked) and leave the communicator broken, since MPI may yet write there
-// and the ranks are out of step.
-func (c *Comm) settle(o *op, slots []*slot, reqs [][]*mpi.Request, err error) {
+// still queued finish first, and receives posted ahead are cancelled (a
+// shorter message than expected leaves the next chunk's receive posted);
+// MPI requests still pending keep their slots (leaked) and leave the
+// communicator broken, since MPI may yet write there and the ranks are out
+// of step.
+func (c *Comm) settle(o *op, slots []*slot, reqs [][]*mpi.Request, cancel bool, err error) {
 	if err == nil {
 		c.pool.put(slots)
 		return
@@ -262,6 +266,12 @@ func (c *Comm) settle(o *op, slots []*slot, reqs [][]*mpi.Request, err error) {
 	if len(pending) == 0 {
 		c.pool.put(slots)
 		return
+	}
+	if cancel && !errors.Is(err, comm.ErrTimeout) {
+		for _, r := range pending {
+			r.Cancel()
+		}
+		mpi.WaitTimeout(pending, time.Second)
 	}
 	if done, terr := mpi.Testall(pending); terr == nil && done {
 		c.pool.put(slots)

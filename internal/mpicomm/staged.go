@@ -239,6 +239,7 @@ func (c *Comm) moveOne(o *op, t transfer) error {
 			return reqs, nil
 		}
 	} else {
+		p.receives = true
 		p.mpi = func(s *slot, _, n int) ([]*mpi.Request, error) {
 			return one(t.on.Irecv(s.buf.Addr(), n, mpi.Byte, t.peers[0], t.tag))
 		}

@@ -293,6 +293,26 @@ func DebugNamesMismatch(t *testing.T, backend string) {
 		}
 	}
 	expect(t, "buffer after a mismatched collective", x, []float64{1, 2, 3, 4})
+
+	// On a stream the mismatch comes back from Synchronize.
+	s, err := c.Device().NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Rank() == 0 {
+		err = c.Barrier(s)
+	} else {
+		err = comm.AllReduce(c, x, x, comm.Max, s)
+	}
+	if err != nil {
+		t.Fatalf("queueing on a stream: %v", err)
+	}
+	if err := s.Synchronize(); !errors.Is(err, comm.ErrMismatch) || !strings.Contains(err.Error(), "rank 0 called Barrier") {
+		t.Errorf("rank %d: Synchronize after a mismatch on the stream: %v; want ErrMismatch naming rank 0's Barrier", c.Rank(), err)
+	}
+	if err := s.Destroy(); err != nil {
+		t.Fatal(err)
+	}
 	if err := comm.AllReduce(c, x, x, comm.Sum, nil); err != nil {
 		t.Fatalf("AllReduce after the mismatch: %v", err)
 	}
@@ -320,6 +340,54 @@ func OptionsAgree(t *testing.T, backend string) {
 		t.Fatal(err)
 	}
 	expect(t, "halo of 10000 float64 in chunks of 4096 bytes", y, values(left, n))
+}
+
+// ReceiveOfAnotherSizeIsAMismatch has rank 1 wait for more than rank 0
+// sends, in several chunks: rank 1 gets ErrMismatch, the receive it had
+// posted for the next chunk is cancelled, and both ranks go on.
+func ReceiveOfAnotherSizeIsAMismatch(t *testing.T, backend string) {
+	RankOnly(t)
+	c := open(t, backend, comm.WithChunkBytes(4096))
+	defer func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	const sent, wanted = 3000, 5000
+	switch c.Rank() {
+	case 0:
+		x := upload(t, c, values(0, sent))
+		if err := comm.Send(c, x, 1, nil); err != nil {
+			t.Errorf("Send: %v", err)
+		}
+		x.Free()
+	case 1:
+		y := upload(t, c, make([]float64, wanted))
+		err := comm.Recv(c, y, 0, nil)
+		var ce *comm.Error
+		if !errors.Is(err, comm.ErrMismatch) || !errors.As(err, &ce) || ce.Rank != 1 {
+			t.Errorf("Recv of %d float64 from a Send of %d: %v; want a *comm.Error of rank 1 wrapping ErrMismatch", wanted, sent, err)
+		}
+		y.Free()
+	}
+	if err := c.Barrier(nil); err != nil {
+		t.Fatalf("Barrier after the mismatch: %v", err)
+	}
+	if c.Rank() == 1 {
+		// The message numbers stay in step: the next message arrives whole.
+		y := upload(t, c, make([]float64, sent))
+		defer y.Free()
+		if err := comm.Recv(c, y, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, "the message after the mismatch", y, values(7, sent))
+	} else if c.Rank() == 0 {
+		x := upload(t, c, values(7, sent))
+		defer x.Free()
+		if err := comm.Send(c, x, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // BadOptions fail on the rank that gives them, before MPI, changing nothing.

@@ -50,7 +50,7 @@ func parseSizes(s string) ([]int, error) {
 func run() error {
 	var sizes, chunks, maxSize, budget string
 	var cfg config
-	flag.StringVar(&sizes, "sizes", "", "message sizes, comma-separated (default: 8 B to -max by factors of 4)")
+	flag.StringVar(&sizes, "sizes", "", "message sizes, comma-separated (default: 8 B by factors of 4, and -max)")
 	flag.StringVar(&maxSize, "max", "256M", "largest message of the default sizes")
 	flag.StringVar(&chunks, "chunks", "", "chunk sizes to measure copy and MPI bandwidth at, e.g. 256K,512K,1M,2M,4M,8M (default: none)")
 	flag.StringVar(&budget, "budget", "1G", "bytes each measurement moves, which sets its iterations")
@@ -67,6 +67,9 @@ func run() error {
 		}
 		for n := 8; n <= int(top); n *= 4 {
 			cfg.sizes = append(cfg.sizes, n)
+		}
+		if last := cfg.sizes[len(cfg.sizes)-1]; last != int(top) {
+			cfg.sizes = append(cfg.sizes, int(top))
 		}
 	}
 	if cfg.chunks, err = parseSizes(chunks); err != nil {
