@@ -1,0 +1,444 @@
+package nccl
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/devmem"
+)
+
+// Comm is one rank of an NCCL communicator.
+type Comm struct {
+	lib         library
+	boot        boot
+	eng         engine
+	dev         *devmem.Device
+	rank, size  int
+	localRank   int
+	localSize   int
+	debug       bool
+	timeout     time.Duration
+	own         *devmem.Stream // where nil-stream operations run
+	barrierBuf  devmem.Buffer  // what Barrier reduces
+	events      eventPool
+	dog         *watchdog
+	closedFlag  atomic.Bool
+	failCh      chan struct{} // closed once the communicator has failed
+	failOnce    sync.Once
+	failErr     error // why it failed; set before failCh closes
+	abortGate   sync.Once
+	abortDone   chan struct{} // closed once abort has returned
+	abortErr    error
+	handle      sync.RWMutex  // abort and destroy exclude the watchdog's asyncError
+	gone        bool          // the NCCL handle was aborted or destroyed
+	watchdogEnd chan struct{} // closed when the watchdog goroutine exits
+
+	// mu serialises NCCL calls: an NCCL communicator is not thread-safe.
+	mu     sync.Mutex
+	closed bool
+}
+
+var _ comm.Communicator = (*Comm)(nil)
+
+func newComm(o comm.Options, lib library, b boot, eng engine, dev *devmem.Device, lr, ls int) (*Comm, error) {
+	own, err := dev.NewStream()
+	if err != nil {
+		return nil, comm.Errorf(Name, "Open", b.rank(), nil, "stream for nil-stream operations: %w", err)
+	}
+	bar, err := dev.Alloc(4)
+	if err == nil {
+		err = devmem.Memset(bar, 0, nil)
+	}
+	if err != nil {
+		return nil, comm.Errorf(Name, "Open", b.rank(), nil, "Barrier's buffer: %w", errors.Join(err, own.Destroy(), freeIfAny(bar)))
+	}
+	c := &Comm{
+		lib: lib, boot: b, eng: eng, dev: dev, rank: b.rank(), size: b.size(), localRank: lr, localSize: ls,
+		debug: o.Debug, timeout: o.Timeout, own: own, barrierBuf: bar, events: eventPool{dev: dev},
+		failCh: make(chan struct{}), abortDone: make(chan struct{}), watchdogEnd: make(chan struct{}),
+	}
+	c.dog = newWatchdog(o.Timeout, time.Now)
+	go c.watch()
+	return c, nil
+}
+
+func freeIfAny(b devmem.Buffer) error {
+	if b.IsZero() {
+		return nil
+	}
+	return b.Free()
+}
+
+func (c *Comm) Rank() int              { return c.rank }
+func (c *Comm) Size() int              { return c.size }
+func (c *Comm) LocalRank() int         { return c.localRank }
+func (c *Comm) LocalSize() int         { return c.localSize }
+func (c *Comm) Backend() string        { return Name }
+func (c *Comm) Device() *devmem.Device { return c.dev }
+
+func (c *Comm) errorf(op comm.Operation, sentinel error, format string, args ...any) error {
+	return comm.Errorf(Name, op.String(), c.rank, sentinel, format, args...)
+}
+
+// check runs the checks that need no lock: closed, then the arguments.
+func (c *Comm) check(call comm.Call) error {
+	if c.closedFlag.Load() {
+		return c.errorf(call.Operation, comm.ErrClosed, "communicator is closed")
+	}
+	if err := call.Validate(c.rank, c.size, c.dev); err != nil {
+		return comm.Wrap(Name, call.Operation.String(), c.rank, err)
+	}
+	return nil
+}
+
+// usableLocked returns why no NCCL call may be made now; c.mu is held.
+func (c *Comm) usableLocked(op comm.Operation) error {
+	if c.closed {
+		return c.errorf(op, comm.ErrClosed, "communicator is closed")
+	}
+	if cause := c.failure(); cause != nil {
+		c.abort()
+		return c.errorf(op, nil, "the communicator was aborted after an earlier failure: %w", cause)
+	}
+	return nil
+}
+
+// signature compares the collective across ranks (Options.Debug) before
+// NCCL sees it: a mismatch would hang there or corrupt data.
+func (c *Comm) signature(call comm.Call) error {
+	if !c.debug {
+		return nil
+	}
+	all, err := c.boot.allgather([]byte(call.Signature()))
+	if err != nil {
+		return c.errorf(call.Operation, nil, "comparing the call with the other ranks: %w", err)
+	}
+	want := call.Signature()
+	var bad []string
+	for r, got := range all {
+		if string(got) != want {
+			bad = append(bad, fmt.Sprintf("rank %d called %s", r, got))
+		}
+	}
+	if bad != nil {
+		return c.errorf(call.Operation, comm.ErrMismatch, "this rank called %s but %s", want, strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// collective checks call, then queues it with enqueue (unless it moves no
+// data) and, for a nil stream, waits for it.
+func (c *Comm) collective(call comm.Call, enqueue func(s *devmem.Stream) error) error {
+	if err := c.check(call); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usableLocked(call.Operation); err != nil {
+		return err
+	}
+	if err := c.signature(call); err != nil {
+		return err
+	}
+	if call.Count == 0 && call.Operation != comm.OpBarrier {
+		return nil // every rank has the same count, so every rank skips
+	}
+	return c.runLocked(call, enqueue)
+}
+
+// runLocked queues one operation on its stream (the communicator's own for
+// a nil stream) between events the timeout needs, then waits for it if the
+// stream was nil. c.mu is held.
+func (c *Comm) runLocked(call comm.Call, enqueue func(s *devmem.Stream) error) error {
+	what := call.Signature()
+	s := call.Stream
+	if s == nil {
+		s = c.own
+	}
+	var start *devmem.Event
+	if c.timeout > 0 {
+		var err error
+		if start, err = c.events.record(s); err != nil {
+			return c.errorf(call.Operation, nil, "%s: %w", what, err)
+		}
+	}
+	testHookAfterStart(s)
+	err := c.inNCCL(what, func() error { return enqueue(s) })
+	if cause := c.failure(); cause != nil {
+		c.events.put(start)
+		c.abort()
+		return c.errorf(call.Operation, nil, "%s: %w", what, cause)
+	}
+	if err != nil {
+		c.events.put(start)
+		return c.errorf(call.Operation, nil, "%s: %w", what, err)
+	}
+	if call.Stream != nil && c.timeout <= 0 {
+		return nil // nothing to watch: stream-ordered, and no deadline
+	}
+	end, err := c.events.record(s)
+	if err != nil {
+		c.events.put(start)
+		return c.errorf(call.Operation, nil, "%s was queued, but its end could not be marked: %w", what, err)
+	}
+	p := &pendingOp{what: what, start: progressOf(start), end: end, release: func() { c.events.put(start); c.events.put(end) }}
+	if call.Stream != nil {
+		c.dog.track(p)
+		return nil
+	}
+	err = c.waitFor(p, c.timeout)
+	p.release()
+	if errors.Is(err, errExpired) {
+		c.fail(fmt.Errorf("%s did not finish within %v: %w", what, c.timeout, comm.ErrTimeout))
+	}
+	if cause := c.failure(); cause != nil {
+		c.abort()
+		return c.errorf(call.Operation, nil, "%s: %w", what, cause)
+	}
+	if err != nil {
+		return c.errorf(call.Operation, nil, "%s: %w", what, err)
+	}
+	// Errors of the work itself (a CUDA fault) surface here.
+	if err := c.own.Synchronize(); err != nil {
+		return c.errorf(call.Operation, nil, "%s: %w", what, err)
+	}
+	return nil
+}
+
+// testHookAfterStart lets a GPU test stall a stream inside an operation's
+// timed window, where only a hung NCCL kernel would otherwise be.
+var testHookAfterStart = func(*devmem.Stream) {}
+
+func (c *Comm) AllReduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpAllReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
+	return c.collective(call, func(s *devmem.Stream) error { return c.eng.allReduce(send, recv, count, dt, op, s) })
+}
+
+func (c *Comm) Reduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, root int, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Root: root, Stream: s}
+	if c.rank != root {
+		recv = devmem.Buffer{} // unused, and maybe unchecked: NCCL gets NULL
+	}
+	return c.collective(call, func(s *devmem.Stream) error { return c.eng.reduce(send, recv, count, dt, op, root, s) })
+}
+
+func (c *Comm) Broadcast(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpBroadcast, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
+	if c.rank != root {
+		send = devmem.Buffer{}
+	}
+	return c.collective(call, func(s *devmem.Stream) error { return c.eng.broadcast(send, recv, count, dt, root, s) })
+}
+
+func (c *Comm) AllGather(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpAllGather, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
+	return c.collective(call, func(s *devmem.Stream) error { return c.eng.allGather(send, recv, count, dt, s) })
+}
+
+func (c *Comm) ReduceScatter(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpReduceScatter, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
+	return c.collective(call, func(s *devmem.Stream) error { return c.eng.reduceScatter(send, recv, count, dt, op, s) })
+}
+
+// Barrier is a one-byte AllReduce (Max) of a buffer of the communicator's
+// own: NCCL has no barrier, and a reduction cannot finish anywhere before
+// every rank has joined it.
+func (c *Comm) Barrier(s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpBarrier, Stream: s}
+	return c.collective(call, func(s *devmem.Stream) error {
+		return c.eng.allReduce(c.barrierBuf, c.barrierBuf, 1, comm.Uint8, comm.Max, s)
+	})
+}
+
+// Wait blocks until the work queued on s so far is done, as s.Synchronize
+// does, but returns early with the communicator's failure: ErrTimeout once an
+// operation ran past Options.Timeout, or NCCL's asynchronous error. Use it
+// where s.Synchronize could wait forever for a peer that is gone. A nil s
+// has nothing queued.
+func (c *Comm) Wait(s *devmem.Stream) error {
+	const op = "Wait"
+	if c.closedFlag.Load() {
+		return comm.Errorf(Name, op, c.rank, comm.ErrClosed, "communicator is closed")
+	}
+	if err := s.Check(c.dev); err != nil {
+		return comm.Wrap(Name, op, c.rank, err)
+	}
+	if cause := c.failure(); cause != nil {
+		return comm.Errorf(Name, op, c.rank, nil, "the communicator was aborted after an earlier failure: %w", cause)
+	}
+	if s == nil {
+		return nil
+	}
+	end, err := c.events.record(s)
+	if err != nil {
+		return comm.Wrap(Name, op, c.rank, err)
+	}
+	err = c.waitFor(&pendingOp{what: op, end: end}, 0)
+	c.events.put(end)
+	if cause := c.failure(); cause != nil {
+		// Work the abort cut short may look finished: the failure is the news.
+		return comm.Errorf(Name, op, c.rank, nil, "the communicator failed: %w", cause)
+	}
+	if err != nil {
+		return comm.Wrap(Name, op, c.rank, err)
+	}
+	if err := s.Synchronize(); err != nil {
+		return comm.Wrap(Name, op, c.rank, err)
+	}
+	return nil
+}
+
+// Split makes the new communicators with ncclCommSplit when every rank's
+// NCCL has it (2.18 and later), else with a unique id of their own sent by
+// MPI_Bcast within MPI_Comm_split's communicator; the MPI communicator is
+// split either way, for the new communicator's bootstrap and local ranks.
+func (c *Comm) Split(color, key int) (comm.Communicator, error) {
+	call := comm.Call{Operation: comm.OpSplit}
+	if err := c.check(call); err != nil {
+		return nil, err
+	}
+	if (color < 0 && color != comm.Undefined) || color > math.MaxInt32 {
+		return nil, c.errorf(comm.OpSplit, comm.ErrInvalidArgument, "color %d: want 0..%d or comm.Undefined", color, math.MaxInt32)
+	}
+	if key < math.MinInt32 || key > math.MaxInt32 {
+		return nil, c.errorf(comm.OpSplit, comm.ErrInvalidArgument, "key %d does not fit MPI's and NCCL's int", key)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usableLocked(comm.OpSplit); err != nil {
+		return nil, err
+	}
+	nb, err := c.boot.split(color, key)
+	if err != nil {
+		return nil, c.errorf(comm.OpSplit, nil, "MPI_Comm_split: %w", err)
+	}
+	sub, err := c.splitEngine(nb, color, key)
+	if err != nil {
+		if nb != nil {
+			err = errors.Join(err, nb.free())
+		}
+		return nil, err
+	}
+	if nb == nil {
+		return nil, nil
+	}
+	return sub, nil
+}
+
+// useCommSplit lets a test take the fallback on an NCCL that has
+// ncclCommSplit.
+var useCommSplit = true
+
+func (c *Comm) splitEngine(nb boot, color, key int) (*Comm, error) {
+	can := []byte{0}
+	if useCommSplit && c.eng.canSplit() {
+		can[0] = 1
+	}
+	all, err := c.boot.allgather(can)
+	if err != nil {
+		return nil, c.errorf(comm.OpSplit, nil, "asking the ranks for ncclCommSplit: %w", err)
+	}
+	native := true
+	for _, a := range all {
+		native = native && len(a) == 1 && a[0] == 1
+	}
+	var eng engine
+	if native {
+		ncolor := color
+		if color == comm.Undefined {
+			ncolor = noColor
+		}
+		err = c.inNCCL("Split", func() error {
+			var err error
+			eng, err = c.eng.split(ncolor, key)
+			return err
+		})
+		if cause := c.failure(); cause != nil {
+			return nil, c.errorf(comm.OpSplit, nil, "ncclCommSplit: %w", cause)
+		}
+		err = agree(c.boot, "Split", err)
+	} else {
+		var ierr error
+		if nb != nil {
+			eng, ierr = initOn(nb, c.lib, c.dev, "Split")
+		}
+		// Ranks left out, and the other new communicators, learn of a failure too.
+		err = agree(c.boot, "Split", ierr)
+	}
+	if err != nil {
+		if eng != nil {
+			err = errors.Join(err, eng.destroy())
+		}
+		return nil, err
+	}
+	if nb == nil {
+		if eng != nil {
+			return nil, c.errorf(comm.OpSplit, nil, "ncclCommSplit made a communicator for a rank left out: %w", eng.destroy())
+		}
+		return nil, nil
+	}
+	lr, ls, err := nb.localRankSize()
+	if err == nil {
+		var sub *Comm
+		sub, err = newComm(comm.Options{Debug: c.debug, Timeout: c.timeout}, c.lib, nb, eng, c.dev, lr, ls)
+		if err == nil {
+			return sub, nil
+		}
+	}
+	return nil, c.errorf(comm.OpSplit, nil, "%w", errors.Join(err, eng.destroy()))
+}
+
+// noColor is NCCL_SPLIT_NOCOLOR.
+const noColor = -1
+
+// Close finalises the NCCL communicator and destroys it (or, after a
+// failure, makes sure it was aborted), then frees what the communicator
+// owns and its hold on MPI. Every rank must call it.
+func (c *Comm) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return comm.Errorf(Name, "Close", c.rank, comm.ErrClosed, "closed twice")
+	}
+	c.closed = true
+	c.closedFlag.Store(true)
+	var errs []error
+	if c.failure() == nil {
+		// The watchdog still runs, so a finalize stuck on a peer is aborted.
+		err := c.inNCCL("Close", c.eng.finalize)
+		// ErrUnsupported: an NCCL before 2.14, whose destroy flushes instead.
+		// After a failure the abort below reports instead.
+		if err != nil && !errors.Is(err, comm.ErrUnsupported) && c.failure() == nil {
+			errs = append(errs, err)
+		}
+	}
+	c.dog.stop()
+	<-c.watchdogEnd
+	if c.failure() != nil {
+		c.abort()
+		errs = append(errs, c.abortErr)
+	} else {
+		c.handle.Lock()
+		c.gone = true
+		errs = append(errs, c.eng.destroy())
+		c.handle.Unlock()
+	}
+	for _, p := range c.dog.drain() {
+		p.release()
+	}
+	ownErr := c.own.Destroy()
+	if c.failure() != nil {
+		ownErr = nil // the aborted work's own errors; the failure was reported
+	}
+	errs = append(errs, c.barrierBuf.Free(), ownErr, c.events.destroy(), c.boot.free())
+	if err := errors.Join(errs...); err != nil {
+		return comm.Errorf(Name, "Close", c.rank, nil, "%w", err)
+	}
+	return nil
+}

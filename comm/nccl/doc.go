@@ -1,0 +1,44 @@
+// Package nccl is gpucomm's NCCL backend: collectives and point-to-point
+// transfers run by NCCL on the caller's stream, one GPU per rank, with the
+// ncclUniqueId carried from rank 0 to the others by MPI_Bcast. Importing it
+// registers "nccl" (rank 30, preferred by "auto" when usable).
+//
+// Open needs MPI built in (-tags mpi or mpich; otherwise it returns
+// ErrNotBuilt with the rebuild command), loads NCCL (ErrLibraryNotFound when
+// it is missing) and opens the device for the rank's local rank, which must
+// be a GPU (ErrUnsupported on the host device). Before NCCL is called, the
+// ranks exchange their devices' UUIDs: two ranks on one GPU, which NCCL does
+// not allow, is ErrDuplicateGPU on every rank, naming the ranks and the GPU.
+// Any other failure on one rank during Open is an error on every rank.
+//
+// AllReduce, Reduce, Broadcast, AllGather and ReduceScatter are NCCL's own;
+// Gather, Scatter, AllToAll, Send, Recv and GroupP2P are ncclSend and
+// ncclRecv in one group, with a rank's own block copied on the stream.
+// Barrier is a one-byte AllReduce. Split uses ncclCommSplit where NCCL has it
+// (2.18 and later) and a new unique id within an MPI_Comm_split otherwise.
+// With a nil stream an operation runs on a stream of the communicator's own
+// and is waited for before the call returns.
+//
+// # Failures and the timeout
+//
+// A watchdog goroutine polls ncclCommGetAsyncError (every 100 ms, or an
+// eighth of the timeout). With Options.Timeout (GPUCOMM_TIMEOUT) it also
+// bounds, on each rank:
+//
+//   - each operation on the GPU, from the moment it may start on its stream
+//     (work queued before it on that stream does not count) until it ends,
+//     which is where a rank waits for a peer that skipped a collective;
+//   - each NCCL call on the host made by an operation, Split or Close
+//     (NCCL may block there connecting to a peer that never comes).
+//
+// Open's bootstrap, the MPI calls of Split, and stream.Synchronize are not
+// bounded. A failure is seen up to a poll interval late. Then the
+// communicator is aborted (ncclCommAbort), the calls waiting on it return an
+// error wrapping ErrTimeout (or NCCL's error): a nil-stream operation, or
+// Comm.Wait, which is stream.Synchronize that gives up when the communicator
+// fails. Every later call returns that error too; Close is all that is left.
+//
+// This package must not call NCCL before the arguments are checked, make
+// two NCCL calls on one communicator at once, or call NCCL on a handle that
+// was aborted; it holds no C types (internal/nccl does).
+package nccl

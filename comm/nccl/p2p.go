@@ -1,0 +1,166 @@
+package nccl
+
+import (
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/devmem"
+)
+
+// NCCL has no Gather, Scatter or AllToAll of its own: they are sends and
+// receives issued as one NCCL group, as NVIDIA's documentation shows. A
+// rank's own block is a device-to-device copy on the same stream, since
+// NCCL refuses a send to self without its receive in the same group.
+
+// plan is an operation as copies to self and one group of transfers.
+type plan struct {
+	self   []selfCopy
+	remote []comm.P2P
+}
+
+type selfCopy struct {
+	dst, src devmem.Buffer
+	n        int // bytes
+}
+
+func (p *plan) transfer(kind comm.P2PKind, peer int, buf devmem.Buffer, off, count int, dt comm.DType) {
+	if count == 0 {
+		return // both sides skip it, so nothing waits for it
+	}
+	v, _ := buf.Slice(off, count*dt.Size()) // Validate checked the lengths
+	p.remote = append(p.remote, comm.P2P{Kind: kind, Buf: v, Count: count, DType: dt, Peer: peer})
+}
+
+func (p *plan) copy(dst devmem.Buffer, dstOff int, src devmem.Buffer, srcOff, n int) {
+	if n == 0 || dst.Addr()+uintptr(dstOff) == src.Addr()+uintptr(srcOff) {
+		return // in place: the block is already there
+	}
+	d, _ := dst.Slice(dstOff, n)
+	s, _ := src.Slice(srcOff, n)
+	p.self = append(p.self, selfCopy{dst: d, src: s, n: n})
+}
+
+// enqueue queues the copies, then the group, on s.
+func (c *Comm) enqueuePlan(p plan, s *devmem.Stream) error {
+	for _, cp := range p.self {
+		if err := devmem.CopyN(cp.dst, cp.src, cp.n, s); err != nil {
+			return err
+		}
+	}
+	if len(p.remote) == 0 {
+		return nil
+	}
+	return c.eng.group(p.remote, s)
+}
+
+func (c *Comm) Gather(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpGather, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
+	var p plan
+	n := count * dt.Size()
+	if c.rank == root {
+		for j := range c.size {
+			if j == root {
+				p.copy(recv, j*n, send, 0, n)
+			} else {
+				p.transfer(comm.RecvKind, j, recv, j*n, count, dt)
+			}
+		}
+	} else {
+		p.transfer(comm.SendKind, root, send, 0, count, dt)
+	}
+	return c.collective(call, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
+}
+
+func (c *Comm) Scatter(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpScatter, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
+	var p plan
+	n := count * dt.Size()
+	if c.rank == root {
+		for j := range c.size {
+			if j == root {
+				p.copy(recv, 0, send, j*n, n)
+			} else {
+				p.transfer(comm.SendKind, j, send, j*n, count, dt)
+			}
+		}
+	} else {
+		p.transfer(comm.RecvKind, root, recv, 0, count, dt)
+	}
+	return c.collective(call, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
+}
+
+func (c *Comm) AllToAll(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpAllToAll, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
+	var p plan
+	n := count * dt.Size()
+	for j := range c.size {
+		if j == c.rank {
+			p.copy(recv, j*n, send, j*n, n)
+			continue
+		}
+		p.transfer(comm.SendKind, j, send, j*n, count, dt)
+		p.transfer(comm.RecvKind, j, recv, j*n, count, dt)
+	}
+	return c.collective(call, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
+}
+
+func (c *Comm) Send(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpSend, Send: buf, Count: count, DType: dt, Root: peer, Stream: s}
+	return c.pointToPoint(call, []comm.P2P{comm.SendTo(peer, buf, count, dt)})
+}
+
+func (c *Comm) Recv(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
+	call := comm.Call{Operation: comm.OpRecv, Recv: buf, Count: count, DType: dt, Root: peer, Stream: s}
+	return c.pointToPoint(call, []comm.P2P{comm.RecvFrom(peer, buf, count, dt)})
+}
+
+// GroupP2P issues the transfers as one NCCL group. Transfers to self pair
+// up in order, the k-th send to self with the k-th receive from self, as
+// NCCL pairs them; each pair must agree on count and type.
+func (c *Comm) GroupP2P(ops []comm.P2P, s *devmem.Stream) error {
+	ops = append([]comm.P2P(nil), ops...) // the caller may reuse its slice at once
+	return c.pointToPoint(comm.Call{Operation: comm.OpGroupP2P, P2P: ops, Stream: s}, ops)
+}
+
+func (c *Comm) pointToPoint(call comm.Call, ops []comm.P2P) error {
+	if err := c.check(call); err != nil {
+		return err
+	}
+	p, err := c.p2pPlan(call.Operation, ops)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := c.usableLocked(call.Operation); err != nil {
+		return err
+	}
+	if len(p.self) == 0 && len(p.remote) == 0 {
+		return nil
+	}
+	return c.runLocked(call, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
+}
+
+func (c *Comm) p2pPlan(op comm.Operation, ops []comm.P2P) (plan, error) {
+	var p plan
+	var sends, recvs []comm.P2P // to and from self
+	for _, o := range ops {
+		switch {
+		case o.Peer != c.rank:
+			p.transfer(o.Kind, o.Peer, o.Buf, 0, o.Count, o.DType)
+		case o.Kind == comm.SendKind:
+			sends = append(sends, o)
+		default:
+			recvs = append(recvs, o)
+		}
+	}
+	if len(sends) != len(recvs) {
+		return p, c.errorf(op, comm.ErrInvalidArgument, "%d sends to self and %d receives from self: each send to self needs its receive in the same group", len(sends), len(recvs))
+	}
+	for k, snd := range sends {
+		rcv := recvs[k]
+		if snd.Count != rcv.Count || snd.DType != rcv.DType {
+			return p, c.errorf(op, comm.ErrInvalidArgument, "send to self %d of %d %v meets a receive of %d %v", k, snd.Count, snd.DType, rcv.Count, rcv.DType)
+		}
+		p.copy(rcv.Buf, 0, snd.Buf, 0, snd.Count*snd.DType.Size())
+	}
+	return p, nil
+}

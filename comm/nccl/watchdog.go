@@ -1,0 +1,342 @@
+package nccl
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/devmem"
+)
+
+// How a communicator fails, and who aborts it.
+//
+// A failure (a timeout, or an error NCCL reports asynchronously) is recorded
+// once, before anything is aborted, so that every later call sees it and
+// makes no NCCL call. The NCCL handle is then aborted exactly once, by
+// whoever can do it without racing an NCCL call on the same handle: the
+// caller holding c.mu, or the watchdog when c.mu is free. The one exception
+// is a call stuck inside NCCL (waiting for a peer that never comes): only an
+// abort from another goroutine can free it, so the watchdog aborts while it
+// is inside, which is what ncclCommAbort is for.
+
+// progress is a point in a stream's work: a *devmem.Event in production.
+type progress interface{ Done() (bool, error) }
+
+func progressOf(e *devmem.Event) progress {
+	if e == nil {
+		return nil // not a typed nil inside the interface
+	}
+	return e
+}
+
+// errExpired says an operation ran past its deadline.
+var errExpired = errors.New("deadline passed")
+
+// pendingOp is one operation queued on a stream, between two points.
+type pendingOp struct {
+	what    string
+	start   progress  // reached when the operation may begin; nil: at once
+	end     progress  // reached when it has finished
+	started time.Time // when start was first seen reached
+	release func()    // gives the points back; nil when there is nothing to give
+}
+
+// poll reports whether p has finished. Its clock starts at the first poll
+// that finds start reached, so time spent behind earlier work on the
+// stream does not count; it returns errExpired once it has run longer than
+// timeout (0: never).
+func (p *pendingOp) poll(now time.Time, timeout time.Duration) (bool, error) {
+	if done, err := p.end.Done(); done || err != nil {
+		return done, err
+	}
+	if timeout <= 0 {
+		return false, nil
+	}
+	if p.started.IsZero() {
+		if p.start != nil {
+			if ok, err := p.start.Done(); !ok || err != nil {
+				return false, err
+			}
+		}
+		p.started = now
+	}
+	if now.Sub(p.started) > timeout {
+		return false, errExpired
+	}
+	return false, nil
+}
+
+// callMark is an NCCL call in progress on the host.
+type callMark struct {
+	what  string
+	since time.Time
+}
+
+// watchdog holds what the watchdog goroutine looks at: operations queued on
+// callers' streams and the NCCL call in progress.
+type watchdog struct {
+	timeout  time.Duration
+	interval time.Duration
+	now      func() time.Time
+	inCall   atomic.Pointer[callMark]
+	quit     chan struct{}
+	quitOnce sync.Once
+
+	mu      sync.Mutex
+	pending []*pendingOp // in the order queued
+}
+
+func newWatchdog(timeout time.Duration, now func() time.Time) *watchdog {
+	// Often enough that a timeout is seen about an eighth of it late; rarely
+	// enough to cost nothing when all is well.
+	interval := 100 * time.Millisecond
+	if timeout > 0 {
+		interval = min(max(timeout/8, time.Millisecond), interval)
+	}
+	return &watchdog{timeout: timeout, interval: interval, now: now, quit: make(chan struct{})}
+}
+
+// grace is how long an NCCL call must have been running before the
+// watchdog aborts under it: never less than the timeout, so a caller that
+// is merely about to enter NCCL is never raced.
+func (w *watchdog) grace() time.Duration {
+	if w.timeout > 0 {
+		return w.timeout
+	}
+	return 10 * w.interval
+}
+
+func (w *watchdog) track(p *pendingOp) {
+	w.mu.Lock()
+	w.pending = append(w.pending, p)
+	w.mu.Unlock()
+}
+
+// drain returns and forgets every operation still watched.
+func (w *watchdog) drain() []*pendingOp {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	p := w.pending
+	w.pending = nil
+	return p
+}
+
+func (w *watchdog) stop() { w.quitOnce.Do(func() { close(w.quit) }) }
+
+// check looks at everything once, at now, and returns why the communicator
+// must fail, or nil. Finished operations are released and forgotten.
+func (w *watchdog) check(now time.Time, asyncError func() error) error {
+	if err := asyncError(); err != nil {
+		return fmt.Errorf("NCCL reported an asynchronous error: %w", err)
+	}
+	if m := w.inCall.Load(); m != nil && w.timeout > 0 && now.Sub(m.since) > w.timeout {
+		return fmt.Errorf("%s: the NCCL call has not returned after %v: %w", m.what, w.timeout, comm.ErrTimeout)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var cause error
+	keep := w.pending[:0]
+	for _, p := range w.pending {
+		if cause != nil {
+			keep = append(keep, p)
+			continue
+		}
+		done, err := p.poll(now, w.timeout)
+		switch {
+		case errors.Is(err, errExpired):
+			cause = fmt.Errorf("%s did not finish within %v: %w", p.what, w.timeout, comm.ErrTimeout)
+		case err != nil:
+			cause = fmt.Errorf("%s: %w", p.what, err)
+		case done:
+			if p.release != nil {
+				p.release()
+			}
+			continue
+		}
+		keep = append(keep, p)
+	}
+	clear(w.pending[len(keep):])
+	w.pending = keep
+	return cause
+}
+
+// watch is the watchdog goroutine of c.
+func (c *Comm) watch() {
+	defer close(c.watchdogEnd)
+	t := time.NewTicker(c.dog.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.dog.quit:
+			return
+		case <-t.C:
+		}
+		c.watchOnce(c.dog.now())
+	}
+}
+
+// watchOnce is one round of the watchdog: find a failure, then abort if
+// nobody else can.
+func (c *Comm) watchOnce(now time.Time) {
+	if c.failure() == nil {
+		cause := c.dog.check(now, c.asyncError)
+		if cause == nil {
+			return
+		}
+		c.fail(cause)
+	}
+	select {
+	case <-c.abortDone:
+		return
+	default:
+	}
+	if c.mu.TryLock() {
+		if !c.closed { // a closed communicator's handle is gone or being aborted by Close
+			c.abort()
+		}
+		c.mu.Unlock()
+		return
+	}
+	if m := c.dog.inCall.Load(); m != nil && now.Sub(m.since) >= c.dog.grace() {
+		c.abort() // the holder of c.mu is stuck inside NCCL; this frees it
+	}
+}
+
+// asyncError asks NCCL, unless the handle is already gone.
+func (c *Comm) asyncError() error {
+	c.handle.RLock()
+	defer c.handle.RUnlock()
+	if c.gone {
+		return nil
+	}
+	return c.eng.asyncError()
+}
+
+// fail records why the communicator failed; the first reason stays.
+func (c *Comm) fail(cause error) {
+	c.failOnce.Do(func() {
+		c.failErr = cause
+		close(c.failCh)
+	})
+}
+
+// failure is why the communicator failed, or nil.
+func (c *Comm) failure() error {
+	select {
+	case <-c.failCh:
+		return c.failErr
+	default:
+		return nil
+	}
+}
+
+// abort aborts the NCCL handle once; later calls wait for the first.
+func (c *Comm) abort() {
+	c.abortGate.Do(func() {
+		c.handle.Lock()
+		c.gone = true
+		c.abortErr = c.eng.abort()
+		c.handle.Unlock()
+		close(c.abortDone)
+	})
+}
+
+// inNCCL runs fn, an NCCL call on the host, where the watchdog can see it.
+func (c *Comm) inNCCL(what string, fn func() error) error {
+	c.dog.inCall.Store(&callMark{what: what, since: c.dog.now()})
+	defer c.dog.inCall.Store(nil)
+	return fn()
+}
+
+// waitFor polls p until it finishes, passes timeout (errExpired) or the
+// communicator fails (its failure).
+func (c *Comm) waitFor(p *pendingOp, timeout time.Duration) error {
+	var b backoff
+	for {
+		if done, err := p.poll(c.dog.now(), timeout); done || err != nil {
+			return err
+		}
+		select {
+		case <-c.failCh:
+			return c.failErr
+		default:
+		}
+		b.wait()
+	}
+}
+
+// backoff yields at first, since most operations finish within
+// microseconds, then sleeps longer each time, up to a millisecond.
+type backoff struct {
+	n int
+	d time.Duration
+}
+
+func (b *backoff) wait() {
+	b.n++
+	if b.n < 64 {
+		runtime.Gosched()
+		return
+	}
+	b.d = min(max(2*b.d, 20*time.Microsecond), time.Millisecond)
+	time.Sleep(b.d)
+}
+
+// eventPool keeps events for reuse: recording one is cheap, creating one
+// is not.
+type eventPool struct {
+	dev    *devmem.Device
+	mu     sync.Mutex
+	free   []*devmem.Event
+	closed bool
+}
+
+// record returns an event recorded on s.
+func (p *eventPool) record(s *devmem.Stream) (*devmem.Event, error) {
+	p.mu.Lock()
+	var e *devmem.Event
+	if n := len(p.free); n > 0 {
+		e, p.free = p.free[n-1], p.free[:n-1]
+	}
+	p.mu.Unlock()
+	if e == nil {
+		var err error
+		if e, err = p.dev.NewEvent(); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.Record(s); err != nil {
+		p.put(e)
+		return nil, err
+	}
+	return e, nil
+}
+
+func (p *eventPool) put(e *devmem.Event) {
+	if e == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		e.Destroy() // given back after Close: nothing will reuse it
+		return
+	}
+	p.free = append(p.free, e)
+}
+
+func (p *eventPool) destroy() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	var errs []error
+	for _, e := range p.free {
+		errs = append(errs, e.Destroy())
+	}
+	p.free = nil
+	return errors.Join(errs...)
+}
