@@ -135,7 +135,7 @@ func duplicates(all []status) error {
 	var groups []string
 	for id, ranks := range byDevice {
 		if len(ranks) > 1 {
-			groups = append(groups, fmt.Sprintf("%s are all on %s (%s)", rankList(ranks), cuda.UUID(id), all[ranks[0]].desc))
+			groups = append(groups, fmt.Sprintf("%s share %s (%s)", rankList(ranks), cuda.UUID(id), all[ranks[0]].desc))
 		}
 	}
 	if groups == nil {

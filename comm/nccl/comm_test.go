@@ -78,8 +78,8 @@ func TestTwoRanksOnOneDeviceAreRefusedBeforeNCCL(t *testing.T) {
 			t.Errorf("rank %d: %v; want a *comm.Error wrapping ErrDuplicateGPU", r, err)
 		case ce.Rank != r || ce.Backend != Name:
 			t.Errorf("rank %d: error names rank %d of %q", r, ce.Rank, ce.Backend)
-		case !strings.Contains(err.Error(), "ranks 0 and 2 are all on GPU-01ab0000-") ||
-			!strings.Contains(err.Error(), "ranks 1 and 3 are all on GPU-02ab0000-"):
+		case !strings.Contains(err.Error(), "ranks 0 and 2 share GPU-01ab0000-") ||
+			!strings.Contains(err.Error(), "ranks 1 and 3 share GPU-02ab0000-"):
 			t.Errorf("rank %d: %v; want both pairs of ranks and their GPUs named", r, err)
 		}
 		if r > 0 && errs[0] != nil && err != nil && err.Error() != strings.Replace(errs[0].Error(), "rank 0", fmt.Sprintf("rank %d", r), 1) {
@@ -95,7 +95,7 @@ func TestThreeRanksOnOneDeviceAreNamed(t *testing.T) {
 	net := newFakeNet()
 	_, errs := openFake(t, net, 3, comm.Options{}, func(int) *fakeLib { return &fakeLib{device: [16]byte{7}} })
 	for r, err := range errs {
-		if !errors.Is(err, comm.ErrDuplicateGPU) || !strings.Contains(err.Error(), "ranks 0, 1 and 2 are all on") {
+		if !errors.Is(err, comm.ErrDuplicateGPU) || !strings.Contains(err.Error(), "ranks 0, 1 and 2 share GPU-07") {
 			t.Errorf("rank %d: %v", r, err)
 		}
 	}

@@ -115,7 +115,7 @@ func TestRankGPUDuplicate(t *testing.T) {
 		for r := g; r < ls; r += gpus {
 			ranks = append(ranks, r)
 		}
-		if len(ranks) > 1 && !strings.Contains(err.Error(), rankList(ranks)+" are all on GPU-") {
+		if len(ranks) > 1 && !strings.Contains(err.Error(), rankList(ranks)+" share GPU-") {
 			t.Errorf("%v; want %s named with their GPU", err, rankList(ranks))
 		}
 	}

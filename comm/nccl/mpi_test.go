@@ -84,7 +84,7 @@ func TestRankOverMPIDuplicateDevicesAreRefusedByEveryRank(t *testing.T) {
 		c.Close()
 		t.Fatal("opened a communicator with two ranks on one device")
 	}
-	if !errors.Is(err, comm.ErrDuplicateGPU) || !strings.Contains(err.Error(), "ranks 0 and 1 are all on GPU-dead01") {
+	if !errors.Is(err, comm.ErrDuplicateGPU) || !strings.Contains(err.Error(), "ranks 0 and 1 share GPU-dead01") {
 		t.Errorf("%v; want ErrDuplicateGPU naming ranks 0 and 1 and the device", err)
 	}
 	if n := net.calls.Load(); n != 0 {
