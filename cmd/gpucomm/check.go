@@ -71,6 +71,17 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	newGroup, rank := groupMaker(name, f)
 	cfg := conformance.Config{Run: f.run, Short: f.short, Timeout: f.timeout}
+	if name != local.Name {
+		// Each case opens and closes its own communicator, and closing the
+		// last one finalizes MPI, which cannot start again: hold one open.
+		if anchor, err := newGroup(); err == nil {
+			defer func() {
+				for _, c := range anchor {
+					c.Close()
+				}
+			}()
+		}
+	}
 
 	// Check takes no context, so it runs aside and Ctrl-C abandons it: the
 	// process is about to exit anyway.

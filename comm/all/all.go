@@ -15,6 +15,5 @@ import (
 	_ "github.com/gpucomm/gpucomm/comm/local"
 	_ "github.com/gpucomm/gpucomm/comm/mpi"
 	_ "github.com/gpucomm/gpucomm/comm/nccl"
-	// The other backends join here as their packages land:
 	// comm/mpi, comm/cudaaware and comm/nccl.
 )
