@@ -15,5 +15,4 @@ import (
 	_ "github.com/gpucomm/gpucomm/comm/local"
 	_ "github.com/gpucomm/gpucomm/comm/mpi"
 	_ "github.com/gpucomm/gpucomm/comm/nccl"
-	// comm/mpi, comm/cudaaware and comm/nccl.
 )
