@@ -74,13 +74,17 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if name != local.Name {
 		// Each case opens and closes its own communicator, and closing the
 		// last one finalizes MPI, which cannot start again: hold one open.
-		if anchor, err := newGroup(); err == nil {
-			defer func() {
-				for _, c := range anchor {
-					c.Close()
-				}
-			}()
+		anchor, err := newGroup()
+		if err != nil {
+			// A failed open may end MPI too, and later cases then say only
+			// that: show the first cause.
+			fmt.Fprintf(stderr, "gpucomm check: %v\n", err)
 		}
+		defer func() {
+			for _, c := range anchor {
+				c.Close()
+			}
+		}()
 	}
 
 	// Check takes no context, so it runs aside and Ctrl-C abandons it: the

@@ -2,6 +2,8 @@ package nccl
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 
 	"github.com/gpucomm/gpucomm/comm"
@@ -61,9 +63,23 @@ func probeWith(mpiBuilt bool, lib library, gpus func() (int, error)) comm.Verdic
 		missing = append(missing, "no GPU: "+err.Error())
 	case n == 0:
 		missing = append(missing, "no GPU: the CUDA driver sees none")
+	case localRanksFromEnv() > n:
+		// NCCL refuses two ranks on one GPU; say so before auto picks it.
+		missing = append(missing, fmt.Sprintf("the launcher started %d ranks on this node but it has %d GPU(s); NCCL needs one GPU a rank", localRanksFromEnv(), n))
 	}
 	if missing != nil {
 		return comm.Verdict{Reason: strings.Join(missing, "; ")}
 	}
 	return comm.Verdict{Usable: true, Reason: fmt.Sprintf("%s on %d GPU(s), bootstrapped by %s", lib.describe(), n, mpi.Family())}
+}
+
+// localRanksFromEnv is how many ranks the launcher put on this node, or 0
+// when it does not say (Open MPI, MPICH/Hydra, Slurm).
+func localRanksFromEnv() int {
+	for _, k := range []string{"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE"} {
+		if n, err := strconv.Atoi(os.Getenv(k)); err == nil && n > 0 {
+			return n
+		}
+	}
+	return 0
 }

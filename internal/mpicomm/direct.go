@@ -59,23 +59,30 @@ func (c *Comm) directAllGather(o *op) error {
 }
 
 // directReduceScatter in place (recv is this rank's block of send, NCCL's
-// form) reduces with MPI_IN_PLACE, which leaves the result in the first
-// block, and moves it to this rank's block.
+// form) reduces into a scratch device buffer and copies the block back:
+// MPI_IN_PLACE would leave the result in the first block, and CUDA-aware Open
+// MPI 4.1 got in-place reduce-scatter of device memory wrong on an H200.
 func (c *Comm) directReduceScatter(o *op) error {
 	call := o.call
 	dt, red := mpiType(call.DType), mpiOp(call.Op)
-	inPlace := call.Send.Overlaps(call.Recv)
-	err := c.block(o, func() error {
-		if inPlace {
-			return c.coll.ReduceScatterBlock(call.Send.Addr(), call.Send.Addr(), call.Count, dt, red)
+	n := call.Count * call.DType.Size()
+	recv := call.Recv
+	if call.Send.Overlaps(call.Recv) {
+		tmp, err := c.dev.Alloc(n)
+		if err != nil {
+			return err
 		}
-		return c.coll.ReduceScatterBlock(call.Send.Addr(), call.Recv.Addr(), call.Count, dt, red)
+		defer tmp.Free()
+		recv = tmp
+	}
+	err := c.block(o, func() error {
+		return c.coll.ReduceScatterBlock(call.Send.Addr(), recv.Addr(), call.Count, dt, red)
 	})
 	if err != nil {
 		return err
 	}
-	if inPlace && c.rank != 0 {
-		if err := devmem.CopyN(call.Recv, call.Send, call.Count*call.DType.Size(), nil); err != nil {
+	if !recv.Same(call.Recv) {
+		if err := devmem.CopyN(call.Recv, recv, n, nil); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Cross-build everything the GPU machine runs into .gpu/ (ignored by git and
+# carried by the device tool): test binaries, the CLI and examples, built
+# against Debian's Open MPI (same libmpi.so.40 ABI as the machine's Open MPI
+# 4.1.6 and the CUDA-aware build in ../shared/gpu).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export CGO_CFLAGS=-Wno-deprecated-declarations
+out=.gpu
+rm -rf "$out" && mkdir -p "$out"
+for p in internal/cuda internal/nvrtc internal/nccl devmem kernels solver; do
+  go test -c -ldflags=-s\ -w -o "$out/$(basename $p).test" ./$p
+done
+for p in comm/mpi comm/cudaaware comm/nccl internal/mpicomm/mpitest; do
+  [ -d "$p" ] && go test -c -tags mpi -ldflags=-s\ -w -o "$out/$(echo $p | tr / _).test" ./$p
+done
+go build -tags mpi -ldflags="-s -w" -o "$out/gpucomm" ./cmd/gpucomm
+for e in hybrid ipcshare; do go build -tags mpi -ldflags="-s -w" -o "$out/ex-$e" ./examples/$e; done
+[ -d comm/mpi/internal/pingpong ] && go build -tags mpi -ldflags="-s -w" -o "$out/pingpong" ./comm/mpi/internal/pingpong
+cp ../shared/gpu/ompi-cuda.tar.xz "$out/"
+cp scripts/gpu/run.sh "$out/"
+du -sh "$out"
+# The device tool carries at most 64 MiB: ship the binaries compressed.
+rm -rf .gpupack && mkdir -p .gpupack
+tar cf - -C "$out" --exclude ompi-cuda.tar.xz . | xz -T2 -6 > .gpupack/bins.tar.xz
+cp "$out/ompi-cuda.tar.xz" scripts/gpu/run.sh .gpupack/
+du -sh .gpupack
