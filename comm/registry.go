@@ -80,6 +80,11 @@ func DefaultOptions() (Options, error) {
 type Verdict struct {
 	Usable bool
 	Reason string // why not, or what it will use
+	// Tentative marks a Usable verdict that only starting the backend can
+	// confirm (CUDA-awareness before MPI is up); auto takes such a backend
+	// only when no backend is usable for certain, because a failed open can
+	// end MPI for the rest of the process.
+	Tentative bool
 }
 
 // Driver is what a backend registers.
@@ -162,18 +167,11 @@ func Open(name string, opts ...Option) (Communicator, error) {
 		opt(&o)
 	}
 	if name == "" || name == "auto" {
-		var why []string
-		for _, n := range Backends() {
-			regMu.RLock()
-			d := drivers[n]
-			regMu.RUnlock()
-			if v := d.Probe(); v.Usable {
-				return d.Open(o)
-			} else {
-				why = append(why, n+": "+v.Reason)
-			}
+		n, err := Auto()
+		if err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("comm: no usable backend (%s): %w", strings.Join(why, "; "), ErrUnsupported)
+		name = n
 	}
 	regMu.RLock()
 	d, ok := drivers[name]
@@ -182,4 +180,28 @@ func Open(name string, opts ...Option) (Communicator, error) {
 		return nil, unknown(name)
 	}
 	return d.Open(o)
+}
+
+// Auto names the backend "auto" opens: the best backend usable for certain,
+// else the best tentatively usable one (see Verdict.Tentative).
+func Auto() (string, error) {
+	var why []string
+	tentative := ""
+	for _, n := range Backends() {
+		regMu.RLock()
+		d := drivers[n]
+		regMu.RUnlock()
+		switch v := d.Probe(); {
+		case v.Usable && !v.Tentative:
+			return n, nil
+		case v.Usable && tentative == "":
+			tentative = n
+		case !v.Usable:
+			why = append(why, n+": "+v.Reason)
+		}
+	}
+	if tentative != "" {
+		return tentative, nil
+	}
+	return "", fmt.Errorf("comm: no usable backend (%s): %w", strings.Join(why, "; "), ErrUnsupported)
 }

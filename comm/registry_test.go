@@ -16,17 +16,18 @@ type fakeComm struct {
 func registerFakes(t *testing.T) {
 	t.Helper()
 	for _, f := range []struct {
-		name   string
-		usable bool
-		rank   int
-	}{{"fake-good", true, 1}, {"fake-best-unusable", false, 99}, {"fake-worse", true, -1}} {
+		name      string
+		usable    bool
+		rank      int
+		tentative bool
+	}{{"fake-good", true, 1, false}, {"fake-best-unusable", false, 99, false}, {"fake-worse", true, -1, false}, {"fake-tentative", true, 50, true}} {
 		if _, ok := drivers[f.name]; ok {
 			continue
 		}
 		f := f
 		Register(f.name, Driver{
 			Open:  func(o Options) (Communicator, error) { return &fakeComm{name: f.name, opts: o}, nil },
-			Probe: func() Verdict { return Verdict{Usable: f.usable, Reason: f.name + " says so"} },
+			Probe: func() Verdict { return Verdict{Usable: f.usable, Tentative: f.tentative, Reason: f.name + " says so"} },
 			Rank:  f.rank,
 		})
 	}
@@ -43,7 +44,7 @@ func TestOpenPicksBestUsableAndAppliesOptions(t *testing.T) {
 	}
 	f := c.(*fakeComm)
 	if f.name != "fake-good" {
-		t.Fatalf("auto chose %s, want fake-good (best usable)", f.name)
+		t.Fatalf("auto chose %s, want fake-good (best usable for certain, ahead of a tentative one)", f.name)
 	}
 	want := Options{Device: "host", Timeout: 3 * time.Second, Debug: true, ChunkBytes: 4096}
 	if f.opts != want {

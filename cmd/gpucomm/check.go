@@ -198,15 +198,7 @@ func resolveBackend(name string) (string, error) {
 		}
 		return name, nil
 	}
-	var why []string
-	for _, n := range comm.Backends() {
-		v, err := comm.Probe(n)
-		if err == nil && v.Usable {
-			return n, nil
-		}
-		why = append(why, n+": "+v.Reason)
-	}
-	return "", fmt.Errorf("no usable backend (%s): %w", strings.Join(why, "; "), comm.ErrUnsupported)
+	return comm.Auto()
 }
 
 // groupMaker gives the suite its constructor of fresh communicators and the

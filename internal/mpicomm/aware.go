@@ -108,7 +108,7 @@ func ProbeCUDAAware() comm.Verdict {
 	if spec == "host" || ((spec == "" || spec == "auto") && (err != nil || n == 0)) {
 		return comm.Verdict{Usable: true, Reason: "host device: " + Library() + " moves host memory, no CUDA support needed"}
 	}
-	return comm.Verdict{Usable: true, Reason: "CUDA support of " + Library() +
+	return comm.Verdict{Usable: true, Tentative: true, Reason: "CUDA support of " + Library() +
 		" is known once MPI is up: Open asks MPI, and when MPI cannot say, exchanges device buffers between ranks to find out (" +
 		AwareEnv + "=1|0 decides instead)"}
 }
