@@ -10,8 +10,8 @@ echo "== go test -race ./... (in-process backend, host device)"
 go test -race -count=1 ./...
 
 # Packages whose behaviour depends on the MPI build tag.
-mpi_pkgs=$(go list -tags mpi -f '{{if or .CgoFiles .TestGoFiles}}{{.ImportPath}}{{end}}' \
-  ./internal/mpi/... ./comm/mpi/... ./comm/cudaaware/... ./comm/nccl/... ./bench/... ./devmem/... ./cmd/... 2>/dev/null || true)
+mpi_pkgs=$(go list -tags mpi -f '{{if or .CgoFiles .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' \
+  ./internal/mpi/... ./internal/mpicomm/... ./comm/mpi/... ./comm/cudaaware/... ./comm/nccl/... ./bench/... ./devmem/... ./cmd/... 2>/dev/null || true)
 
 if command -v mpirun.openmpi >/dev/null || command -v mpirun >/dev/null; then
   echo "== Open MPI (-tags mpi)"
