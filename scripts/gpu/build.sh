@@ -18,7 +18,6 @@ go build -tags mpi -ldflags="-s -w" -o "$out/gpucomm" ./cmd/gpucomm
 for e in hybrid ipcshare; do go build -tags mpi -ldflags="-s -w" -o "$out/ex-$e" ./examples/$e; done
 [ -d comm/mpi/internal/pingpong ] && go build -tags mpi -ldflags="-s -w" -o "$out/pingpong" ./comm/mpi/internal/pingpong
 cp ../shared/gpu/ompi-cuda.tar.xz "$out/"
-cp scripts/gpu/run.sh "$out/"
 du -sh "$out"
 # The device tool carries at most 64 MiB: ship the binaries compressed.
 rm -rf .gpupack && mkdir -p .gpupack
