@@ -301,19 +301,24 @@ func (r *runner) issue(op Operation, sh Shape, send, recv devmem.Buffer) error {
 		if err != nil {
 			return err
 		}
+		// The window goes as one GroupP2P, in flight together, as osu_bw
+		// posts it with MPI_Isend and as nccl-tests group NCCL's sends.
+		window := make([]comm.P2P, cfg.Window)
 		switch r.rank {
 		case 0:
-			for range cfg.Window {
-				if err := c.Send(send, sh.Count, dt, 1, s); err != nil {
-					return err
-				}
+			for i := range window {
+				window[i] = comm.SendTo(1, send, sh.Count, dt)
+			}
+			if err := c.GroupP2P(window, s); err != nil {
+				return err
 			}
 			return c.Recv(ack, 1, comm.Uint8, 1, s)
 		case 1:
-			for range cfg.Window {
-				if err := c.Recv(recv, sh.Count, dt, 0, s); err != nil {
-					return err
-				}
+			for i := range window {
+				window[i] = comm.RecvFrom(0, recv, sh.Count, dt)
+			}
+			if err := c.GroupP2P(window, s); err != nil {
+				return err
 			}
 			return c.Send(ack, 1, comm.Uint8, 0, s)
 		}

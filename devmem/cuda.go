@@ -37,6 +37,9 @@ type cudaDriver struct {
 	// other streams (as CUDA's legacy default stream would) nor returns
 	// before it is done.
 	now cuda.Stream
+
+	streamsMu sync.Mutex
+	streams   map[*cudaStream]struct{} // live streams, whose host queues Synchronize drains
 }
 
 // cudaDevices holds the one Device of each ordinal this process opened.
@@ -121,13 +124,13 @@ func cudaOpen(ordinal int) (*Device, error) {
 // do runs fn with the device's context current on a locked OS thread.
 func (c *cudaDriver) do(fn func() error) error { return cuda.WithContext(c.ctx, fn) }
 
-// enqueue queues work on cs, or for a nil cs on the private stream and
-// waits for it there.
+// enqueue queues work on cs (now, or behind the host work queued there), or
+// for a nil cs on the private stream and waits for it there.
 func (c *cudaDriver) enqueue(cs *cudaStream, fn func(h cuda.Stream) error) error {
+	if cs != nil {
+		return cs.issue(fn, nil)
+	}
 	return c.do(func() error {
-		if cs != nil {
-			return fn(cs.h)
-		}
 		if err := fn(c.now); err != nil {
 			return err
 		}
@@ -135,11 +138,13 @@ func (c *cudaDriver) enqueue(cs *cudaStream, fn func(h cuda.Stream) error) error
 	})
 }
 
-// onHost runs fn on the host once s's earlier work is done: the copies that
-// touch only host (pinned) memory, which no CUDA call does for us.
+// onHost runs fn on the host once s's earlier work is done, before it
+// returns: the copies that touch only host (pinned) memory, which no CUDA
+// call does for us, and the copies into Go memory, which the caller reads
+// as soon as the call returns.
 func (c *cudaDriver) onHost(s *Stream, fn func()) error {
 	if cs := cudaStreamOf(s); cs != nil {
-		if err := c.do(func() error { return cuda.StreamSynchronize(cs.h) }); err != nil {
+		if err := cs.synchronize(); err != nil {
 			return err
 		}
 	}
@@ -246,12 +251,12 @@ func (c *cudaDriver) copyFromHost(dst Buffer, src []byte, s *Stream) error {
 			copy(hd, src)
 		})
 	}
-	err := c.do(func() error {
-		if cs := cudaStreamOf(s); cs != nil {
-			if err := cuda.StreamSynchronize(cs.h); err != nil {
-				return err
-			}
+	if cs := cudaStreamOf(s); cs != nil {
+		if err := cs.synchronize(); err != nil {
+			return fmt.Errorf("devmem: copy of %d bytes from Go memory to %v: %w", len(src), c.dev, err)
 		}
+	}
+	err := c.do(func() error {
 		if err := cuda.MemcpyHtoDBytes(cudaPtr(dst), src); err != nil {
 			return err
 		}
@@ -275,14 +280,12 @@ func (c *cudaDriver) copyToHost(dst []byte, src Buffer, s *Stream) error {
 			copy(dst, hs)
 		})
 	}
-	err := c.do(func() error {
-		if cs := cudaStreamOf(s); cs != nil {
-			if err := cuda.StreamSynchronize(cs.h); err != nil {
-				return err
-			}
+	if cs := cudaStreamOf(s); cs != nil {
+		if err := cs.synchronize(); err != nil {
+			return fmt.Errorf("devmem: copy of %d bytes from %v to Go memory: %w", len(dst), c.dev, err)
 		}
-		return cuda.MemcpyDtoHBytes(dst, cudaPtr(src))
-	})
+	}
+	err := c.do(func() error { return cuda.MemcpyDtoHBytes(dst, cudaPtr(src)) })
 	if err != nil {
 		return fmt.Errorf("devmem: copy of %d bytes from %v to Go memory: %w", len(dst), c.dev, err)
 	}
@@ -307,8 +310,19 @@ func (c *cudaDriver) memset(dst Buffer, v byte, s *Stream) error {
 	return nil
 }
 
+// synchronize drains every stream's host queue, then waits for the device.
 func (c *cudaDriver) synchronize() error {
-	return c.do(cuda.CtxSynchronize)
+	c.streamsMu.Lock()
+	live := make([]*cudaStream, 0, len(c.streams))
+	for s := range c.streams {
+		live = append(live, s)
+	}
+	c.streamsMu.Unlock()
+	var errs []error
+	for _, s := range live {
+		errs = append(errs, s.flush())
+	}
+	return errors.Join(append(errs, c.do(cuda.CtxSynchronize))...)
 }
 
 func (c *cudaDriver) computeCapability() (major, minor int, err error) {

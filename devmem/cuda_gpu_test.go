@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -312,25 +313,76 @@ func TestCUDAOnGPUStreamRunsQueuedWorkInOrder(t *testing.T) {
 		must(t, CopyN(pins[r], y, n, s))
 	}
 	last, _ := pins[rounds-1].Bytes()
-	sawLast := false
+	var sawLast atomic.Bool
 	must(t, s.HostFunc(func() error {
-		sawLast = bytes.Count(last, []byte{rounds}) == n
+		sawLast.Store(bytes.Count(last, []byte{rounds}) == n)
 		return nil
 	}))
-	if !sawLast {
+	must(t, s.Synchronize())
+	if !sawLast.Load() {
 		t.Error("HostFunc ran before the stream's earlier work was done")
 	}
-	must(t, s.Synchronize())
 	for r, p := range pins {
 		h, _ := p.Bytes()
 		cudaSameBytes(t, fmt.Sprintf("round %d", r), h, bytes.Repeat([]byte{byte(r + 1)}, n))
 	}
 	sentinel := errors.New("from fn")
-	if err := s.HostFunc(func() error { return sentinel }); !errors.Is(err, sentinel) {
-		t.Errorf("HostFunc returned %v, want fn's error", err)
+	must(t, s.HostFunc(func() error { return sentinel }))
+	if err := s.Synchronize(); !errors.Is(err, sentinel) {
+		t.Errorf("Synchronize after a failing HostFunc returned %v, want fn's error", err)
 	}
+	must(t, s.Synchronize()) // reported once
 	var nilStream *Stream
 	must(t, nilStream.Synchronize())
+}
+
+// HostFunc returns at once; work queued behind a waiting host function
+// (a copy, an event record, another stream's wait for that event) is
+// handed to the GPU only after it, and Synchronize of the stream and of the
+// device wait for all of it.
+func TestCUDAOnGPUHostFuncQueuesLaterWork(t *testing.T) {
+	d := needCUDA(t)
+	cudaNoLeaks(t, d)
+	s1, s2 := mustStream(t, d), mustStream(t, d)
+	ev := mustEvent(t, d)
+	const n = 1 << 20
+	src := mustAlloc(t, d, n, false)
+	mid := mustAlloc(t, d, n, false)
+	dst := mustAlloc(t, d, n, true)
+	must(t, Memset(src, 7, nil))
+	must(t, Memset(mid, 1, nil))
+	must(t, Memset(dst, 2, nil))
+	gate := make(chan struct{})
+	var ran atomic.Bool
+	returned := make(chan error, 1)
+	go func() { returned <- s1.HostFunc(func() error { <-gate; ran.Store(true); return nil }) }()
+	select {
+	case err := <-returned:
+		must(t, err)
+	case <-time.After(10 * time.Second):
+		close(gate)
+		t.Fatal("HostFunc waited for its function")
+	}
+	must(t, CopyN(mid, src, n, s1)) // queued behind the gate
+	must(t, ev.Record(s1))
+	must(t, s2.WaitEvent(ev))
+	must(t, CopyN(dst, mid, n, s2)) // must see the copy into mid
+	time.Sleep(50 * time.Millisecond)
+	if done, err := ev.Done(); err != nil || done {
+		t.Errorf("event queued behind a waiting host function: Done = %v, %v; want not reached", done, err)
+	}
+	if h, _ := dst.Bytes(); h[0] != 2 {
+		t.Errorf("the second stream ran before the event it waits for was recorded: dst[0] = %d", h[0])
+	}
+	close(gate)
+	must(t, d.Synchronize())
+	if !ran.Load() {
+		t.Error("Device.Synchronize returned before a queued host function ran")
+	}
+	h, _ := dst.Bytes()
+	cudaSameBytes(t, "copied through the queued work", h, bytes.Repeat([]byte{7}, n))
+	must(t, ev.Synchronize())
+	must(t, errors.Join(s1.Synchronize(), s2.Synchronize()))
 }
 
 func TestCUDAOnGPUEventsOrderStreamsAndTime(t *testing.T) {

@@ -5,6 +5,8 @@ package devmem
 import (
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpucomm/gpucomm/internal/cuda"
@@ -12,9 +14,27 @@ import (
 
 // cudaStream is a non-blocking CUDA stream: it does not wait for the legacy
 // default stream, so other libraries' work there does not stall ours.
+//
+// Host functions make it a queue on the host as well. While a host function
+// is waiting or running, later work on the stream (copies, launches, event
+// records, waits) is not handed to CUDA yet but queued behind it, and the
+// stream's goroutine issues it once the host function returns. So HostFunc
+// returns at once, as on the host driver, and nothing on the GPU ever waits
+// for the host: a stream blocked on a host value (cuStreamWaitValue) could
+// also block streams that share its hardware queue, among them the very
+// copies a host function waits for.
 type cudaStream struct {
 	c *cudaDriver
 	h cuda.Stream
+
+	mu    sync.Mutex
+	cond  *sync.Cond
+	queue []func() error // work behind a host function, in order
+	busy  bool           // the stream's goroutine is draining queue
+	err   error          // the first error of queued work since the last synchronize
+
+	issued atomic.Uint64 // work handed to CUDA on h
+	synced atomic.Uint64 // issued as it was when h was last found idle
 }
 
 func (c *cudaDriver) newStream() (streamImpl, error) {
@@ -27,49 +47,171 @@ func (c *cudaDriver) newStream() (streamImpl, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devmem: new stream on %v: %w", c.dev, err)
 	}
-	return &cudaStream{c: c, h: h}, nil
-}
-
-// hostFunc waits for the stream's work and then runs fn before it returns,
-// returning fn's error: a Go function cannot safely run on the driver's
-// callback thread, and waiting keeps later work ordered after fn.
-func (s *cudaStream) hostFunc(fn func() error) error {
-	if err := s.synchronize(); err != nil {
-		return err
+	s := &cudaStream{c: c, h: h}
+	s.cond = sync.NewCond(&s.mu)
+	c.streamsMu.Lock()
+	if c.streams == nil {
+		c.streams = map[*cudaStream]struct{}{}
 	}
-	return fn()
+	c.streams[s] = struct{}{}
+	c.streamsMu.Unlock()
+	return s, nil
 }
 
-func (s *cudaStream) synchronize() error {
+// issue hands fn to CUDA on the stream now, or queues it behind the host
+// work in flight; a queued fn's error is returned by the next synchronize.
+// ev, when not nil, is an event fn records: it counts as pending until fn
+// has been issued, so that waiting for it waits for the record.
+func (s *cudaStream) issue(fn func(h cuda.Stream) error, ev *cudaEvent) error {
+	s.mu.Lock()
+	if !s.busy {
+		s.mu.Unlock()
+		s.issued.Add(1)
+		return s.c.do(func() error { return fn(s.h) })
+	}
+	if ev != nil {
+		ev.defer1()
+	}
+	s.pushLocked(func() error {
+		s.issued.Add(1)
+		err := s.c.do(func() error { return fn(s.h) })
+		if ev != nil {
+			ev.issued1()
+		}
+		return err
+	})
+	s.mu.Unlock()
+	return nil
+}
+
+// pushLocked queues work and starts the stream's goroutine if it is idle.
+func (s *cudaStream) pushLocked(fn func() error) {
+	s.queue = append(s.queue, fn)
+	if !s.busy {
+		s.busy = true
+		go s.drain()
+	}
+}
+
+// drain runs the queue in order until it is empty.
+func (s *cudaStream) drain() {
+	for {
+		s.mu.Lock()
+		if len(s.queue) == 0 {
+			s.busy = false
+			s.queue = nil
+			s.cond.Broadcast()
+			s.mu.Unlock()
+			return
+		}
+		fn := s.queue[0]
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		s.mu.Unlock()
+		if err := fn(); err != nil {
+			s.mu.Lock()
+			if s.err == nil {
+				s.err = err
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// hostFunc queues fn: the stream's goroutine waits for the work issued
+// before it, runs fn, and then issues what was queued after it. It returns
+// at once; fn's error is returned by the next synchronize.
+func (s *cudaStream) hostFunc(fn func() error) error {
+	s.mu.Lock()
+	s.pushLocked(func() error {
+		if err := s.idle(); err != nil {
+			return err
+		}
+		return safely(fn)
+	})
+	s.mu.Unlock()
+	return nil
+}
+
+// idle waits for the work handed to CUDA on h, skipping the call when none
+// was issued since h was last found idle.
+func (s *cudaStream) idle() error {
+	n := s.issued.Load()
+	if s.synced.Load() == n {
+		return nil
+	}
 	if err := s.c.do(func() error { return cuda.StreamSynchronize(s.h) }); err != nil {
 		return fmt.Errorf("devmem: stream of %v: %w", s.c.dev, err)
 	}
+	s.synced.Store(n)
 	return nil
+}
+
+// flush waits until no host work is queued and returns (and forgets) the
+// first error queued work met.
+func (s *cudaStream) flush() error {
+	s.mu.Lock()
+	for s.busy {
+		s.cond.Wait()
+	}
+	err := s.err
+	s.err = nil
+	s.mu.Unlock()
+	return err
+}
+
+func (s *cudaStream) synchronize() error {
+	err := s.flush()
+	return errors.Join(err, s.idle())
 }
 
 func (s *cudaStream) waitEvent(e eventImpl) error {
 	ev := e.(*cudaEvent)
-	if err := s.c.do(func() error { return cuda.StreamWaitEvent(s.h, ev.h) }); err != nil {
+	s.mu.Lock()
+	if s.busy || ev.pending() {
+		// The record to wait for may itself be queued on another stream:
+		// issue the wait only once that record has been issued.
+		s.pushLocked(func() error {
+			ev.awaitIssued()
+			s.issued.Add(1)
+			return s.c.do(func() error { return cuda.StreamWaitEvent(s.h, ev.h) })
+		})
+		s.mu.Unlock()
+		return nil
+	}
+	s.mu.Unlock()
+	err := s.issue(func(h cuda.Stream) error { return cuda.StreamWaitEvent(h, ev.h) }, nil)
+	if err != nil {
 		return fmt.Errorf("devmem: stream of %v waiting for an event: %w", s.c.dev, err)
 	}
 	return nil
 }
 
 func (s *cudaStream) destroy() error {
+	qerr := s.flush()
+	s.c.streamsMu.Lock()
+	delete(s.c.streams, s)
+	s.c.streamsMu.Unlock()
 	err := s.c.do(func() error {
 		// Destroyed even when its work failed, so that it does not leak.
 		return errors.Join(cuda.StreamSynchronize(s.h), cuda.StreamDestroy(s.h))
 	})
 	if err != nil {
-		return fmt.Errorf("devmem: destroying a stream of %v: %w", s.c.dev, err)
+		return errors.Join(qerr, fmt.Errorf("devmem: destroying a stream of %v: %w", s.c.dev, err))
 	}
-	return nil
+	return qerr
 }
 
 // cudaEvent is a CUDA event with timing enabled, so that Elapsed works.
+// deferred counts its records queued on a stream behind host work and not
+// yet issued: until they are, waiting for the event waits for them.
 type cudaEvent struct {
 	c *cudaDriver
 	h cuda.Event
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	deferred int
 }
 
 func (c *cudaDriver) newEvent() (eventImpl, error) {
@@ -82,7 +224,36 @@ func (c *cudaDriver) newEvent() (eventImpl, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devmem: new event on %v: %w", c.dev, err)
 	}
-	return &cudaEvent{c: c, h: h}, nil
+	e := &cudaEvent{c: c, h: h}
+	e.cond = sync.NewCond(&e.mu)
+	return e, nil
+}
+
+func (e *cudaEvent) defer1() {
+	e.mu.Lock()
+	e.deferred++
+	e.mu.Unlock()
+}
+
+func (e *cudaEvent) issued1() {
+	e.mu.Lock()
+	e.deferred--
+	e.cond.Broadcast()
+	e.mu.Unlock()
+}
+
+func (e *cudaEvent) pending() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.deferred > 0
+}
+
+func (e *cudaEvent) awaitIssued() {
+	e.mu.Lock()
+	for e.deferred > 0 {
+		e.cond.Wait()
+	}
+	e.mu.Unlock()
 }
 
 // record marks the point after s's queued work. For a nil s it records on
@@ -90,17 +261,20 @@ func (c *cudaDriver) newEvent() (eventImpl, error) {
 // (that work is waited for before its call returns), so the point is
 // reached at once: "now", ordered after no other stream.
 func (e *cudaEvent) record(s streamImpl) error {
-	h := e.c.now
-	if s != nil {
-		h = s.(*cudaStream).h
+	var err error
+	if s == nil {
+		err = e.c.do(func() error { return cuda.EventRecord(e.h, e.c.now) })
+	} else {
+		err = s.(*cudaStream).issue(func(h cuda.Stream) error { return cuda.EventRecord(e.h, h) }, e)
 	}
-	if err := e.c.do(func() error { return cuda.EventRecord(e.h, h) }); err != nil {
+	if err != nil {
 		return fmt.Errorf("devmem: recording an event on %v: %w", e.c.dev, err)
 	}
 	return nil
 }
 
 func (e *cudaEvent) synchronize() error {
+	e.awaitIssued()
 	if err := e.c.do(func() error { return cuda.EventSynchronize(e.h) }); err != nil {
 		return fmt.Errorf("devmem: waiting for an event on %v: %w", e.c.dev, err)
 	}
@@ -108,6 +282,9 @@ func (e *cudaEvent) synchronize() error {
 }
 
 func (e *cudaEvent) query() (bool, error) {
+	if e.pending() {
+		return false, nil
+	}
 	var done bool
 	err := e.c.do(func() error {
 		var err error
@@ -122,6 +299,9 @@ func (e *cudaEvent) query() (bool, error) {
 
 func (e *cudaEvent) elapsedSince(start eventImpl) (time.Duration, error) {
 	st := start.(*cudaEvent)
+	if e.pending() || st.pending() {
+		return 0, fmt.Errorf("devmem: elapsed time of an event not yet reached (its record is queued behind host work): %w", ErrInvalidArgument)
+	}
 	var d time.Duration
 	err := e.c.do(func() error {
 		var err error
@@ -140,6 +320,7 @@ func (e *cudaEvent) elapsedSince(start eventImpl) (time.Duration, error) {
 }
 
 func (e *cudaEvent) destroy() error {
+	e.awaitIssued() // a queued record must not meet a destroyed event
 	if err := e.c.do(func() error { return cuda.EventDestroy(e.h) }); err != nil {
 		return fmt.Errorf("devmem: destroying an event of %v: %w", e.c.dev, err)
 	}

@@ -281,7 +281,7 @@ func TestCUDACallsRunInsideTheContext(t *testing.T) {
 	isRunner := func(call *ast.CallExpr) bool {
 		switch f := call.Fun.(type) {
 		case *ast.SelectorExpr:
-			return f.Sel.Name == "do" || f.Sel.Name == "enqueue" || f.Sel.Name == "WithContext"
+			return f.Sel.Name == "do" || f.Sel.Name == "enqueue" || f.Sel.Name == "issue" || f.Sel.Name == "WithContext"
 		}
 		return false
 	}

@@ -44,11 +44,12 @@ func (s *Stream) check(dev *Device) error {
 func (s *Stream) Check(dev *Device) error { return s.check(dev) }
 
 // HostFunc runs fn on the host once all earlier work on s is done; later work
-// on s waits for it. On the host driver fn runs on the stream's own goroutine
-// and HostFunc returns at once; on the cuda driver HostFunc synchronises the
-// stream and runs fn before it returns. With a nil stream fn runs now. An
-// error from fn that cannot be returned here is returned by the next
-// Synchronize of s.
+// on s waits for it. HostFunc returns at once: fn runs on the stream's own
+// goroutine, and fn's error is returned by the next Synchronize of s. On the
+// cuda driver, work queued on s while fn waits or runs is handed to CUDA
+// when fn returns (the GPU never waits for the host), and events recorded
+// on s count as not reached until then. fn must not wait for s itself. With
+// a nil stream fn runs now and its error is returned here.
 func (s *Stream) HostFunc(fn func() error) error {
 	if s == nil {
 		return fn()

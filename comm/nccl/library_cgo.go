@@ -67,7 +67,15 @@ func (e *ncclEngine) do(fn func() error) error { return cuda.WithContext(e.ctx, 
 
 func ptr(b devmem.Buffer) cuda.DevicePtr { return cuda.DevicePtr(b.Addr()) }
 
-func stream(s *devmem.Stream) cuda.Stream { return cuda.Stream(s.Handle()) }
+// on runs fn in s's order: now, or behind host work queued on s (whose
+// errors then come from s's next Synchronize). A nil s is NCCL's default
+// stream, and fn runs now.
+func (e *ncclEngine) on(s *devmem.Stream, fn func(h cuda.Stream) error) error {
+	if s == nil {
+		return e.do(func() error { return fn(0) })
+	}
+	return s.Enqueue(func(h uintptr) error { return fn(cuda.Stream(h)) })
+}
 
 // dataTypes and redOps map gpucomm's types and reductions to NCCL's; NCCL
 // has all of them natively, float16, bfloat16 and the average included.
@@ -80,33 +88,35 @@ var dataTypes = map[comm.DType]nccl.DataType{
 var redOps = map[comm.Op]nccl.RedOp{comm.Sum: nccl.Sum, comm.Prod: nccl.Prod, comm.Min: nccl.Min, comm.Max: nccl.Max, comm.Avg: nccl.Avg}
 
 func (e *ncclEngine) allReduce(send, recv devmem.Buffer, n int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
-	return e.do(func() error {
-		return nccl.AllReduce(ptr(send), ptr(recv), n, dataTypes[dt], redOps[op], e.h, stream(s))
+	return e.on(s, func(h cuda.Stream) error {
+		return nccl.AllReduce(ptr(send), ptr(recv), n, dataTypes[dt], redOps[op], e.h, h)
 	})
 }
 
 func (e *ncclEngine) reduce(send, recv devmem.Buffer, n int, dt comm.DType, op comm.Op, root int, s *devmem.Stream) error {
-	return e.do(func() error {
-		return nccl.Reduce(ptr(send), ptr(recv), n, dataTypes[dt], redOps[op], root, e.h, stream(s))
+	return e.on(s, func(h cuda.Stream) error {
+		return nccl.Reduce(ptr(send), ptr(recv), n, dataTypes[dt], redOps[op], root, e.h, h)
 	})
 }
 
 func (e *ncclEngine) broadcast(send, recv devmem.Buffer, n int, dt comm.DType, root int, s *devmem.Stream) error {
-	return e.do(func() error { return nccl.Broadcast(ptr(send), ptr(recv), n, dataTypes[dt], root, e.h, stream(s)) })
+	return e.on(s, func(h cuda.Stream) error {
+		return nccl.Broadcast(ptr(send), ptr(recv), n, dataTypes[dt], root, e.h, h)
+	})
 }
 
 func (e *ncclEngine) allGather(send, recv devmem.Buffer, n int, dt comm.DType, s *devmem.Stream) error {
-	return e.do(func() error { return nccl.AllGather(ptr(send), ptr(recv), n, dataTypes[dt], e.h, stream(s)) })
+	return e.on(s, func(h cuda.Stream) error { return nccl.AllGather(ptr(send), ptr(recv), n, dataTypes[dt], e.h, h) })
 }
 
 func (e *ncclEngine) reduceScatter(send, recv devmem.Buffer, n int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
-	return e.do(func() error {
-		return nccl.ReduceScatter(ptr(send), ptr(recv), n, dataTypes[dt], redOps[op], e.h, stream(s))
+	return e.on(s, func(h cuda.Stream) error {
+		return nccl.ReduceScatter(ptr(send), ptr(recv), n, dataTypes[dt], redOps[op], e.h, h)
 	})
 }
 
 func (e *ncclEngine) group(ops []comm.P2P, s *devmem.Stream) error {
-	return e.do(func() error {
+	return e.on(s, func(h cuda.Stream) error {
 		if err := nccl.GroupStart(); err != nil {
 			return err
 		}
@@ -114,9 +124,9 @@ func (e *ncclEngine) group(ops []comm.P2P, s *devmem.Stream) error {
 		for _, p := range ops {
 			var err error
 			if p.Kind == comm.SendKind {
-				err = nccl.Send(ptr(p.Buf), p.Count, dataTypes[p.DType], p.Peer, e.h, stream(s))
+				err = nccl.Send(ptr(p.Buf), p.Count, dataTypes[p.DType], p.Peer, e.h, h)
 			} else {
-				err = nccl.Recv(ptr(p.Buf), p.Count, dataTypes[p.DType], p.Peer, e.h, stream(s))
+				err = nccl.Recv(ptr(p.Buf), p.Count, dataTypes[p.DType], p.Peer, e.h, h)
 			}
 			if err != nil {
 				first = err
