@@ -81,6 +81,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gpucomm: unknown command %q\nRun 'gpucomm help' for usage.\n", name)
 		return exitUsage
 	}
+	if name == "check" || name == "bench" || name == "heat" {
+		warnPlacement(name, stderr)
+	}
 	// Ctrl-C cancels the context, so a command can stop and still report.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

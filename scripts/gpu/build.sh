@@ -17,10 +17,19 @@ done
 go build -tags mpi -ldflags="-s -w" -o "$out/gpucomm" ./cmd/gpucomm
 for e in hybrid ipcshare; do go build -tags mpi -ldflags="-s -w" -o "$out/ex-$e" ./examples/$e; done
 [ -d comm/mpi/internal/pingpong ] && go build -tags mpi -ldflags="-s -w" -o "$out/pingpong" ./comm/mpi/internal/pingpong
+# MPICH builds, run there with Debian's MPICH unpacked from carried .debs.
+go build -tags mpich -ldflags="-s -w" -o "$out/gpucomm-mpich" ./cmd/gpucomm
+go test -c -tags mpich -ldflags=-s\ -w -o "$out/comm_mpi-mpich.test" ./comm/mpi
+go test -c -tags mpich -ldflags=-s\ -w -o "$out/comm_cudaaware-mpich.test" ./comm/cudaaware
+debs=${DEBS:-/tmp/debs}
+if ! ls "$debs"/libmpich12_*.deb >/dev/null 2>&1; then
+  mkdir -p "$debs" && (cd "$debs" && apt-get download mpich libmpich12 libhwloc15 libucx0 libnuma1 libslurm38)
+fi
 cp ../shared/gpu/ompi-cuda.tar.xz "$out/"
 du -sh "$out"
 # The device tool carries at most 64 MiB: ship the binaries compressed.
 rm -rf .gpupack && mkdir -p .gpupack
 tar cf - -C "$out" --exclude ompi-cuda.tar.xz . | xz -T2 -6 > .gpupack/bins.tar.xz
 cp "$out/ompi-cuda.tar.xz" scripts/gpu/run.sh .gpupack/
+tar cf .gpupack/mpich-debs.tar -C "$debs" .
 du -sh .gpupack

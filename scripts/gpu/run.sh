@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine from the repository root, with .gpu/ carried (see
-# build.sh): every GPU test and benchmark of the project in one pass. Each
-# step has its own time limit; everything goes to $OUT/log.txt and one line
-# per step to $OUT/summary.txt.
+# Runs on the GPU machine from the repository root, with .gpupack carried
+# (see build.sh): every GPU test and benchmark of the project, in two parts
+# that each fit the device tool's 10 minutes:
+#   bash .gpupack/run.sh tests   # unit and conformance tests on the GPU
+#   bash .gpupack/run.sh bench   # the figures of docs/PERFORMANCE.md
+# Each step has its own time limit; everything goes to $OUT/log-PART.txt and
+# one line per step to $OUT/summary-PART.txt.
 set -u
-B=/tmp/gpucomm-bin; mkdir -p $B; tar xJf .gpupack/bins.tar.xz -C $B
+part=${1:-tests}
+B=/tmp/gpucomm-bin; mkdir -p $B; [ -x $B/gpucomm ] || tar xJf .gpupack/bins.tar.xz -C $B
 OUT=${OUT:-/tmp/gpucomm-out}; mkdir -p "$OUT"
-LOG=$OUT/log.txt; SUM=$OUT/summary.txt
+LOG=$OUT/log-$part.txt; SUM=$OUT/summary-$part.txt
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 GPUCOMM_GPU_TESTS=1
 export GPUCOMM_CACHE_DIR=/tmp/gpucomm-cache
 SYS_PATH=$PATH SYS_LD=${LD_LIBRARY_PATH:-}
@@ -20,34 +24,64 @@ step() { # step NAME SECONDS CMD...
 }
 cuda_mpi() { export PATH=/tmp/ompi-cuda/bin:$SYS_PATH LD_LIBRARY_PATH=/tmp/ompi-cuda/lib:$SYS_LD; }
 sys_mpi() { export PATH=$SYS_PATH LD_LIBRARY_PATH=$SYS_LD; }
-tar xJf .gpupack/ompi-cuda.tar.xz -C /tmp
-date -u >"$SUM"; nvidia-smi -L >>"$SUM"
+mpich() { export PATH=/tmp/mk/usr/bin:$SYS_PATH LD_LIBRARY_PATH=/tmp/mk/usr/lib/x86_64-linux-gnu:$SYS_LD; }
+[ -d /tmp/ompi-cuda ] || tar xJf .gpupack/ompi-cuda.tar.xz -C /tmp
+if [ ! -d /tmp/mk ]; then
+  mkdir -p /tmp/debs /tmp/mk && tar xf .gpupack/mpich-debs.tar -C /tmp/debs
+  for f in /tmp/debs/*.deb; do dpkg -x "$f" /tmp/mk; done
+fi
+date -u >"$SUM"; nvidia-smi -L >>"$SUM"; nproc >>"$SUM"
+# Open MPI binds each of 2 ranks to one core by default; a rank's Go
+# runtime, CUDA's threads and MPI's polling then share that core.
+NB="--bind-to none"
 
-step info 20 $B/gpucomm info
-step internal-cuda 40 $B/cuda.test -test.run GPU -test.v
-step internal-nvrtc 40 $B/nvrtc.test -test.run GPU -test.v
-step internal-nccl 40 $B/nccl.test -test.run GPU -test.v
-step kernels 60 $B/kernels.test -test.v
-step devmem 120 $B/devmem.test -test.run 'CUDA|IPC|NodeShared' -test.bench 'CUDA' -test.benchtime 20x
-step solver 120 $B/solver.test -test.run GPU -test.bench StepOnAGPU -test.benchtime 200x -test.v
-export GPUCOMM_DEVICE=cuda
-step comm-mpi 150 $B/comm_mpi.test -test.v
-step check-mpi-np2 60 mpirun -np 2 $B/gpucomm check -backend mpi
-step cudaaware-refused 30 mpirun -np 2 $B/gpucomm check -backend cudaaware
-cuda_mpi
-step comm-cudaaware 150 $B/comm_cudaaware.test -test.v
-step check-cudaaware-np4 60 mpirun -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 4 $B/gpucomm check -backend cudaaware
-step pingpong 90 mpirun -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/pingpong -cudaaware
-step pingpong-chunks 40 mpirun -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/pingpong -sizes 64M -chunks 256K,512K,1M,2M,4M,8M
-step bench-cudaaware 60 mpirun -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/gpucomm bench -backend cudaaware -op allreduce,pingpong,bw -b 8 -e 64M -f 8 -noprogress
-sys_mpi
-step bench-mpi 60 mpirun -np 2 $B/gpucomm bench -backend mpi -op allreduce,pingpong,bw -b 8 -e 64M -f 8 -noprogress
-step comm-nccl 150 $B/comm_nccl.test -test.v
-step bench-nccl 60 mpirun -np 1 $B/gpucomm bench -backend nccl -op allreduce,allgather,reducescatter,broadcast -b 8 -e 256M -f 8 -noprogress
-for np in 1 2 4; do
-  for ov in true false; do
-    step heat-mpi-np$np-overlap-$ov 40 mpirun -np $np $B/gpucomm heat -backend mpi -n 8192 -steps 200 -overlap=$ov -progress=false
+tests() {
+  step info 20 $B/gpucomm info
+  step internal-cuda 40 $B/cuda.test -test.run GPU -test.v
+  step internal-nvrtc 40 $B/nvrtc.test -test.run GPU -test.v
+  step internal-nccl 40 $B/nccl.test -test.run GPU -test.v
+  step kernels 60 $B/kernels.test -test.v
+  step devmem 120 $B/devmem.test -test.run 'CUDA|IPC|NodeShared' -test.v
+  step solver 90 $B/solver.test -test.run GPU -test.v
+  export GPUCOMM_DEVICE=cuda
+  step comm-mpi 200 $B/comm_mpi.test -test.v
+  step check-mpi-np2 60 mpirun $NB -np 2 $B/gpucomm check -backend mpi
+  step cudaaware-refused 30 mpirun $NB -np 2 $B/gpucomm check -backend cudaaware
+  cuda_mpi
+  step comm-cudaaware 200 $B/comm_cudaaware.test -test.v
+  step check-cudaaware-np2 60 mpirun $NB -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/gpucomm check -backend cudaaware
+  step check-cudaaware-np4 60 mpirun -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 4 $B/gpucomm check -backend cudaaware
+  step comm-nccl 150 $B/comm_nccl.test -test.v
+  mpich
+  step mpich-check-mpi-np4 120 mpiexec.hydra -np 4 $B/gpucomm-mpich check -backend mpi
+  step mpich-check-cudaaware-refused 60 mpiexec.hydra -np 2 $B/gpucomm-mpich check -backend cudaaware
+  step mpich-comm-mpi 300 $B/comm_mpi-mpich.test -test.v -test.short
+  sys_mpi
+  step hybrid-np2 30 mpirun $NB -np 2 $B/ex-hybrid
+  step ipcshare-np4 30 mpirun -np 4 $B/ex-ipcshare
+}
+
+bench() {
+  export GPUCOMM_DEVICE=cuda
+  step devmem-bench 60 $B/devmem.test -test.run XXX -test.bench CUDA -test.benchtime 20x
+  step solver-bench 60 $B/solver.test -test.run XXX -test.bench StepOnAGPU -test.benchtime 200x
+  cuda_mpi
+  step pingpong-bound 60 mpirun -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/pingpong -sizes 8,4K,512K,4M,32M -budget 256M
+  step pingpong 120 mpirun $NB -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/pingpong -cudaaware -budget 512M
+  for ch in 256K 4M; do
+    step pingpong-chunk-$ch 40 mpirun $NB -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -x GPUCOMM_CHUNK_BYTES=$ch -np 2 $B/pingpong -sizes 4M,32M,128M -budget 256M
   done
-done
-step hybrid-np2 30 mpirun -np 2 $B/ex-hybrid
-step ipcshare-np4 30 mpirun -np 4 $B/ex-ipcshare
+  step bench-cudaaware 60 mpirun $NB -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/gpucomm bench -backend cudaaware -op allreduce,pingpong,bw -b 8 -e 64M -f 8 -noprogress
+  step bench-cudaaware-bound 60 mpirun -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw -b 8 -e 64M -f 64 -noprogress
+  sys_mpi
+  step bench-mpi 60 mpirun $NB -np 2 $B/gpucomm bench -backend mpi -op allreduce,pingpong,bw -b 8 -e 64M -f 8 -noprogress
+  step bench-nccl 60 mpirun -np 1 $B/gpucomm bench -backend nccl -op allreduce,allgather,reducescatter,broadcast -b 8 -e 256M -f 8 -noprogress
+  step heat-mpi-np2-bound 40 mpirun -np 2 $B/gpucomm heat -backend mpi -n 8192 -steps 200 -progress=false
+  for np in 1 2 4; do
+    for ov in true false; do
+      step heat-mpi-np$np-overlap-$ov 40 mpirun $NB -np $np $B/gpucomm heat -backend mpi -n 8192 -steps 200 -overlap=$ov -progress=false
+    done
+  done
+}
+
+$part
