@@ -2,6 +2,7 @@ package comm
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -67,9 +68,9 @@ func DefaultOptions() (Options, error) {
 		o.Debug = on
 	}
 	if v := os.Getenv("GPUCOMM_CHUNK_BYTES"); v != "" {
-		n, err := strconv.Atoi(v)
+		n, err := parseBytes(v)
 		if err != nil || n <= 0 {
-			return o, fmt.Errorf("GPUCOMM_CHUNK_BYTES=%q: want a positive byte count: %w", v, ErrInvalidArgument)
+			return o, fmt.Errorf("GPUCOMM_CHUNK_BYTES=%q: want a positive byte count such as 1048576, 512K or 4M: %w", v, ErrInvalidArgument)
 		}
 		o.ChunkBytes = n
 	}
@@ -204,4 +205,33 @@ func Auto() (string, error) {
 		return tentative, nil
 	}
 	return "", fmt.Errorf("comm: no usable backend (%s): %w", strings.Join(why, "; "), ErrUnsupported)
+}
+
+// parseBytes reads a whole byte count, optionally with a binary suffix K, M
+// or G (KiB, MiB, GiB also read).
+func parseBytes(v string) (int, error) {
+	s := strings.ToUpper(strings.TrimSpace(v))
+	s = strings.TrimSuffix(s, "IB")
+	shift := 0
+	if n := len(s); n > 0 {
+		switch s[n-1] {
+		case 'K':
+			shift = 10
+		case 'M':
+			shift = 20
+		case 'G':
+			shift = 30
+		}
+		if shift > 0 {
+			s = s[:n-1]
+		}
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 || n > math.MaxInt32>>shift {
+		return 0, fmt.Errorf("byte count %q out of range", v)
+	}
+	return n << shift, nil
 }

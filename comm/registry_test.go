@@ -84,7 +84,7 @@ func TestUnknownBackendListsKnownOnes(t *testing.T) {
 }
 
 func TestMalformedEnvironmentIsAnError(t *testing.T) {
-	for _, kv := range [][2]string{{"GPUCOMM_TIMEOUT", "soon"}, {"GPUCOMM_TIMEOUT", "-1s"}, {"GPUCOMM_DEBUG", "maybe"}, {"GPUCOMM_CHUNK_BYTES", "0"}} {
+	for _, kv := range [][2]string{{"GPUCOMM_TIMEOUT", "soon"}, {"GPUCOMM_TIMEOUT", "-1s"}, {"GPUCOMM_DEBUG", "maybe"}, {"GPUCOMM_CHUNK_BYTES", "0"}, {"GPUCOMM_CHUNK_BYTES", "4X"}, {"GPUCOMM_CHUNK_BYTES", "-1K"}, {"GPUCOMM_CHUNK_BYTES", "3G"}} {
 		t.Run(kv[0]+"="+kv[1], func(t *testing.T) {
 			t.Setenv(kv[0], kv[1])
 			if _, err := DefaultOptions(); !errors.Is(err, ErrInvalidArgument) {
@@ -127,5 +127,15 @@ func TestErrorWrapsSentinelAndNamesRank(t *testing.T) {
 	}
 	if Wrap("x", "y", 0, err) != err || Wrap("x", "y", 0, nil) != nil {
 		t.Fatal("Wrap must keep an *Error and nil as they are")
+	}
+}
+
+func TestChunkBytesFromTheEnvironmentTakesSuffixes(t *testing.T) {
+	for v, want := range map[string]int{"65536": 65536, "512K": 512 << 10, "4M": 4 << 20, "4MiB": 4 << 20, "1g": 1 << 30, " 2k ": 2048} {
+		t.Setenv("GPUCOMM_CHUNK_BYTES", v)
+		o, err := DefaultOptions()
+		if err != nil || o.ChunkBytes != want {
+			t.Errorf("GPUCOMM_CHUNK_BYTES=%q: %d, %v; want %d", v, o.ChunkBytes, err, want)
+		}
 	}
 }

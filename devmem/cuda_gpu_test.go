@@ -385,6 +385,53 @@ func TestCUDAOnGPUHostFuncQueuesLaterWork(t *testing.T) {
 	must(t, errors.Join(s1.Synchronize(), s2.Synchronize()))
 }
 
+// Two streams that wait for each other's events every step, one of them
+// behind a host function each step (the solver's compute and exchange
+// streams): a wait must be for the record that was latest when it was
+// queued, not for one recorded later behind work that waits for it.
+func TestCUDAOnGPUCrossStreamWaitsBehindHostWorkDoNotDeadlock(t *testing.T) {
+	d := needCUDA(t)
+	cudaNoLeaks(t, d)
+	compute, exch := mustStream(t, d), mustStream(t, d)
+	computeDone, haloReady := mustEvent(t, d), mustEvent(t, d)
+	const n, steps = 4096, 40
+	x := mustAlloc(t, d, n, false)
+	y := mustAlloc(t, d, n, false)
+	pin := mustAlloc(t, d, n, true)
+	var hosts atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		for i := range steps {
+			err := errors.Join(
+				computeDone.Record(compute),
+				exch.WaitEvent(computeDone),
+				CopyN(y, x, n, exch),
+				exch.HostFunc(func() error { time.Sleep(time.Millisecond); hosts.Add(1); return nil }),
+				haloReady.Record(exch),
+				Memset(x, byte(i+1), compute),
+				compute.WaitEvent(haloReady),
+				CopyN(pin, x, n, compute),
+			)
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- errors.Join(compute.Synchronize(), exch.Synchronize())
+	}()
+	select {
+	case err := <-done:
+		must(t, err)
+	case <-time.After(60 * time.Second):
+		t.Fatal("streams waiting for each other's events behind host work deadlocked")
+	}
+	if hosts.Load() != steps {
+		t.Errorf("%d host functions ran, want %d", hosts.Load(), steps)
+	}
+	h, _ := pin.Bytes()
+	cudaSameBytes(t, "the last step's copy", h, bytes.Repeat([]byte{steps}, n))
+}
+
 func TestCUDAOnGPUEventsOrderStreamsAndTime(t *testing.T) {
 	d := needCUDA(t)
 	cudaNoLeaks(t, d)

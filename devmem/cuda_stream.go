@@ -64,19 +64,24 @@ func (c *cudaDriver) newStream() (streamImpl, error) {
 // has been issued, so that waiting for it waits for the record.
 func (s *cudaStream) issue(fn func(h cuda.Stream) error, ev *cudaEvent) error {
 	s.mu.Lock()
+	var seq uint64
+	if ev != nil {
+		seq = ev.recordCalled()
+	}
 	if !s.busy {
 		s.mu.Unlock()
-		s.issued.Add(1)
-		return s.c.do(func() error { return fn(s.h) })
-	}
-	if ev != nil {
-		ev.defer1()
+		err := s.c.do(func() error { return fn(s.h) })
+		s.issued.Add(1) // after: idle must not count it as waited for before it is in CUDA
+		if ev != nil {
+			ev.recordIssued(seq)
+		}
+		return err
 	}
 	s.pushLocked(func() error {
-		s.issued.Add(1)
 		err := s.c.do(func() error { return fn(s.h) })
+		s.issued.Add(1)
 		if ev != nil {
-			ev.issued1()
+			ev.recordIssued(seq)
 		}
 		return err
 	})
@@ -168,13 +173,17 @@ func (s *cudaStream) synchronize() error {
 func (s *cudaStream) waitEvent(e eventImpl) error {
 	ev := e.(*cudaEvent)
 	s.mu.Lock()
-	if s.busy || ev.pending() {
-		// The record to wait for may itself be queued on another stream:
-		// issue the wait only once that record has been issued.
+	// The record to wait for is the event's latest at this call; it may
+	// itself be queued behind host work on another stream. Then the wait is
+	// issued only once that record has been (a later record of the same
+	// event may be queued behind work that waits for this stream).
+	want, pending := ev.latest()
+	if s.busy || pending {
 		s.pushLocked(func() error {
-			ev.awaitIssued()
+			ev.awaitIssued(want)
+			err := s.c.do(func() error { return cuda.StreamWaitEvent(s.h, ev.h) })
 			s.issued.Add(1)
-			return s.c.do(func() error { return cuda.StreamWaitEvent(s.h, ev.h) })
+			return err
 		})
 		s.mu.Unlock()
 		return nil
@@ -203,15 +212,18 @@ func (s *cudaStream) destroy() error {
 }
 
 // cudaEvent is a CUDA event with timing enabled, so that Elapsed works.
-// deferred counts its records queued on a stream behind host work and not
-// yet issued: until they are, waiting for the event waits for them.
+// Its records are numbered when Record is called; issuedUpTo is the
+// highest number handed to CUDA. A record queued behind host work is
+// issued later, and waiting for the event waits for the latest record
+// as of the wait.
 type cudaEvent struct {
 	c *cudaDriver
 	h cuda.Event
 
-	mu       sync.Mutex
-	cond     *sync.Cond
-	deferred int
+	mu         sync.Mutex
+	cond       *sync.Cond
+	records    uint64
+	issuedUpTo uint64
 }
 
 func (c *cudaDriver) newEvent() (eventImpl, error) {
@@ -229,28 +241,38 @@ func (c *cudaDriver) newEvent() (eventImpl, error) {
 	return e, nil
 }
 
-func (e *cudaEvent) defer1() {
+// recordCalled numbers a new record of e.
+func (e *cudaEvent) recordCalled() uint64 {
 	e.mu.Lock()
-	e.deferred++
-	e.mu.Unlock()
+	defer e.mu.Unlock()
+	e.records++
+	return e.records
 }
 
-func (e *cudaEvent) issued1() {
+// recordIssued notes that record seq is in CUDA.
+func (e *cudaEvent) recordIssued(seq uint64) {
 	e.mu.Lock()
-	e.deferred--
+	e.issuedUpTo = max(e.issuedUpTo, seq)
 	e.cond.Broadcast()
 	e.mu.Unlock()
 }
 
-func (e *cudaEvent) pending() bool {
+// latest is the number of e's latest record and whether it is still queued.
+func (e *cudaEvent) latest() (seq uint64, pending bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.deferred > 0
+	return e.records, e.issuedUpTo < e.records
 }
 
-func (e *cudaEvent) awaitIssued() {
+func (e *cudaEvent) pending() bool {
+	_, p := e.latest()
+	return p
+}
+
+// awaitIssued waits until record seq (or a later one) is in CUDA.
+func (e *cudaEvent) awaitIssued(seq uint64) {
 	e.mu.Lock()
-	for e.deferred > 0 {
+	for e.issuedUpTo < seq {
 		e.cond.Wait()
 	}
 	e.mu.Unlock()
@@ -263,7 +285,9 @@ func (e *cudaEvent) awaitIssued() {
 func (e *cudaEvent) record(s streamImpl) error {
 	var err error
 	if s == nil {
+		seq := e.recordCalled()
 		err = e.c.do(func() error { return cuda.EventRecord(e.h, e.c.now) })
+		e.recordIssued(seq)
 	} else {
 		err = s.(*cudaStream).issue(func(h cuda.Stream) error { return cuda.EventRecord(e.h, h) }, e)
 	}
@@ -274,7 +298,8 @@ func (e *cudaEvent) record(s streamImpl) error {
 }
 
 func (e *cudaEvent) synchronize() error {
-	e.awaitIssued()
+	want, _ := e.latest()
+	e.awaitIssued(want)
 	if err := e.c.do(func() error { return cuda.EventSynchronize(e.h) }); err != nil {
 		return fmt.Errorf("devmem: waiting for an event on %v: %w", e.c.dev, err)
 	}
@@ -320,7 +345,8 @@ func (e *cudaEvent) elapsedSince(start eventImpl) (time.Duration, error) {
 }
 
 func (e *cudaEvent) destroy() error {
-	e.awaitIssued() // a queued record must not meet a destroyed event
+	want, _ := e.latest()
+	e.awaitIssued(want) // a queued record must not meet a destroyed event
 	if err := e.c.do(func() error { return cuda.EventDestroy(e.h) }); err != nil {
 		return fmt.Errorf("devmem: destroying an event of %v: %w", e.c.dev, err)
 	}

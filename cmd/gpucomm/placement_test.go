@@ -20,7 +20,7 @@ func TestPlacementWarnsOnlyWhenBoundToOneCPU(t *testing.T) {
 		warn bool
 	}{
 		{placement{CPUs: 1, Online: 16}, true},
-		{placement{CPUs: 1, Online: 0}, true}, // unknown machine size: still one CPU
+		{placement{CPUs: 1, Online: 0}, true},  // unknown machine size: still one CPU
 		{placement{CPUs: 1, Online: 1}, false}, // a one-CPU machine: nothing to change
 		{placement{CPUs: 4, Online: 16}, false},
 	}

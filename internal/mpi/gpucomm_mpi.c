@@ -5,6 +5,9 @@
 // into pointers. It builds against Open MPI (pointer handles) and MPICH (int
 // handles) alike; Go code never sees which.
 
+#define _GNU_SOURCE
+#include <dlfcn.h>
+
 #include "gpucomm_mpi.h"
 
 #include <math.h>
@@ -415,6 +418,13 @@ int gc_tag_ub(int *ub) {
 }
 
 int gc_library_version(char *buf, int *len) { return MPI_Get_library_version(buf, len); }
+
+// The file of the shared library that MPI_Init was loaded from, or NULL.
+const char *gc_library_file(void) {
+	Dl_info info;
+	if (dladdr((void *)&MPI_Init, &info) == 0) return NULL;
+	return info.dli_fname;
+}
 
 void gc_cuda_aware(int *known, int *aware) {
 	*known = 0;

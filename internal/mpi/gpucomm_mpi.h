@@ -48,6 +48,7 @@ int gc_foreign_finalize(void);
 int gc_is_finalized(void);
 int gc_tag_ub(int *ub);
 int gc_library_version(char *buf, int *len);
+const char *gc_library_file(void);
 void gc_cuda_aware(int *known, int *aware);
 int gc_error_string(int code, char *buf, int *len, int *cls);
 int gc_class_is_argument(int cls);

@@ -3,6 +3,7 @@
 package mpi
 
 /*
+#cgo LDFLAGS: -ldl
 #include "gpucomm_mpi.h"
 */
 import "C"
@@ -247,6 +248,16 @@ func Version() string {
 		return ""
 	}
 	return strings.TrimSpace(strings.TrimRight(string(buf[:min(int(n), len(buf))]), "\x00"))
+}
+
+// LibraryFile is the path of the MPI shared library this process loaded
+// (the one LD_LIBRARY_PATH picked), or "" when it cannot be told.
+func LibraryFile() string {
+	p := C.gc_library_file()
+	if p == nil {
+		return ""
+	}
+	return C.GoString(p)
 }
 
 // CUDAAwareQuery asks the library whether it can take CUDA device pointers:

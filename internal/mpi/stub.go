@@ -47,6 +47,9 @@ func ThreadLevel() ThreadSupport { return ThreadSingle }
 // Version is "": MPI is not built in.
 func Version() string { return "" }
 
+// LibraryFile is "": MPI is not built in.
+func LibraryFile() string { return "" }
+
 // CUDAAwareQuery knows nothing: MPI is not built in.
 func CUDAAwareQuery() (known bool, aware bool) { return false, false }
 

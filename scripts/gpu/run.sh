@@ -84,4 +84,16 @@ bench() {
   done
 }
 
+diag() {
+  export GPUCOMM_DEVICE=cuda
+  step copies 60 mpirun $NB -np 2 $B/pingpong -sizes 8,4K,8K,16K,32K,64K,1M -budget 64M -copies
+  for ch in 256K 2M 4M; do
+    step pingpong-chunk-$ch 40 mpirun $NB -x GPUCOMM_CHUNK_BYTES=$ch -np 2 $B/pingpong -sizes 4M,32M -budget 256M
+  done
+  for np in 2 4; do
+    step heat-mpi-np$np 40 mpirun $NB -np $np $B/gpucomm heat -backend mpi -n 8192 -steps 200 -progress=false
+  done
+  step comm-mpi-else 120 $B/comm_mpi.test -test.v -test.run EverythingElse
+}
+
 $part

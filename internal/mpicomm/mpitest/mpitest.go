@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,21 +72,42 @@ func RankOnly(t *testing.T) {
 	}
 }
 
-// Launcher is the family's launcher and its arguments for np ranks.
+// LauncherEnv names a launcher to use instead of looking for one.
+const LauncherEnv = "GPUCOMM_MPIRUN"
+
+// Launcher is the family's launcher and its arguments for np ranks: the one
+// GPUCOMM_MPIRUN names, else the one installed beside the MPI library this
+// binary loaded (so that an MPI picked by LD_LIBRARY_PATH, such as a
+// CUDA-aware build in its own prefix, gets its own launcher and not the
+// system's), else the family's launcher on PATH.
 func Launcher(np int) (path string, args []string, err error) {
-	var names []string
+	var names, beside []string
 	switch mpi.Family() {
 	case "openmpi":
 		names = []string{"mpirun.openmpi", "mpiexec.openmpi", "mpirun"}
+		beside = []string{"mpirun"}
 		args = []string{"--oversubscribe", "--allow-run-as-root"}
 	case "mpich":
 		names = []string{"mpiexec.mpich", "mpiexec.hydra", "mpiexec"}
+		beside = []string{"mpiexec.hydra", "mpiexec"}
 	default:
 		return "", nil, errors.New("MPI is not built in: build with -tags mpi or -tags mpich")
 	}
+	args = append(args, "-np", strconv.Itoa(np))
+	if p := os.Getenv(LauncherEnv); p != "" {
+		return p, args, nil
+	}
+	if lib := mpi.LibraryFile(); lib != "" {
+		bin := filepath.Join(filepath.Dir(filepath.Dir(lib)), "bin")
+		for _, n := range beside {
+			if st, err := os.Stat(filepath.Join(bin, n)); err == nil && !st.IsDir() {
+				return filepath.Join(bin, n), args, nil
+			}
+		}
+	}
 	for _, n := range names {
 		if p, err := exec.LookPath(n); err == nil {
-			return p, append(args, "-np", strconv.Itoa(np)), nil
+			return p, args, nil
 		}
 	}
 	return "", nil, fmt.Errorf("no %s launcher on PATH (tried %s)", mpi.Family(), strings.Join(names, ", "))

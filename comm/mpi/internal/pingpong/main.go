@@ -30,6 +30,7 @@ type config struct {
 	chunks    []int
 	budget    int // bytes moved per measurement, which sets the iterations
 	cudaaware bool
+	copies    bool
 }
 
 func parseSizes(s string) ([]int, error) {
@@ -55,6 +56,7 @@ func run() error {
 	flag.StringVar(&chunks, "chunks", "", "chunk sizes to measure copy and MPI bandwidth at, e.g. 256K,512K,1M,2M,4M,8M (default: none)")
 	flag.StringVar(&budget, "budget", "1G", "bytes each measurement moves, which sets its iterations")
 	flag.BoolVar(&cfg.cudaaware, "cudaaware", false, "also measure the cudaaware backend (device pointers to MPI)")
+	flag.BoolVar(&cfg.copies, "copies", false, "measure device-to-pinned copies alone: on rank 0 alone, on both ranks at once, and alternating between the ranks")
 	flag.Parse()
 	var err error
 	if cfg.sizes, err = parseSizes(sizes); err != nil {
@@ -126,7 +128,12 @@ func run() error {
 		return err
 	}
 	if len(cfg.chunks) > 0 {
-		return chunkTable(cfg, host, staged.Device())
+		if err := chunkTable(cfg, host, staged.Device()); err != nil {
+			return err
+		}
+	}
+	if cfg.copies {
+		return copyTable(cfg, host, staged.Device())
 	}
 	return nil
 }
@@ -514,6 +521,106 @@ func chunkTable(cfg config, host *mpi.Comm, dev *devmem.Device) error {
 	}
 	if host.Rank() == 0 {
 		tw.Flush()
+	}
+	return nil
+}
+
+// copyTable times one device-to-pinned copy followed by one pinned-to-device
+// copy of each size (nil stream, so each waits for itself): on rank 0 while
+// the other ranks wait, on every rank at once, and alternating between ranks
+// 0 and 1 (a one-byte host message hands the turn over), which is what a
+// staged ping-pong asks of a GPU that the two processes share.
+func copyTable(cfg config, host *mpi.Comm, dev *devmem.Device) error {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
+	me := host.Rank()
+	if me == 0 {
+		fmt.Println("Copies: one D2H then one H2D copy of each size, µs per pair; alternating adds a 1-byte host message per turn")
+		fmt.Fprint(tw, "size\trank 0 alone\tall ranks at once\talternating 0,1\t\n")
+	}
+	token, err := dev.AllocPinned(1)
+	if err != nil {
+		return err
+	}
+	defer token.Free()
+	for _, n := range cfg.sizes {
+		dbuf, err := dev.Alloc(n)
+		if err != nil {
+			return err
+		}
+		pbuf, err := dev.AllocPinned(n)
+		if err != nil {
+			return err
+		}
+		pair := func() error {
+			return errors.Join(devmem.CopyN(pbuf, dbuf, n, nil), devmem.CopyN(dbuf, pbuf, n, nil))
+		}
+		iters := min(200, iterations(cfg.budget, n))
+		timed := func(who func() bool) (time.Duration, error) {
+			if err := host.Barrier(); err != nil {
+				return 0, err
+			}
+			start := time.Now()
+			if who() {
+				for range iters {
+					if err := pair(); err != nil {
+						return 0, err
+					}
+				}
+			}
+			d := time.Since(start) / time.Duration(iters)
+			return d, host.Barrier()
+		}
+		alone, err := timed(func() bool { return me == 0 })
+		if err != nil {
+			return err
+		}
+		all, err := timed(func() bool { return true })
+		if err != nil {
+			return err
+		}
+		if err := host.Barrier(); err != nil {
+			return err
+		}
+		start := time.Now()
+		for range iters {
+			switch me {
+			case 0:
+				if err := pair(); err != nil {
+					return err
+				}
+				if err := host.Send(token.Addr(), 1, mpi.Byte, 1, 9); err != nil {
+					return err
+				}
+				if _, err := host.Recv(token.Addr(), 1, mpi.Byte, 1, 9); err != nil {
+					return err
+				}
+			case 1:
+				if _, err := host.Recv(token.Addr(), 1, mpi.Byte, 0, 9); err != nil {
+					return err
+				}
+				if err := pair(); err != nil {
+					return err
+				}
+				if err := host.Send(token.Addr(), 1, mpi.Byte, 0, 9); err != nil {
+					return err
+				}
+			}
+		}
+		alt := time.Since(start) / time.Duration(2*iters)
+		if err := host.Barrier(); err != nil {
+			return err
+		}
+		if me == 0 {
+			us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+			fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.1f\t\n", bench.FormatSize(int64(n)), us(alone), us(all), us(alt))
+		}
+		if err := errors.Join(dbuf.Free(), pbuf.Free()); err != nil {
+			return err
+		}
+	}
+	if me == 0 {
+		tw.Flush()
+		fmt.Println()
 	}
 	return nil
 }
