@@ -31,6 +31,10 @@ type Config struct {
 	Window int // sends per window of the bw test (osu_bw's 64)
 	// NoBaseline skips the C-loop baseline.
 	NoBaseline bool
+	// Wall times by wall clock, with a barrier before each iteration, on a
+	// GPU too: ranks that share one GPU pay a GPU context switch for the
+	// timing events themselves, which the C baseline (MPI_Wtime) does not.
+	Wall bool
 }
 
 // DefaultConfig is nccl-tests' defaults for iterations, type and reduction,
@@ -173,7 +177,7 @@ func Run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress
 		return nil, err
 	}
 	timing := "wall"
-	if dev.Kind() == devmem.CUDA {
+	if dev.Kind() == devmem.CUDA && !cfg.Wall {
 		timing = "events"
 		for range 2 * cfg.Iters {
 			e, err := dev.NewEvent()

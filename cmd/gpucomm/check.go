@@ -76,9 +76,11 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		// last one finalizes MPI, which cannot start again: hold one open.
 		anchor, err := newGroup()
 		if err != nil {
-			// A failed open may end MPI too, and later cases then say only
-			// that: show the first cause.
+			// Every case would open the same way, and a failed open may
+			// have ended MPI too: report the cause once and stop.
 			fmt.Fprintf(stderr, "gpucomm check: %v\n", err)
+			fmt.Fprintf(stderr, "gpucomm check: backend %s did not open: no case ran\n", name)
+			return exitFail
 		}
 		defer func() {
 			for _, c := range anchor {

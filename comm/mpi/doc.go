@@ -11,15 +11,22 @@
 //
 // # Pipeline
 //
-// A transfer is cut into chunks (comm.WithChunkBytes, GPUCOMM_CHUNK_BYTES;
-// 1 MiB by default, the smallest at which host MPI between two ranks nears
-// its peak, measured with ./internal/pingpong; the ranks agree on the
-// smallest one asked for). Each chunk goes through a pinned staging slot
-// from a pool that lives until Close: the copy in on the backend's D2H
-// stream, MPI, the copy out on its H2D stream, with events saying when each
-// copy is done, so the copy in of chunk k+1, MPI on chunk k and the copy out
-// of chunk k-1 overlap (four slots a transfer). A message of one chunk
-// copies synchronously, which is quicker.
+// A transfer is cut into chunks: the first of the agreed chunk
+// (comm.WithChunkBytes, GPUCOMM_CHUNK_BYTES; 1 MiB by default; the ranks
+// agree on the smallest one asked for), each next one twice the one before,
+// up to 4 MiB (or the agreed chunk, if larger). Each chunk costs MPI a
+// rendezvous and the copies a launch and a wait, so long messages want long
+// chunks, while a short first chunk starts MPI early; the cuts depend on the
+// chunk's index only, so a receive longer than its send still lines up and
+// fails with comm.ErrMismatch. Each chunk goes through a pinned staging
+// slot from a pool that lives until Close. Three stages run at once: a
+// goroutine copies chunks into slots on the backend's D2H stream, the
+// operation's goroutine starts MPI on each chunk as soon as it is in (up to
+// four in flight) and waits for them in order, and a goroutine copies each
+// finished chunk out on the H2D stream and frees its slot. The MPI stage
+// thus stays inside MPI, where a shared-memory MPI moves the data, while
+// copies are issued and waited for elsewhere. A message of one chunk runs
+// its stages in turn with synchronous copies, which is quicker.
 //
 //   - Send, Recv, GroupP2P: Isend/Irecv per chunk. Every entry of a GroupP2P
 //     runs its own pipeline at once, so sends never wait for receives.

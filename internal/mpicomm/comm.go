@@ -211,7 +211,7 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 		return c, fmt.Errorf("another rank failed to set up its side of the communicator: %w", comm.ErrUnsupported)
 	}
 	c.debug, c.announce, c.chunk = v[1] != 0, v[2] != 0, int(-v[3])
-	c.pool.size = max(c.chunk, 8) // room for one element of any type, and a widened byte
+	c.pool.base = max(c.chunk, 8) // room for one element of any type, and a widened byte
 	c.timeout = o.Timeout
 	if parent != nil {
 		c.timeout = parent.timeout

@@ -120,7 +120,7 @@ func (c *Comm) divideOnHost(o *op, buf devmem.Buffer) error {
 	}
 	n := call.Count * call.DType.Size()
 	return c.run(o, pipeline{
-		bytes: n, chunk: c.chunkFor(call.DType.Size()),
+		bytes: n, chunk: c.chunkFor(call.DType.Size()), maxChunk: c.maxChunkFor(call.DType.Size()),
 		in:   copyIn(buf),
 		post: c.average(call, 0, n),
 		out:  copyOut(buf, 0),

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,7 +24,7 @@ import (
 func bare(t *testing.T, chunk int) *Comm {
 	t.Helper()
 	dev := devmem.NewHostDevice()
-	c := &Comm{backend: "test", rank: 0, size: 1, dev: dev, chunk: chunk, pool: &pool{dev: dev, size: chunk}}
+	c := &Comm{backend: "test", rank: 0, size: 1, dev: dev, chunk: chunk, pool: &pool{dev: dev, base: chunk}}
 	c.cond = sync.NewCond(&c.mu)
 	var err error
 	if c.d2h, err = dev.NewStream(); err != nil {
@@ -110,8 +112,8 @@ func TestPipelineCarriesEveryChunkThroughTheSlots(t *testing.T) {
 			if want := (n + chunk - 1) / chunk; len(seen) != want {
 				t.Errorf("%d chunks, want %d", len(seen), want)
 			}
-			if c.pool.lent != 0 || len(c.pool.free) != min(pipeSlots, len(seen)) {
-				t.Errorf("pool after the transfer: %d lent, %d free", c.pool.lent, len(c.pool.free))
+			if free := len(c.pool.free[c.pool.class(chunk)]); c.pool.lent != 0 || free != min(pipeSlots, len(seen)) {
+				t.Errorf("pool after the transfer: %d lent, %d free", c.pool.lent, free)
 			}
 			if err := errors.Join(in.Free(), out.Free()); err != nil {
 				t.Fatal(err)
@@ -160,6 +162,89 @@ func TestPipelineFailureReturnsTheSlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.closeBare(t)
+}
+
+// A failure in the copy-in stage or in starting MPI stops the other stages
+// too, and nothing stays lent.
+func TestPipelineFailureInAnyStageStopsEveryStage(t *testing.T) {
+	boom := errors.New("boom")
+	for _, where := range []string{"in", "mpi"} {
+		t.Run(where, func(t *testing.T) {
+			c := bare(t, 100)
+			buf, err := c.dev.Alloc(5000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var outs atomic.Int64
+			in := copyIn(buf)
+			p := pipeline{bytes: 5000, chunk: 100,
+				in: func(s *slot, off, n int, st *devmem.Stream) error {
+					if where == "in" && off == 700 {
+						return boom
+					}
+					return in(s, off, n, st)
+				},
+				mpi: func(s *slot, off, n int) ([]*mpi.Request, error) {
+					if where == "mpi" && off == 1200 {
+						return nil, boom
+					}
+					return nil, nil
+				},
+				out: func(s *slot, off, n int, st *devmem.Stream) error { outs.Add(1); return nil },
+			}
+			if err := c.run(&op{}, p); !errors.Is(err, boom) {
+				t.Fatalf("run = %v, want boom", err)
+			}
+			if n := outs.Load(); n >= 50 {
+				t.Errorf("%d chunks finished after the failure; want the pipeline stopped", n)
+			}
+			if c.pool.lent != 0 {
+				t.Errorf("%d slots lent after the failure", c.pool.lent)
+			}
+			if err := buf.Free(); err != nil {
+				t.Fatal(err)
+			}
+			c.closeBare(t)
+		})
+	}
+}
+
+// Chunks double from the first up to the cap, cut by index alone (a longer
+// message's cuts extend a shorter one's), never below one chunk or past the
+// cap, and slots come in sizes that hold them.
+func TestChunksGrowAlongTheMessage(t *testing.T) {
+	p := pipeline{bytes: 20 << 20, chunk: 1 << 20, maxChunk: 4 << 20}
+	want := [][2]int{{0, 1 << 20}, {1 << 20, 2 << 20}, {3 << 20, 4 << 20}, {7 << 20, 4 << 20}, {11 << 20, 4 << 20}, {15 << 20, 4 << 20}, {19 << 20, 1 << 20}}
+	if got := p.spans(); !slices.Equal(got, want) {
+		t.Errorf("spans of 20 MiB = %v, want %v", got, want)
+	}
+	short := p
+	short.bytes = 5<<20 + 3
+	for i, sp := range short.spans() {
+		if full := p.spans()[i]; sp[0] != full[0] || (sp[1] != full[1] && sp[0]+sp[1] != short.bytes) {
+			t.Errorf("chunk %d of the shorter message %v does not line up with %v", i, sp, full)
+		}
+	}
+	fixed := pipeline{bytes: 2500, chunk: 1000}
+	if got := fixed.spans(); !slices.Equal(got, [][2]int{{0, 1000}, {1000, 1000}, {2000, 500}}) {
+		t.Errorf("without growth: %v", got)
+	}
+	if got := (pipeline{chunk: 8, atLeastOne: true}).spans(); !slices.Equal(got, [][2]int{{0, 0}}) {
+		t.Errorf("an empty point-to-point message: %v, want one empty chunk", got)
+	}
+	c := &Comm{chunk: 1 << 20}
+	if c.chunkFor(3) != (1<<20)/3*3 || c.maxChunkFor(3) != (4<<20)/3*3 || c.maxChunkFor(8) != 4<<20 {
+		t.Errorf("chunkFor(3) = %d, maxChunkFor(3) = %d, maxChunkFor(8) = %d", c.chunkFor(3), c.maxChunkFor(3), c.maxChunkFor(8))
+	}
+	if big := (&Comm{chunk: 16 << 20}); big.maxChunkFor(4) != 16<<20 {
+		t.Errorf("an agreed chunk above the cap: maxChunkFor = %d, want it kept", big.maxChunkFor(4))
+	}
+	pl := &pool{base: 1 << 20}
+	for n, want := range map[int]int{1: 1 << 20, 1 << 20: 1 << 20, 1<<20 + 1: 2 << 20, 3 << 20: 4 << 20} {
+		if got := pl.class(n); got != want {
+			t.Errorf("slot class for %d bytes = %d, want %d", n, got, want)
+		}
+	}
 }
 
 func TestWidenThenNarrowWrapsLike8BitArithmetic(t *testing.T) {

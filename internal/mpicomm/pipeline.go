@@ -19,28 +19,43 @@ type slot struct {
 }
 
 // pool keeps staging slots for reuse across operations; Close frees them.
+// Slots come in sizes of base << i, so that a few sizes serve every chunk.
 type pool struct {
 	dev  *devmem.Device
-	size int // bytes a slot holds: the agreed chunk
+	base int // the smallest slot: the agreed chunk
 
 	mu     sync.Mutex
-	free   []*slot
-	lent   int // slots handed out and not yet back
-	leaked int // slots left to MPI requests that never completed
+	free   map[int][]*slot // by size
+	lent   int             // slots handed out and not yet back
+	leaked int             // slots left to MPI requests that never completed
 }
 
-func (p *pool) get(n int) ([]*slot, error) {
+// class is the slot size that holds n bytes.
+func (p *pool) class(n int) int {
+	size := max(p.base, 1)
+	for size < n {
+		size *= 2
+	}
+	return size
+}
+
+func (p *pool) get(n, bytes int) ([]*slot, error) {
+	size := p.class(bytes)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.free == nil {
+		p.free = map[int][]*slot{}
+	}
 	out := make([]*slot, 0, n)
-	for len(out) < n && len(p.free) > 0 {
-		out = append(out, p.free[len(p.free)-1])
-		p.free = p.free[:len(p.free)-1]
+	for len(out) < n && len(p.free[size]) > 0 {
+		f := p.free[size]
+		out = append(out, f[len(f)-1])
+		p.free[size] = f[:len(f)-1]
 	}
 	for len(out) < n {
-		s, err := p.newSlot()
+		s, err := p.newSlot(size)
 		if err != nil {
-			p.free = append(p.free, out...)
+			p.free[size] = append(p.free[size], out...)
 			return nil, err
 		}
 		out = append(out, s)
@@ -49,10 +64,10 @@ func (p *pool) get(n int) ([]*slot, error) {
 	return out, nil
 }
 
-func (p *pool) newSlot() (*slot, error) {
-	buf, err := p.dev.AllocPinned(p.size)
+func (p *pool) newSlot(size int) (*slot, error) {
+	buf, err := p.dev.AllocPinned(size)
 	if err != nil {
-		return nil, fmt.Errorf("staging buffer of %d bytes: %w", p.size, err)
+		return nil, fmt.Errorf("staging buffer of %d bytes: %w", size, err)
 	}
 	in, err := p.dev.NewEvent()
 	if err != nil {
@@ -67,7 +82,12 @@ func (p *pool) newSlot() (*slot, error) {
 
 func (p *pool) put(s []*slot) {
 	p.mu.Lock()
-	p.free = append(p.free, s...)
+	if p.free == nil {
+		p.free = map[int][]*slot{}
+	}
+	for _, x := range s {
+		p.free[x.buf.Len()] = append(p.free[x.buf.Len()], x)
+	}
 	p.lent -= len(s)
 	p.mu.Unlock()
 }
@@ -85,8 +105,10 @@ func (p *pool) close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs []error
-	for _, s := range p.free {
-		errs = append(errs, s.buf.Free(), s.in.Destroy(), s.out.Destroy())
+	for _, f := range p.free {
+		for _, s := range f {
+			errs = append(errs, s.buf.Free(), s.in.Destroy(), s.out.Destroy())
+		}
 	}
 	p.free = nil
 	if p.lent > 0 {
@@ -101,141 +123,252 @@ type copyStage func(s *slot, off, n int, st *devmem.Stream) error
 // pipeline is one transfer cut into chunks that each go through a slot:
 // in (a copy into the slot on the D2H stream), MPI on the slot, post (host
 // work on the result), out (a copy out of the slot on the H2D stream). The
-// copy in of chunk k+1, MPI on chunk k and the copy out of chunk k-1 run at
-// the same time. in, mpi, post and out may be nil.
+// copy in of later chunks, MPI on chunk k and the copy out of earlier chunks
+// run at the same time. in, mpi, post and out may be nil.
 type pipeline struct {
 	bytes      int
-	chunk      int  // bytes, a whole number of elements
+	chunk      int  // bytes of the first chunk, a whole number of elements
+	maxChunk   int  // later chunks double up to this many bytes (whole elements); 0: all are chunk
+	slotBytes  int  // bytes a slot must hold for one chunk; the largest chunk when 0
 	atLeastOne bool // a message of 0 bytes still goes (point-to-point)
 	receives   bool // its MPI requests are receives, which a failure may cancel
 	in         copyStage
 	mpi        func(s *slot, off, n int) ([]*mpi.Request, error)
-	post       func(s *slot, off, n int, reqs []*mpi.Request) error
+	// check runs in the MPI stage right after a chunk's requests complete
+	// and before the next chunk's are waited for: a receive shorter than
+	// expected must stop the pipeline before it waits for a receive that
+	// no send will ever match.
+	check func(off, n int, reqs []*mpi.Request) error
+	post  func(s *slot, off, n int, reqs []*mpi.Request) error
 	out        copyStage
 }
 
-// run drives p to the end. A message of one chunk copies synchronously,
-// which is faster than going through the streams and their events.
+// run drives p to the end. A message of one chunk runs its stages one
+// after the other on this goroutine, with synchronous copies. A longer one
+// runs three stages at once: a goroutine copies chunks in (waiting for each
+// copy), this goroutine starts MPI on each chunk as soon as it is in, with
+// up to pipeSlots chunks in MPI at once, and waits for them in order, and a
+// goroutine finishes each chunk (post, copy out, wait for it) and frees its
+// slot. So this goroutine stays in MPI, whose progress on the messages of
+// a shared-memory MPI happens inside its calls, while the copies are issued
+// and waited for elsewhere.
 func (c *Comm) run(o *op, p pipeline) (err error) {
-	k := (p.bytes + p.chunk - 1) / p.chunk
-	if k == 0 && p.atLeastOne {
-		k = 1
-	}
+	spans := p.spans()
+	k := len(spans)
 	if k == 0 {
 		return nil
 	}
+	largest := 0
+	for _, sp := range spans {
+		largest = max(largest, sp[1])
+	}
 	nSlots := min(pipeSlots, k)
-	slots, err := c.pool.get(nSlots)
+	slots, err := c.pool.get(nSlots, max(p.slotBytes, largest, 1))
 	if err != nil {
 		return err
 	}
-	async := k > 1
-	var sIn, sOut *devmem.Stream
-	if async {
-		sIn, sOut = c.d2h, c.h2d
-	}
 	reqs := make([][]*mpi.Request, nSlots)
-	defer func() { c.settle(o, slots, reqs, p.receives, err) }()
-
-	span := func(j int) (off, n int) {
-		off = j * p.chunk
-		return off, max(0, min(p.chunk, p.bytes-off))
+	span := func(j int) (off, n int) { return spans[j][0], spans[j][1] }
+	if k == 1 {
+		defer func() { c.settle(o, slots, reqs, p.receives, err) }()
+		return c.runOne(o, p, slots[0], &reqs[0])
 	}
-	issued, freed := 0, 0 // chunks whose copy in was queued; chunks whose slot is free again
-	fill := func() error {
-		for ; issued < k && issued < freed+nSlots; issued++ {
-			if p.in == nil {
-				continue
+
+	quit := make(chan struct{})
+	var stageErr error
+	var stageMu sync.Mutex
+	fail := func(err error) {
+		stageMu.Lock()
+		if stageErr == nil {
+			stageErr = err
+			close(quit)
+		}
+		stageMu.Unlock()
+	}
+	free := make(chan struct{}, nSlots) // tokens: a slot may take a new chunk
+	for range nSlots {
+		free <- struct{}{}
+	}
+	in := make(chan int, k)  // chunks copied in, in order
+	out := make(chan int, k) // chunks through MPI, in order
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for j := range k {
+			select {
+			case <-free:
+			case <-quit:
+				return
 			}
-			s := slots[issued%nSlots]
-			off, n := span(issued)
-			if err := p.in(s, off, n, sIn); err != nil {
-				return err
-			}
-			if async {
-				if err := s.in.Record(sIn); err != nil {
-					return err
+			if p.in != nil {
+				s := slots[j%nSlots]
+				off, n := span(j)
+				if err := p.in(s, off, n, c.d2h); err != nil {
+					fail(err)
+					return
+				}
+				if err := errors.Join(s.in.Record(c.d2h), s.in.Synchronize()); err != nil {
+					fail(err)
+					return
 				}
 			}
+			in <- j
 		}
-		return nil
-	}
-	start := func(j int) error {
-		s := slots[j%nSlots]
-		if p.in != nil && async {
-			if err := s.in.Synchronize(); err != nil {
-				return err
+	})
+	wg.Go(func() {
+		for range k {
+			var j int
+			select {
+			case j = <-out:
+			case <-quit:
+				return
 			}
+			s := slots[j%nSlots]
+			off, n := span(j)
+			r := reqs[j%nSlots]
+			reqs[j%nSlots] = nil
+			if p.post != nil {
+				if err := p.post(s, off, n, r); err != nil {
+					fail(err)
+					return
+				}
+			}
+			if p.out != nil {
+				if err := p.out(s, off, n, c.h2d); err != nil {
+					fail(err)
+					return
+				}
+				if err := errors.Join(s.out.Record(c.h2d), s.out.Synchronize()); err != nil {
+					fail(err)
+					return
+				}
+			}
+			free <- struct{}{}
 		}
+	})
+	mpiErr := c.drive(o, p, k, slots, reqs, span, in, out, quit)
+	if mpiErr != nil {
+		fail(mpiErr)
+	}
+	wg.Wait()
+	stageMu.Lock()
+	err = stageErr
+	stageMu.Unlock()
+	c.settle(o, slots, reqs, p.receives, err)
+	return err
+}
+
+// drive is run's MPI stage: it starts MPI on each chunk once it is in, with
+// up to len(slots) in flight, waits for them in order and hands each to the
+// finishing stage.
+func (c *Comm) drive(o *op, p pipeline, k int, slots []*slot, reqs [][]*mpi.Request, span func(int) (int, int),
+	in <-chan int, out chan<- int, quit <-chan struct{}) error {
+	nSlots := len(slots)
+	start := func(j int) error {
 		if p.mpi == nil {
 			return nil
 		}
 		off, n := span(j)
-		r, err := p.mpi(s, off, n)
+		r, err := p.mpi(slots[j%nSlots], off, n)
 		reqs[j%nSlots] = r
 		return err
 	}
-	finish := func(j int) error {
-		s := slots[j%nSlots]
+	started := 0
+	for j := range k {
+		// Start every chunk that is in, without waiting, and at least
+		// chunk j itself.
+		for started < k && started < j+nSlots {
+			if started > j {
+				select {
+				case <-in:
+				default:
+					goto wait
+				}
+			} else {
+				select {
+				case <-in:
+				case <-quit:
+					return nil
+				}
+			}
+			if err := start(started); err != nil {
+				return err
+			}
+			started++
+		}
+	wait:
+		select {
+		case <-quit:
+			return nil // another stage failed
+		default:
+		}
 		if err := c.wait(o, reqs[j%nSlots]); err != nil {
 			return err
 		}
-		r := reqs[j%nSlots]
-		reqs[j%nSlots] = nil
-		off, n := span(j)
-		if p.post != nil {
-			if err := p.post(s, off, n, r); err != nil {
+		if p.check != nil {
+			off, n := span(j)
+			if err := p.check(off, n, reqs[j%nSlots]); err != nil {
 				return err
 			}
 		}
-		if p.out == nil {
-			return nil
-		}
-		if err := p.out(s, off, n, sOut); err != nil {
-			return err
-		}
-		if async {
-			return s.out.Record(sOut)
-		}
-		return nil
+		out <- j
 	}
-	drained := func(j int) error {
-		if p.out != nil && async {
-			return slots[j%nSlots].out.Synchronize()
-		}
-		return nil
-	}
+	return nil
+}
 
-	for j := range k {
-		if err := fill(); err != nil {
+// spans cuts the message into chunks {offset, bytes}: the first of p.chunk
+// bytes, each next one twice the one before up to p.maxChunk. The cuts
+// depend on the chunk's index only, never on the message's length, so that
+// a sender and a receiver that disagree on the length still cut the same
+// way up to the shorter one's end, and the receiver sees the difference
+// (ErrMismatch) instead of a sender waiting for receives that never come.
+func (p pipeline) spans() [][2]int {
+	var out [][2]int
+	c := p.chunk
+	for off := 0; off < p.bytes; off += c {
+		if len(out) > 0 && p.maxChunk > c {
+			c = min(2*c, p.maxChunk)
+		}
+		out = append(out, [2]int{off, min(c, p.bytes-off)})
+	}
+	if len(out) == 0 && p.atLeastOne {
+		out = append(out, [2]int{0, 0})
+	}
+	return out
+}
+
+// runOne runs a message of one chunk through its stages in turn, with
+// synchronous copies, which is faster than going through the streams.
+func (c *Comm) runOne(o *op, p pipeline, s *slot, reqs *[]*mpi.Request) error {
+	n := p.bytes
+	if p.in != nil {
+		if err := p.in(s, 0, n, nil); err != nil {
 			return err
 		}
-		if err := start(j); err != nil {
+	}
+	if p.mpi != nil {
+		r, err := p.mpi(s, 0, n)
+		*reqs = r
+		if err != nil {
 			return err
 		}
-		if j == 0 {
-			continue
-		}
-		if err := finish(j - 1); err != nil {
+		if err := c.wait(o, r); err != nil {
 			return err
 		}
-		switch {
-		case p.out == nil:
-			freed = j
-		case j >= 2:
-			if err := drained(j - 2); err != nil {
+		if p.check != nil {
+			if err := p.check(0, n, r); err != nil {
 				return err
 			}
-			freed = j - 1
 		}
 	}
-	if err := finish(k - 1); err != nil {
-		return err
-	}
-	for j := max(0, k-2); j < k; j++ {
-		if err := drained(j); err != nil {
+	r := *reqs
+	*reqs = nil
+	if p.post != nil {
+		if err := p.post(s, 0, n, r); err != nil {
 			return err
 		}
+	}
+	if p.out != nil {
+		return p.out(s, 0, n, nil)
 	}
 	return nil
 }
@@ -283,8 +416,24 @@ func (c *Comm) settle(o *op, slots []*slot, reqs [][]*mpi.Request, cancel bool, 
 	}
 }
 
-// chunkFor is the agreed chunk rounded down to whole elements of es bytes.
+// Chunks grow along the message: the first is the agreed chunk and each
+// next one twice the one before, up to maxGrownChunk (or the agreed chunk,
+// when that is larger). Each chunk costs MPI a rendezvous and the copies a
+// launch and a wait: measured on an H200 (two ranks, one GPU), a 32 MiB
+// ping-pong reached 0.77 of host MPI with 1 MiB chunks, 0.85 with 2 MiB and
+// 0.90 with 4 MiB, while a short first chunk keeps the copy before MPI
+// starts short.
+const maxGrownChunk = 4 << 20
+
+// chunkFor is the first chunk of a pipeline moving elements of es bytes:
+// the agreed chunk in whole elements.
 func (c *Comm) chunkFor(es int) int { return max(es, c.chunk/es*es) }
+
+// maxChunkFor is where chunks of elements of es bytes stop growing.
+func (c *Comm) maxChunkFor(es int) int {
+	m := max(c.chunk, maxGrownChunk)
+	return max(es, m/es*es)
+}
 
 // copyIn copies bytes [off, off+n) of buf into the slot.
 func copyIn(buf devmem.Buffer) copyStage {

@@ -24,10 +24,12 @@ func one(r *mpi.Request, err error) ([]*mpi.Request, error) {
 // their slot, or, when MPI's 8-bit sums saturate, widened to int32 there
 // first and narrowed after (a wrapping sum, as on every other backend).
 type reduction struct {
-	chunk int // device bytes a chunk covers
-	in    func(buf devmem.Buffer) copyStage
-	mpi   func(s *slot, off, n int) ([]*mpi.Request, error)
-	post  func(s *slot, off, n int, reqs []*mpi.Request) error
+	chunk     int // device bytes the first chunk covers
+	maxChunk  int // where later chunks stop doubling; 0: they do not
+	slotBytes int // slot bytes a chunk needs; the largest chunk when 0
+	in        func(buf devmem.Buffer) copyStage
+	mpi       func(s *slot, off, n int) ([]*mpi.Request, error)
+	post      func(s *slot, off, n int, reqs []*mpi.Request) error
 }
 
 // reduction reduces the bytes of send and finishes an Avg on those in [lo, hi).
@@ -36,7 +38,7 @@ func (c *Comm) reduction(call comm.Call, lo, hi int) reduction {
 	es, op := call.DType.Size(), mpiOp(call.Op)
 	if !c.widened(call) {
 		dt := mpiType(call.DType)
-		return reduction{chunk: c.chunkFor(es), in: copyIn, post: avg,
+		return reduction{chunk: c.chunkFor(es), maxChunk: c.maxChunkFor(es), in: copyIn, post: avg,
 			mpi: func(s *slot, off, n int) ([]*mpi.Request, error) {
 				a := s.buf.Addr()
 				return one(c.coll.Iallreduce(a, a, n/es, dt, op))
@@ -44,7 +46,7 @@ func (c *Comm) reduction(call comm.Call, lo, hi int) reduction {
 	}
 	signed := call.DType == comm.Int8
 	return reduction{
-		chunk: max(1, c.chunk/4),
+		chunk: max(1, c.chunk/4), slotBytes: 4 * max(1, c.chunk/4),
 		// The chunk lands in the last quarter of its int32 room, so that
 		// widening front to back never overwrites a byte not yet read.
 		in: func(buf devmem.Buffer) copyStage {
@@ -119,7 +121,7 @@ func (c *Comm) stagedAllReduce(o *op) error {
 	call := o.call
 	n := call.Count * call.DType.Size()
 	r := c.reduction(call, 0, n)
-	return c.run(o, pipeline{bytes: n, chunk: r.chunk, in: r.in(call.Send), mpi: r.mpi, post: r.post, out: copyOut(call.Recv, 0)})
+	return c.run(o, pipeline{bytes: n, chunk: r.chunk, maxChunk: r.maxChunk, slotBytes: r.slotBytes, in: r.in(call.Send), mpi: r.mpi, post: r.post, out: copyOut(call.Recv, 0)})
 }
 
 // stagedReduce runs as an Iallreduce whose result only the root copies back:
@@ -129,7 +131,7 @@ func (c *Comm) stagedReduce(o *op) error {
 	call := o.call
 	n := call.Count * call.DType.Size()
 	r := c.reduction(call, 0, n)
-	p := pipeline{bytes: n, chunk: r.chunk, in: r.in(call.Send), mpi: r.mpi}
+	p := pipeline{bytes: n, chunk: r.chunk, maxChunk: r.maxChunk, slotBytes: r.slotBytes, in: r.in(call.Send), mpi: r.mpi}
 	if c.rank == call.Root {
 		p.post, p.out = r.post, copyOut(call.Recv, 0)
 	}
@@ -145,7 +147,7 @@ func (c *Comm) stagedReduceScatter(o *op) error {
 	r := c.reduction(call, lo, hi)
 	mine := copyOut(call.Recv, lo)
 	return c.run(o, pipeline{
-		bytes: c.size * n, chunk: r.chunk,
+		bytes: c.size * n, chunk: r.chunk, maxChunk: r.maxChunk, slotBytes: r.slotBytes,
 		in:   r.in(call.Send),
 		mpi:  r.mpi,
 		post: r.post,
@@ -168,7 +170,7 @@ func (c *Comm) stagedBroadcast(o *op) error {
 	es := call.DType.Size()
 	dt := mpiType(call.DType)
 	p := pipeline{
-		bytes: call.Count * es, chunk: c.chunkFor(es),
+		bytes: call.Count * es, chunk: c.chunkFor(es), maxChunk: c.maxChunkFor(es),
 		mpi: func(s *slot, off, n int) ([]*mpi.Request, error) {
 			return one(c.coll.Ibcast(s.buf.Addr(), n/es, dt, call.Root))
 		},
@@ -224,7 +226,7 @@ func (c *Comm) move(o *op, ts []transfer) error {
 }
 
 func (c *Comm) moveOne(o *op, t transfer) error {
-	p := pipeline{bytes: t.bytes, chunk: c.chunkFor(t.dt.Size()), atLeastOne: true}
+	p := pipeline{bytes: t.bytes, chunk: c.chunkFor(t.dt.Size()), maxChunk: c.maxChunkFor(t.dt.Size()), atLeastOne: true}
 	if t.send {
 		p.in = copyIn(t.buf)
 		p.mpi = func(s *slot, _, n int) ([]*mpi.Request, error) {
@@ -243,7 +245,7 @@ func (c *Comm) moveOne(o *op, t transfer) error {
 		p.mpi = func(s *slot, _, n int) ([]*mpi.Request, error) {
 			return one(t.on.Irecv(s.buf.Addr(), n, mpi.Byte, t.peers[0], t.tag))
 		}
-		p.post = func(_ *slot, off, n int, reqs []*mpi.Request) error {
+		p.check = func(off, n int, reqs []*mpi.Request) error {
 			if got := reqs[0].Status().Count; got != n {
 				return fmt.Errorf("%v: bytes [%d, %d) came as a message of %d bytes; the sender's count differs: %w",
 					t, off, off+n, got, comm.ErrMismatch)
