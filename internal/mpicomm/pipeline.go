@@ -140,7 +140,7 @@ type pipeline struct {
 	// no send will ever match.
 	check func(off, n int, reqs []*mpi.Request) error
 	post  func(s *slot, off, n int, reqs []*mpi.Request) error
-	out        copyStage
+	out   copyStage
 }
 
 // run drives p to the end. A message of one chunk runs its stages one
