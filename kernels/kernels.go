@@ -16,7 +16,7 @@ const (
 	maxFlatGrid = 1 << 20 // grid-stride loops cover the rest
 	heatBlockX  = 32      // a warp along a row, for coalesced loads
 	heatBlockY  = 4
-	heatRows    = 8     // HEAT_ROWS of heat.cu: rows each thread walks
+	heatRows    = 4     // HEAT_ROWS of heat.cu: rows each thread walks
 	maxGridY    = 65535 // CUDA's limit on gridDim.y
 )
 
