@@ -145,13 +145,14 @@ type pipeline struct {
 
 // run drives p to the end. A message of one chunk runs its stages one
 // after the other on this goroutine, with synchronous copies. A longer one
-// runs three stages at once: a goroutine copies chunks in (waiting for each
-// copy), this goroutine starts MPI on each chunk as soon as it is in, with
-// up to pipeSlots chunks in MPI at once, and waits for them in order, and a
-// goroutine finishes each chunk (post, copy out, wait for it) and frees its
-// slot. So this goroutine stays in MPI, whose progress on the messages of
-// a shared-memory MPI happens inside its calls, while the copies are issued
-// and waited for elsewhere.
+// runs three stages at once, with up to pipeSlots chunks between them: a
+// goroutine copies each chunk in (waiting for the copy) and starts its MPI
+// at once; this goroutine waits for each chunk's MPI in order; a goroutine
+// finishes each chunk (post, copy out, wait for it) and frees its slot. So
+// MPI always has the next chunks while the first is waited for, and copies
+// are issued and waited for outside the waits, which is where a
+// shared-memory MPI moves the data. Every rank starts a collective's chunks
+// in the same order, from the one goroutine of stage 1.
 func (c *Comm) run(o *op, p pipeline) (err error) {
 	spans := p.spans()
 	k := len(spans)
@@ -189,9 +190,11 @@ func (c *Comm) run(o *op, p pipeline) (err error) {
 	for range nSlots {
 		free <- struct{}{}
 	}
-	in := make(chan int, k)  // chunks copied in, in order
-	out := make(chan int, k) // chunks through MPI, in order
+	posted := make(chan int, k) // chunks whose MPI has started, in order
+	out := make(chan int, k)    // chunks through MPI, in order
 	var wg sync.WaitGroup
+	// Stage 1: copy each chunk in and start its MPI at once, so that MPI
+	// has the next chunks while stage 2 waits for the first.
 	wg.Go(func() {
 		for j := range k {
 			select {
@@ -199,9 +202,9 @@ func (c *Comm) run(o *op, p pipeline) (err error) {
 			case <-quit:
 				return
 			}
+			s := slots[j%nSlots]
+			off, n := span(j)
 			if p.in != nil {
-				s := slots[j%nSlots]
-				off, n := span(j)
 				if err := p.in(s, off, n, c.d2h); err != nil {
 					fail(err)
 					return
@@ -211,9 +214,18 @@ func (c *Comm) run(o *op, p pipeline) (err error) {
 					return
 				}
 			}
-			in <- j
+			if p.mpi != nil {
+				r, err := p.mpi(s, off, n)
+				reqs[j%nSlots] = r
+				if err != nil {
+					fail(err)
+					return
+				}
+			}
+			posted <- j
 		}
 	})
+	// Stage 3: finish each chunk and free its slot.
 	wg.Go(func() {
 		for range k {
 			var j int
@@ -245,9 +257,26 @@ func (c *Comm) run(o *op, p pipeline) (err error) {
 			free <- struct{}{}
 		}
 	})
-	mpiErr := c.drive(o, p, k, slots, reqs, span, in, out, quit)
-	if mpiErr != nil {
-		fail(mpiErr)
+	// Stage 2, here: wait for each chunk's MPI in order.
+waits:
+	for j := range k {
+		select {
+		case <-posted:
+		case <-quit:
+			break waits
+		}
+		if err := c.wait(o, reqs[j%nSlots]); err != nil {
+			fail(err)
+			break
+		}
+		if p.check != nil {
+			off, n := span(j)
+			if err := p.check(off, n, reqs[j%nSlots]); err != nil {
+				fail(err)
+				break
+			}
+		}
+		out <- j
 	}
 	wg.Wait()
 	stageMu.Lock()
@@ -255,64 +284,6 @@ func (c *Comm) run(o *op, p pipeline) (err error) {
 	stageMu.Unlock()
 	c.settle(o, slots, reqs, p.receives, err)
 	return err
-}
-
-// drive is run's MPI stage: it starts MPI on each chunk once it is in, with
-// up to len(slots) in flight, waits for them in order and hands each to the
-// finishing stage.
-func (c *Comm) drive(o *op, p pipeline, k int, slots []*slot, reqs [][]*mpi.Request, span func(int) (int, int),
-	in <-chan int, out chan<- int, quit <-chan struct{}) error {
-	nSlots := len(slots)
-	start := func(j int) error {
-		if p.mpi == nil {
-			return nil
-		}
-		off, n := span(j)
-		r, err := p.mpi(slots[j%nSlots], off, n)
-		reqs[j%nSlots] = r
-		return err
-	}
-	started := 0
-	for j := range k {
-		// Start every chunk that is in, without waiting, and at least
-		// chunk j itself.
-		for started < k && started < j+nSlots {
-			if started > j {
-				select {
-				case <-in:
-				default:
-					goto wait
-				}
-			} else {
-				select {
-				case <-in:
-				case <-quit:
-					return nil
-				}
-			}
-			if err := start(started); err != nil {
-				return err
-			}
-			started++
-		}
-	wait:
-		select {
-		case <-quit:
-			return nil // another stage failed
-		default:
-		}
-		if err := c.wait(o, reqs[j%nSlots]); err != nil {
-			return err
-		}
-		if p.check != nil {
-			off, n := span(j)
-			if err := p.check(off, n, reqs[j%nSlots]); err != nil {
-				return err
-			}
-		}
-		out <- j
-	}
-	return nil
 }
 
 // spans cuts the message into chunks {offset, bytes}: the first of p.chunk
