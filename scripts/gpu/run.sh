@@ -100,6 +100,26 @@ bench() {
   fi
 }
 
+final() {
+  export GPUCOMM_DEVICE=cuda
+  step comm-mpi 120 $B/comm_mpi.test -test.v
+  step heat-kernel-bench 60 $B/kernels.test -test.run XXX -test.bench HeatStepAgainstDeviceCopy -test.benchtime 3x
+  step solver-bench 60 $B/solver.test -test.run XXX -test.bench StepOnAGPU -test.benchtime 200x
+  step pingpong 120 mpirun $NB -np 2 $B/pingpong -budget 512M -sizes 8,32K,512K,2M,4M,8M,16M,32M,64M,128M,256M
+  step pingpong-bound 60 mpirun -np 2 $B/pingpong -sizes 8,32K,4M,32M -budget 256M
+  step bench-mpi 60 mpirun $NB -np 2 $B/gpucomm bench -backend mpi -op allreduce,pingpong,bw -b 8 -e 64M -f 8 -noprogress
+  for np in 2 4; do
+    for ov in true false; do
+      step heat-mpi-np$np-overlap-$ov 40 mpirun $NB -np $np $B/gpucomm heat -backend mpi -n 8192 -steps 200 -overlap=$ov -progress=false
+    done
+  done
+  mpich
+  step mpich-comm-mpi 120 $B/comm_mpi-mpich.test -test.v -test.short
+  cuda_mpi
+  step comm-cudaaware 120 $B/comm_cudaaware.test -test.v
+  step comm-nccl 120 $B/comm_nccl.test -test.v
+}
+
 diag() {
   export GPUCOMM_DEVICE=cuda
   step copies 60 mpirun $NB -np 2 $B/pingpong -sizes 8,4K,8K,16K,32K,64K,1M -budget 64M -copies
