@@ -79,6 +79,11 @@ func TestCompiledKernelsMatchTheGoReferenceOnAGPU(t *testing.T) {
 		m("residual")(residualPlan(nil, part, a, c, nx, 1, ny-1, 1, nx-1)),
 		m("sum")(sumPlan(nil, one, part)),
 	}
+	for _, sh := range heatShapes[1:] {
+		name := fmt.Sprintf("heat %s %d rows, block %dx%d", sh.kernel, sh.rows, sh.blockX, sh.blockY)
+		cases = append(cases, m(name)(heatPlanShape(sh, nil, a, c, nx, 1, ny-1, 1, nx-1, 0.23)),
+			m(name+" rect")(heatPlanShape(sh, nil, b, c, nx, 5, 8, 2, nx-3, 0.31)))
+	}
 	err = cuda.WithContext(ctx, func() error {
 		for _, k := range cases {
 			if k.err != nil {
@@ -173,8 +178,8 @@ func compareOnGPU(p plan, major, minor int) error {
 	return nil
 }
 
-// BenchmarkHeatStepAgainstDeviceCopy times the heat kernel over an n×n
-// float64 grid and a device-to-device copy of the same grid, in the same
+// BenchmarkHeatStepAgainstDeviceCopy times each heat kernel shape over an
+// n×n float64 grid and a device-to-device copy of the same grid, in the same
 // process, by events on one stream, and reports both bandwidths counting
 // read and write once (the least a step must move) and their ratio.
 func BenchmarkHeatStepAgainstDeviceCopy(b *testing.B) {
@@ -183,52 +188,56 @@ func BenchmarkHeatStepAgainstDeviceCopy(b *testing.B) {
 		b.Skipf("no usable CUDA device: %v", err)
 	}
 	for _, n := range []int{8192, 16384} {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			u, err1 := devmem.AllocSlice[float64](dev, n*n)
-			v, err2 := devmem.AllocSlice[float64](dev, n*n)
-			s, err3 := dev.NewStream()
-			start, err4 := dev.NewEvent()
-			end, err5 := dev.NewEvent()
-			if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
-				b.Fatal(err)
-			}
-			defer func() { errors.Join(u.Free(), v.Free(), s.Destroy(), start.Destroy(), end.Destroy()) }()
-			if err := errors.Join(Fill(s, u, 1.0), Fill(s, v, 0.0)); err != nil {
-				b.Fatal(err)
-			}
-			const reps = 20
-			timeIt := func(f func() error) float64 {
-				if err := f(); err != nil { // warm up, and compile
+		for _, sh := range heatShapes {
+			b.Run(fmt.Sprintf("%d/%s-rows%d-block%dx%d", n, sh.kernel, sh.rows, sh.blockX, sh.blockY), func(b *testing.B) {
+				u, err1 := devmem.AllocSlice[float64](dev, n*n)
+				v, err2 := devmem.AllocSlice[float64](dev, n*n)
+				s, err3 := dev.NewStream()
+				start, err4 := dev.NewEvent()
+				end, err5 := dev.NewEvent()
+				if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
 					b.Fatal(err)
 				}
-				if err := start.Record(s); err != nil {
+				defer func() { errors.Join(u.Free(), v.Free(), s.Destroy(), start.Destroy(), end.Destroy()) }()
+				if err := errors.Join(Fill(s, u, 1.0), Fill(s, v, 0.0)); err != nil {
 					b.Fatal(err)
 				}
-				for range reps {
-					if err := f(); err != nil {
+				const reps = 20
+				timeIt := func(f func() error) float64 {
+					if err := f(); err != nil { // warm up, and compile
 						b.Fatal(err)
 					}
+					if err := start.Record(s); err != nil {
+						b.Fatal(err)
+					}
+					for range reps {
+						if err := f(); err != nil {
+							b.Fatal(err)
+						}
+					}
+					if err := errors.Join(end.Record(s), end.Synchronize()); err != nil {
+						b.Fatal(err)
+					}
+					d, err := devmem.Elapsed(start, end)
+					if err != nil {
+						b.Fatal(err)
+					}
+					return d.Seconds() / reps
 				}
-				if err := errors.Join(end.Record(s), end.Synchronize()); err != nil {
-					b.Fatal(err)
+				moved := float64(2 * 8 * (n - 2) * (n - 2)) // interior read once, written once
+				var heat, copyT float64
+				for b.Loop() {
+					heat = timeIt(func() error {
+						return run(heatPlanShape(sh, s, v, u, n, 1, n-1, 1, n-1, 0.1))
+					})
+					copyT = timeIt(func() error { return devmem.CopyN(v.Buffer(), u.Buffer(), 8*n*n, s) })
 				}
-				d, err := devmem.Elapsed(start, end)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return d.Seconds() / reps
-			}
-			moved := float64(2 * 8 * (n - 2) * (n - 2)) // interior read once, written once
-			var heat, copyT float64
-			for b.Loop() {
-				heat = timeIt(func() error { return HeatStep(s, v, u, n, 1, n-1, 0.1) })
-				copyT = timeIt(func() error { return devmem.CopyN(v.Buffer(), u.Buffer(), 8*n*n, s) })
-			}
-			heatBW := moved / heat / 1e9
-			copyBW := float64(2*8*n*n) / copyT / 1e9
-			b.ReportMetric(heatBW, "stencil-GB/s")
-			b.ReportMetric(copyBW, "copy-GB/s")
-			b.ReportMetric(heatBW/copyBW, "ratio")
-		})
+				heatBW := moved / heat / 1e9
+				copyBW := float64(2*8*n*n) / copyT / 1e9
+				b.ReportMetric(heatBW, "stencil-GB/s")
+				b.ReportMetric(copyBW, "copy-GB/s")
+				b.ReportMetric(heatBW/copyBW, "ratio")
+			})
+		}
 	}
 }

@@ -14,8 +14,8 @@ type Float interface{ float32 | float64 }
 const (
 	flatThreads = 256     // fill, scale, pack, unpack
 	maxFlatGrid = 1 << 20 // grid-stride loops cover the rest
-	heatBlockX  = 32      // a warp along a row, for coalesced loads
-	heatBlockY  = 4
+	heatBlockX  = 64      // two warps along a row, for coalesced loads
+	heatBlockY  = 2
 	heatRows    = 4     // HEAT_ROWS of heat.cu: rows each thread walks
 	maxGridY    = 65535 // CUDA's limit on gridDim.y
 )
@@ -72,6 +72,24 @@ func HeatStepRect(s *devmem.Stream, dst, src devmem.Slice[float64], nx, rowLo, r
 }
 
 func heatPlan(s *devmem.Stream, dst, src devmem.Slice[float64], nx, rowLo, rowHi, colLo, colHi int, r float64) (plan, error) {
+	return heatPlanShape(heatDefault, s, dst, src, nx, rowLo, rowHi, colLo, colHi, r)
+}
+
+// heatShape is one heat kernel of heat.cu and its launch shape.
+type heatShape struct {
+	kernel               string
+	rows, blockY, blockX int
+}
+
+// heatDefault is the heat kernel the solver uses; heatShapes are the ones
+// measured against it.
+var (
+	heatDefault = heatShape{"heat_step", heatRows, heatBlockY, heatBlockX}
+	heatShapes  = []heatShape{heatDefault, {"heat_step", heatRows, 4, 32}, {"heat_step_plain", heatRows, 4, 32},
+		{"heat_step_r6", 6, heatBlockY, heatBlockX}, {"heat_step_r2", 2, 8, heatBlockX}, {"heat_step_r8", 8, 2, heatBlockX}}
+)
+
+func heatPlanShape(sh heatShape, s *devmem.Stream, dst, src devmem.Slice[float64], nx, rowLo, rowHi, colLo, colHi int, r float64) (plan, error) {
 	const op = "HeatStep"
 	if nx < 3 || nx > math.MaxInt32 {
 		return plan{}, invalid(op, "slab width %d: want 3 to %d columns", nx, math.MaxInt32)
@@ -98,13 +116,13 @@ func heatPlan(s *devmem.Stream, dst, src devmem.Slice[float64], nx, rowLo, rowHi
 	}
 	d, sb := dst.Buffer(), src.Buffer()
 	return plan{dev, s, func() { heatRef(view[float64](d), view[float64](sb), nx, rowLo, rowHi, colLo, colHi, r) }, launch{
-		file: "heat.cu", kernel: "heat_step",
+		file: "heat.cu", kernel: sh.kernel,
 		grid: [3]uint32{
-			uint32(ceilDiv(colHi-colLo, heatBlockX)),
-			uint32(min(ceilDiv(rowHi-rowLo, heatBlockY*heatRows), maxGridY)),
+			uint32(ceilDiv(colHi-colLo, sh.blockX)),
+			uint32(min(ceilDiv(rowHi-rowLo, sh.blockY*sh.rows), maxGridY)),
 			1,
 		},
-		block: [3]uint32{heatBlockX, heatBlockY, 1},
+		block: [3]uint32{uint32(sh.blockX), uint32(sh.blockY), 1},
 		args:  []any{d, sb, int64(nx), int32(rowLo), int32(rowHi), int32(colLo), int32(colHi), r},
 	}}, nil
 }

@@ -361,6 +361,11 @@ func TestLaunchArgumentsMatchTheKernelSignatures(t *testing.T) {
 	cases[5].work, cases[6].work = [3]int{ny - 2, 1}, [3]int{ny - 2, 1}
 	cases[7].work = [3]int{(ny - 2) * residualThreads, 1}
 	cases[8].work = [3]int{1, 1}
+	for _, sh := range heatShapes[1:] {
+		pl := mk(heatPlanShape(sh, nil, a, b, nx, 1, ny-1, 1, nx-1, 0.1))
+		pl.work = [3]int{nx - 2, 1}
+		cases = append(cases, pl)
+	}
 	seen := map[string]bool{}
 	for _, c := range cases {
 		if c.err != nil {
@@ -420,8 +425,19 @@ func TestLaunchGoesToTheLoadedFunctionWithItsArguments(t *testing.T) {
 }
 
 func TestGoConstantsMatchTheDefinesOfTheSources(t *testing.T) {
+	heat, _ := sources.ReadFile("heat.cu")
+	for _, sh := range heatShapes {
+		i := strings.Index(string(heat), "void "+sh.kernel+"(")
+		if i < 0 {
+			t.Errorf("heat.cu has no %s", sh.kernel)
+			continue
+		}
+		body := string(heat[i:])
+		if j := strings.Index(body, "heat_rows<"); j < 0 || !strings.HasPrefix(body[j:], fmt.Sprintf("heat_rows<%d>(", sh.rows)) {
+			t.Errorf("%s does not walk %d rows a thread, which its launch assumes", sh.kernel, sh.rows)
+		}
+	}
 	for file, want := range map[string]string{
-		"heat.cu":     fmt.Sprintf("#define HEAT_ROWS %d\n", heatRows),
 		"residual.cu": fmt.Sprintf("#define RESIDUAL_THREADS %d\n", residualThreads),
 	} {
 		src, _ := sources.ReadFile(file)
