@@ -204,15 +204,9 @@ func (c *Comm) run(o *op, p pipeline) (err error) {
 			}
 			s := slots[j%nSlots]
 			off, n := span(j)
-			if p.in != nil {
-				if err := p.in(s, off, n, c.d2h); err != nil {
-					fail(err)
-					return
-				}
-				if err := errors.Join(s.in.Record(c.d2h), s.in.Synchronize()); err != nil {
-					fail(err)
-					return
-				}
+			if err := copyAndWait(p.in, s, off, n, c.d2h, s.in); err != nil {
+				fail(err)
+				return
 			}
 			if p.mpi != nil {
 				r, err := p.mpi(s, off, n)
@@ -244,15 +238,9 @@ func (c *Comm) run(o *op, p pipeline) (err error) {
 					return
 				}
 			}
-			if p.out != nil {
-				if err := p.out(s, off, n, c.h2d); err != nil {
-					fail(err)
-					return
-				}
-				if err := errors.Join(s.out.Record(c.h2d), s.out.Synchronize()); err != nil {
-					fail(err)
-					return
-				}
+			if err := copyAndWait(p.out, s, off, n, c.h2d, s.out); err != nil {
+				fail(err)
+				return
 			}
 			free <- struct{}{}
 		}
@@ -284,6 +272,18 @@ waits:
 	stageMu.Unlock()
 	c.settle(o, slots, reqs, p.receives, err)
 	return err
+}
+
+// copyAndWait queues a copy stage (if any) of a chunk on st and waits for it
+// through the slot's event ev.
+func copyAndWait(stage copyStage, s *slot, off, n int, st *devmem.Stream, ev *devmem.Event) error {
+	if stage == nil {
+		return nil
+	}
+	if err := stage(s, off, n, st); err != nil {
+		return err
+	}
+	return errors.Join(ev.Record(st), ev.Synchronize())
 }
 
 // spans cuts the message into chunks {offset, bytes}: the first of p.chunk
