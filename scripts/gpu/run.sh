@@ -4,6 +4,8 @@
 # that each fit the device tool's 10 minutes:
 #   bash .gpupack/run.sh tests   # unit and conformance tests on the GPU
 #   bash .gpupack/run.sh bench   # the figures of docs/PERFORMANCE.md
+#   bash .gpupack/run.sh final   # a short re-run of the pipeline's tests and figures
+#   bash .gpupack/run.sh diag    # copy latencies, chunk sizes, the solver with overlap
 # Each step has its own time limit; everything goes to $OUT/log-PART.txt and
 # one line per step to $OUT/summary-PART.txt.
 set -u
