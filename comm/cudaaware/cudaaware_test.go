@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
-	"github.com/gpucomm/gpucomm/devmem"
 	_ "github.com/gpucomm/gpucomm/comm/all" // the backends to rank against
 	"github.com/gpucomm/gpucomm/comm/cudaaware"
+	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 	"github.com/gpucomm/gpucomm/internal/mpicomm/mpitest"
 )
