@@ -10,8 +10,6 @@ import "C"
 import (
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -91,69 +89,54 @@ var symbols = []struct {
 	{C.F_cuLaunchKernel, []string{"cuLaunchKernel"}},
 }
 
-var state struct {
-	mu     sync.Mutex  // serialises Load
-	lib    *dl.Library // kept open for the life of the process once loaded
-	loaded atomic.Bool // set only after the table is complete and cuInit passed
-}
+// driver holds libcuda once loaded; it stays open for the life of the
+// process.
+var driver dl.Once
 
 // Load opens the driver library, resolves every symbol and calls cuInit(0).
 // It is safe for concurrent use and does nothing once it has succeeded; a
 // failure is not remembered, so a later call tries again.
 func Load() error {
-	if state.loaded.Load() {
-		return nil
-	}
-	state.mu.Lock()
-	defer state.mu.Unlock()
-	if state.loaded.Load() {
-		return nil
-	}
-	lib, err := dl.Open(dl.Candidates(EnvLib, "libcuda.so.1", "libcuda.so")...)
-	if err != nil {
-		return fmt.Errorf("cuda: load the driver API: %w", err)
-	}
-	var missing []string
-	for _, s := range symbols {
-		p, _, err := lib.SymAny(s.names...)
+	return driver.Load(func() (*dl.Library, error) {
+		lib, err := dl.Open(dl.Candidates(EnvLib, "libcuda.so.1", "libcuda.so")...)
 		if err != nil {
-			missing = append(missing, strings.Join(s.names, " or "))
-			continue
+			return nil, fmt.Errorf("cuda: load the driver API: %w", err)
 		}
-		C.gpucomm_cu_set(s.slot, p)
-	}
-	if len(missing) > 0 {
-		unload(lib)
-		more := ""
-		if len(missing) > 1 {
-			more = fmt.Sprintf(" (and %d more symbols)", len(missing)-1)
+		var missing []string
+		for _, s := range symbols {
+			p, _, err := lib.SymAny(s.names...)
+			if err != nil {
+				missing = append(missing, strings.Join(s.names, " or "))
+				continue
+			}
+			C.gpucomm_cu_set(s.slot, p)
 		}
-		return fmt.Errorf("cuda: %s has no %s%s; the driver is too old or not CUDA's: %w",
-			lib.Name, missing[0], more, errs.ErrLibraryNotFound)
-	}
-	if r := C.gc_cuInit(0); r != CUDA_SUCCESS {
-		err := result("cuInit", r) // names read before the library goes
-		unload(lib)
-		return err
-	}
-	state.lib = lib
-	state.loaded.Store(true)
-	return nil
+		if len(missing) > 0 {
+			unload(lib)
+			more := ""
+			if len(missing) > 1 {
+				more = fmt.Sprintf(" (and %d more symbols)", len(missing)-1)
+			}
+			return nil, fmt.Errorf("cuda: %s has no %s%s; the driver is too old or not CUDA's: %w",
+				lib.Name, missing[0], more, errs.ErrLibraryNotFound)
+		}
+		if r := C.gc_cuInit(0); r != CUDA_SUCCESS {
+			err := result("cuInit", r) // names read before the library goes
+			unload(lib)
+			return nil, err
+		}
+		return lib, nil
+	})
 }
 
-// unload empties the table and closes lib; the caller holds state.mu.
+// unload empties the table and closes lib.
 func unload(lib *dl.Library) {
 	C.gpucomm_cu_clear()
 	lib.Close()
 }
 
 // ready loads the library on first use.
-func ready() error {
-	if state.loaded.Load() {
-		return nil
-	}
-	return Load()
-}
+func ready() error { return Load() }
 
 // result turns a CUresult into nil or an *Error naming call.
 func result(call string, r C.CUresult) error {
@@ -173,7 +156,7 @@ func result(call string, r C.CUresult) error {
 
 // ErrorName returns CUDA's name for a CUresult, from the library when loaded.
 func ErrorName(code int) string {
-	if state.loaded.Load() {
+	if driver.Loaded() {
 		if s := C.gc_errorName(C.CUresult(code)); s != nil {
 			return C.GoString(s)
 		}
@@ -183,7 +166,7 @@ func ErrorName(code int) string {
 
 // ErrorString returns CUDA's description of a CUresult, or "" before Load.
 func ErrorString(code int) string {
-	if state.loaded.Load() {
+	if driver.Loaded() {
 		if s := C.gc_errorString(C.CUresult(code)); s != nil {
 			return C.GoString(s)
 		}
@@ -803,13 +786,4 @@ func argAlign(n int) int {
 }
 
 // reset forgets the loaded library, so that a test can load another one.
-func reset() {
-	state.mu.Lock()
-	defer state.mu.Unlock()
-	if state.loaded.Load() {
-		state.loaded.Store(false)
-		C.gpucomm_cu_clear()
-		// Left open: a real library may run threads that dlclose would unmap.
-		state.lib = nil
-	}
-}
+func reset() { driver.Reset(func() { C.gpucomm_cu_clear() }) }

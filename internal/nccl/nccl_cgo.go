@@ -10,8 +10,6 @@ import "C"
 import (
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/gpucomm/gpucomm/internal/cuda"
@@ -55,83 +53,60 @@ var symbols = []struct {
 }
 
 var state struct {
-	mu      sync.Mutex  // serialises Load
-	lib     *dl.Library // kept open once loaded
-	version int         // ncclGetVersion's code
-	loaded  atomic.Bool // set only after the table is complete and the version checked
+	once    dl.Once // NCCL, kept open once loaded
+	version int     // ncclGetVersion's code, set under once's lock before it counts as loaded
 }
 
 // Load opens NCCL, resolves its symbols and checks its version. It is safe
 // for concurrent use and does nothing once it has succeeded; a failure is
 // retried next time.
 func Load() error {
-	if state.loaded.Load() {
-		return nil
-	}
-	state.mu.Lock()
-	defer state.mu.Unlock()
-	if state.loaded.Load() {
-		return nil
-	}
-	lib, err := dl.Open(dl.Candidates(EnvLib, "libnccl.so.2", "libnccl.so")...)
-	if err != nil {
-		return fmt.Errorf("nccl: load NCCL: %w", err)
-	}
-	var missing []string
-	for _, s := range symbols {
-		p, err := lib.Sym(s.name)
+	return state.once.Load(func() (*dl.Library, error) {
+		lib, err := dl.Open(dl.Candidates(EnvLib, "libnccl.so.2", "libnccl.so")...)
 		if err != nil {
-			if !s.optional {
-				missing = append(missing, s.name)
-			}
-			continue
+			return nil, fmt.Errorf("nccl: load NCCL: %w", err)
 		}
-		C.gpucomm_nccl_set(s.slot, p)
-	}
-	if len(missing) > 0 {
-		unload(lib)
-		return fmt.Errorf("nccl: %s has no %s: %w", lib.Name, strings.Join(missing, ", "), errs.ErrLibraryNotFound)
-	}
-	var v C.int
-	if err := result("ncclGetVersion", C.gn_ncclGetVersion(&v), 0); err != nil {
-		unload(lib)
-		return err
-	}
-	if int(v) < MinVersion {
-		unload(lib)
-		major, minor, patch := decodeVersion(int(v))
-		return fmt.Errorf("nccl: %s is NCCL %d.%d.%d; gpucomm needs 2.12.0 or newer: %w",
-			lib.Name, major, minor, patch, errs.ErrUnsupported)
-	}
-	state.lib, state.version = lib, int(v)
-	state.loaded.Store(true)
-	return nil
+		var missing []string
+		for _, s := range symbols {
+			p, err := lib.Sym(s.name)
+			if err != nil {
+				if !s.optional {
+					missing = append(missing, s.name)
+				}
+				continue
+			}
+			C.gpucomm_nccl_set(s.slot, p)
+		}
+		if len(missing) > 0 {
+			unload(lib)
+			return nil, fmt.Errorf("nccl: %s has no %s: %w", lib.Name, strings.Join(missing, ", "), errs.ErrLibraryNotFound)
+		}
+		var v C.int
+		if err := result("ncclGetVersion", C.gn_ncclGetVersion(&v), 0); err != nil {
+			unload(lib)
+			return nil, err
+		}
+		if int(v) < MinVersion {
+			unload(lib)
+			major, minor, patch := decodeVersion(int(v))
+			return nil, fmt.Errorf("nccl: %s is NCCL %d.%d.%d; gpucomm needs 2.12.0 or newer: %w",
+				lib.Name, major, minor, patch, errs.ErrUnsupported)
+		}
+		state.version = int(v)
+		return lib, nil
+	})
 }
 
-// unload empties the table and closes lib; the caller holds state.mu.
+// unload empties the table and closes lib.
 func unload(lib *dl.Library) {
 	C.gpucomm_nccl_clear()
 	lib.Close()
 }
 
 // reset forgets the loaded library, so that a test can load another one.
-func reset() {
-	state.mu.Lock()
-	defer state.mu.Unlock()
-	if state.loaded.Load() {
-		state.loaded.Store(false)
-		C.gpucomm_nccl_clear()
-		// Left open: a real library may run threads that dlclose would unmap.
-		state.lib = nil
-	}
-}
+func reset() { state.once.Reset(func() { C.gpucomm_nccl_clear() }) }
 
-func ready() error {
-	if state.loaded.Load() {
-		return nil
-	}
-	return Load()
-}
+func ready() error { return Load() }
 
 // has reports whether an optional symbol was found, as an error naming it.
 func has(slot C.int, name string) error {

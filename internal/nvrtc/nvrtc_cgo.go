@@ -11,8 +11,6 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/gpucomm/gpucomm/internal/dl"
@@ -40,64 +38,39 @@ var symbols = []struct {
 	{C.N_nvrtcDestroyProgram, "nvrtcDestroyProgram"},
 }
 
-var state struct {
-	mu     sync.Mutex  // serialises Load
-	lib    *dl.Library // kept open once loaded
-	loaded atomic.Bool // set only after the table is complete
-}
+// lib holds NVRTC once loaded; it stays open.
+var lib dl.Once
 
 // Load opens NVRTC and resolves its symbols. It is safe for concurrent use
 // and does nothing once it has succeeded; a failure is retried next time.
 func Load() error {
-	if state.loaded.Load() {
-		return nil
-	}
-	state.mu.Lock()
-	defer state.mu.Unlock()
-	if state.loaded.Load() {
-		return nil
-	}
-	lib, err := dl.Open(dl.Candidates(EnvLib, "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so")...)
-	if err != nil {
-		return fmt.Errorf("nvrtc: load the run-time compiler: %w", err)
-	}
-	var missing []string
-	for _, s := range symbols {
-		p, err := lib.Sym(s.name)
+	return lib.Load(func() (*dl.Library, error) {
+		l, err := dl.Open(dl.Candidates(EnvLib, "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so")...)
 		if err != nil {
-			missing = append(missing, s.name)
-			continue
+			return nil, fmt.Errorf("nvrtc: load the run-time compiler: %w", err)
 		}
-		C.gpucomm_nvrtc_set(s.slot, p)
-	}
-	if len(missing) > 0 {
-		C.gpucomm_nvrtc_clear()
-		lib.Close()
-		return fmt.Errorf("nvrtc: %s has no %s: %w", lib.Name, strings.Join(missing, ", "), errs.ErrLibraryNotFound)
-	}
-	state.lib = lib
-	state.loaded.Store(true)
-	return nil
+		var missing []string
+		for _, s := range symbols {
+			p, err := l.Sym(s.name)
+			if err != nil {
+				missing = append(missing, s.name)
+				continue
+			}
+			C.gpucomm_nvrtc_set(s.slot, p)
+		}
+		if len(missing) > 0 {
+			C.gpucomm_nvrtc_clear()
+			l.Close()
+			return nil, fmt.Errorf("nvrtc: %s has no %s: %w", l.Name, strings.Join(missing, ", "), errs.ErrLibraryNotFound)
+		}
+		return l, nil
+	})
 }
 
 // reset forgets the loaded library, so that a test can load another one.
-func reset() {
-	state.mu.Lock()
-	defer state.mu.Unlock()
-	if state.loaded.Load() {
-		state.loaded.Store(false)
-		C.gpucomm_nvrtc_clear()
-		// Left open: a real library may run threads that dlclose would unmap.
-		state.lib = nil
-	}
-}
+func reset() { lib.Reset(func() { C.gpucomm_nvrtc_clear() }) }
 
-func ready() error {
-	if state.loaded.Load() {
-		return nil
-	}
-	return Load()
-}
+func ready() error { return Load() }
 
 func result(call string, r C.nvrtcResult) *Error {
 	if r == NVRTC_SUCCESS {
