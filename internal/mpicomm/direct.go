@@ -119,12 +119,9 @@ func (c *Comm) divideOnHost(o *op, buf devmem.Buffer) error {
 		return nil
 	}
 	n := call.Count * call.DType.Size()
-	return c.run(o, pipeline{
-		bytes: n, chunk: c.chunkFor(call.DType.Size()), maxChunk: c.maxChunkFor(call.DType.Size()),
-		in:   copyIn(buf),
-		post: c.average(call, 0, n),
-		out:  copyOut(buf, 0),
-	})
+	p := c.pipe(n, call.DType.Size())
+	p.in, p.post, p.out = copyIn(buf), c.average(call, 0, n), copyOut(buf, 0)
+	return c.run(o, p)
 }
 
 // directP2P posts every receive, then every send, of device memory, and

@@ -233,11 +233,11 @@ func TestChunksGrowAlongTheMessage(t *testing.T) {
 		t.Errorf("an empty point-to-point message: %v, want one empty chunk", got)
 	}
 	c := &Comm{chunk: 1 << 20}
-	if c.chunkFor(3) != (1<<20)/3*3 || c.maxChunkFor(3) != (4<<20)/3*3 || c.maxChunkFor(8) != 4<<20 {
-		t.Errorf("chunkFor(3) = %d, maxChunkFor(3) = %d, maxChunkFor(8) = %d", c.chunkFor(3), c.maxChunkFor(3), c.maxChunkFor(8))
+	if p3, p8 := c.pipe(10, 3), c.pipe(10, 8); p3.chunk != (1<<20)/3*3 || p3.maxChunk != (4<<20)/3*3 || p8.maxChunk != 4<<20 || p3.bytes != 10 {
+		t.Errorf("pipe(10, 3) = %+v, pipe(10, 8) = %+v", p3, p8)
 	}
-	if big := (&Comm{chunk: 16 << 20}); big.maxChunkFor(4) != 16<<20 {
-		t.Errorf("an agreed chunk above the cap: maxChunkFor = %d, want it kept", big.maxChunkFor(4))
+	if big := (&Comm{chunk: 16 << 20}).pipe(1, 4); big.maxChunk != 16<<20 {
+		t.Errorf("an agreed chunk above the cap: maxChunk = %d, want it kept", big.maxChunk)
 	}
 	pl := &pool{base: 1 << 20}
 	for n, want := range map[int]int{1: 1 << 20, 1 << 20: 1 << 20, 1<<20 + 1: 2 << 20, 3 << 20: 4 << 20} {

@@ -396,14 +396,12 @@ func (c *Comm) settle(o *op, slots []*slot, reqs [][]*mpi.Request, cancel bool, 
 // starts short.
 const maxGrownChunk = 4 << 20
 
-// chunkFor is the first chunk of a pipeline moving elements of es bytes:
-// the agreed chunk in whole elements.
-func (c *Comm) chunkFor(es int) int { return max(es, c.chunk/es*es) }
-
-// maxChunkFor is where chunks of elements of es bytes stop growing.
-func (c *Comm) maxChunkFor(es int) int {
+// pipe is a pipeline of the given bytes of elements of es bytes, cut as
+// the ranks agreed: the first chunk the agreed chunk in whole elements,
+// later ones doubling up to maxGrownChunk (or the agreed chunk, if larger).
+func (c *Comm) pipe(bytes, es int) pipeline {
 	m := max(c.chunk, maxGrownChunk)
-	return max(es, m/es*es)
+	return pipeline{bytes: bytes, chunk: max(es, c.chunk/es*es), maxChunk: max(es, m/es*es)}
 }
 
 // copyIn copies bytes [off, off+n) of buf into the slot.

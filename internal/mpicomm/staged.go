@@ -24,12 +24,17 @@ func one(r *mpi.Request, err error) ([]*mpi.Request, error) {
 // their slot, or, when MPI's 8-bit sums saturate, widened to int32 there
 // first and narrowed after (a wrapping sum, as on every other backend).
 type reduction struct {
-	chunk     int // device bytes the first chunk covers
-	maxChunk  int // where later chunks stop doubling; 0: they do not
-	slotBytes int // slot bytes a chunk needs; the largest chunk when 0
-	in        func(buf devmem.Buffer) copyStage
-	mpi       func(s *slot, off, n int) ([]*mpi.Request, error)
-	post      func(s *slot, off, n int, reqs []*mpi.Request) error
+	cut  pipeline // chunk, maxChunk and slotBytes of the pipelines it makes
+	in   func(buf devmem.Buffer) copyStage
+	mpi  func(s *slot, off, n int) ([]*mpi.Request, error)
+	post func(s *slot, off, n int, reqs []*mpi.Request) error
+}
+
+// pipeline reduces bytes bytes of send; out is left to the caller.
+func (r reduction) pipeline(bytes int, send devmem.Buffer) pipeline {
+	p := r.cut
+	p.bytes, p.in, p.mpi, p.post = bytes, r.in(send), r.mpi, r.post
+	return p
 }
 
 // reduction reduces the bytes of send and finishes an Avg on those in [lo, hi).
@@ -38,7 +43,7 @@ func (c *Comm) reduction(call comm.Call, lo, hi int) reduction {
 	es, op := call.DType.Size(), mpiOp(call.Op)
 	if !c.widened(call) {
 		dt := mpiType(call.DType)
-		return reduction{chunk: c.chunkFor(es), maxChunk: c.maxChunkFor(es), in: copyIn, post: avg,
+		return reduction{cut: c.pipe(0, es), in: copyIn, post: avg,
 			mpi: func(s *slot, off, n int) ([]*mpi.Request, error) {
 				a := s.buf.Addr()
 				return one(c.coll.Iallreduce(a, a, n/es, dt, op))
@@ -46,7 +51,7 @@ func (c *Comm) reduction(call comm.Call, lo, hi int) reduction {
 	}
 	signed := call.DType == comm.Int8
 	return reduction{
-		chunk: max(1, c.chunk/4), slotBytes: 4 * max(1, c.chunk/4),
+		cut: pipeline{chunk: max(1, c.chunk/4), slotBytes: 4 * max(1, c.chunk/4)},
 		// The chunk lands in the last quarter of its int32 room, so that
 		// widening front to back never overwrites a byte not yet read.
 		in: func(buf devmem.Buffer) copyStage {
@@ -121,7 +126,9 @@ func (c *Comm) stagedAllReduce(o *op) error {
 	call := o.call
 	n := call.Count * call.DType.Size()
 	r := c.reduction(call, 0, n)
-	return c.run(o, pipeline{bytes: n, chunk: r.chunk, maxChunk: r.maxChunk, slotBytes: r.slotBytes, in: r.in(call.Send), mpi: r.mpi, post: r.post, out: copyOut(call.Recv, 0)})
+	p := r.pipeline(n, call.Send)
+	p.out = copyOut(call.Recv, 0)
+	return c.run(o, p)
 }
 
 // stagedReduce runs as an Iallreduce whose result only the root copies back:
@@ -131,7 +138,8 @@ func (c *Comm) stagedReduce(o *op) error {
 	call := o.call
 	n := call.Count * call.DType.Size()
 	r := c.reduction(call, 0, n)
-	p := pipeline{bytes: n, chunk: r.chunk, maxChunk: r.maxChunk, slotBytes: r.slotBytes, in: r.in(call.Send), mpi: r.mpi}
+	p := r.pipeline(n, call.Send)
+	p.post = nil
 	if c.rank == call.Root {
 		p.post, p.out = r.post, copyOut(call.Recv, 0)
 	}
@@ -146,36 +154,30 @@ func (c *Comm) stagedReduceScatter(o *op) error {
 	lo, hi := c.rank*n, (c.rank+1)*n
 	r := c.reduction(call, lo, hi)
 	mine := copyOut(call.Recv, lo)
-	return c.run(o, pipeline{
-		bytes: c.size * n, chunk: r.chunk, maxChunk: r.maxChunk, slotBytes: r.slotBytes,
-		in:   r.in(call.Send),
-		mpi:  r.mpi,
-		post: r.post,
-		out: func(s *slot, off, m int, st *devmem.Stream) error {
-			a, b := max(off, lo), min(off+m, hi)
-			if a >= b {
-				return nil
-			}
-			part, err := s.buf.Slice(a-off, b-a)
-			if err != nil {
-				return err
-			}
-			return mine(&slot{buf: part}, a, b-a, st)
-		},
-	})
+	p := r.pipeline(c.size*n, call.Send)
+	p.out = func(s *slot, off, m int, st *devmem.Stream) error {
+		a, b := max(off, lo), min(off+m, hi)
+		if a >= b {
+			return nil
+		}
+		part, err := s.buf.Slice(a-off, b-a)
+		if err != nil {
+			return err
+		}
+		return mine(&slot{buf: part}, a, b-a, st)
+	}
+	return c.run(o, p)
 }
 
 func (c *Comm) stagedBroadcast(o *op) error {
 	call := o.call
 	es := call.DType.Size()
 	dt := mpiType(call.DType)
-	p := pipeline{
-		bytes: call.Count * es, chunk: c.chunkFor(es), maxChunk: c.maxChunkFor(es),
-		mpi: func(s *slot, off, n int) ([]*mpi.Request, error) {
-			return one(c.coll.Ibcast(s.buf.Addr(), n/es, dt, call.Root))
-		},
-		out: copyOut(call.Recv, 0),
+	p := c.pipe(call.Count*es, es)
+	p.mpi = func(s *slot, off, n int) ([]*mpi.Request, error) {
+		return one(c.coll.Ibcast(s.buf.Addr(), n/es, dt, call.Root))
 	}
+	p.out = copyOut(call.Recv, 0)
 	if c.rank == call.Root {
 		p.in = copyIn(call.Send)
 		if call.Send.Addr() == call.Recv.Addr() {
@@ -226,7 +228,8 @@ func (c *Comm) move(o *op, ts []transfer) error {
 }
 
 func (c *Comm) moveOne(o *op, t transfer) error {
-	p := pipeline{bytes: t.bytes, chunk: c.chunkFor(t.dt.Size()), maxChunk: c.maxChunkFor(t.dt.Size()), atLeastOne: true}
+	p := c.pipe(t.bytes, t.dt.Size())
+	p.atLeastOne = true
 	if t.send {
 		p.in = copyIn(t.buf)
 		p.mpi = func(s *slot, _, n int) ([]*mpi.Request, error) {
