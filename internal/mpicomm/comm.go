@@ -297,6 +297,10 @@ func (c *Comm) teardown() error {
 // that failed half way, leaving MPI requests pending), it writes why to
 // standard error and calls MPI_Abort, which ends every process of the job:
 // the ranks are out of step, and MPI_Finalize could wait for them forever.
+// With a timeout, the ranks also meet before they release anything, within
+// twice the timeout: a rank that closes while another is still stuck ends the job
+// the same way, instead of waiting in MPI_Finalize (where Open MPI 4.1's
+// mpirun can hang on its own when the job is then aborted).
 func (c *Comm) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -310,6 +314,9 @@ func (c *Comm) Close() error {
 	}
 	broken := c.broken
 	c.mu.Unlock()
+	if broken == nil && c.announce {
+		broken = c.closeTogether()
+	}
 	if broken != nil {
 		fmt.Fprintf(os.Stderr, "gpucomm %s rank %d: Close of a broken communicator (%v): calling MPI_Abort so that no rank hangs in MPI_Finalize\n",
 			c.backend, c.rank, broken)
@@ -317,6 +324,29 @@ func (c *Comm) Close() error {
 	}
 	if err := c.teardown(); err != nil {
 		return comm.Wrap(c.backend, "Close", c.rank, err)
+	}
+	return nil
+}
+
+// closeTogether is the barrier of Close under a timeout: nil once every
+// rank has reached it, else why this rank gave up (the other ranks never
+// arrived within the timeout, or MPI failed).
+func (c *Comm) closeTogether() error {
+	r, err := c.ctl.Ibarrier()
+	if err != nil {
+		return fmt.Errorf("the barrier of Close: %w", err)
+	}
+	// Twice the timeout: a rank stuck in an operation begun before this
+	// Close reports its own timeout first, which names who is missing.
+	// Without a timeout here (another rank has one, and keeps the bound)
+	// this waits for as long as it takes.
+	bound := 2 * c.timeout
+	err = mpi.WaitTimeout([]*mpi.Request{r}, bound)
+	switch {
+	case errors.Is(err, comm.ErrTimeout):
+		return fmt.Errorf("Close: the other ranks did not all close within %v: %w", bound, err)
+	case err != nil:
+		return fmt.Errorf("the barrier of Close: %w", err)
 	}
 	return nil
 }
