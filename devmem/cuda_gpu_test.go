@@ -385,6 +385,71 @@ func TestCUDAOnGPUHostFuncQueuesLaterWork(t *testing.T) {
 	must(t, errors.Join(s1.Synchronize(), s2.Synchronize()))
 }
 
+// Synchronize runs queued host work itself when no goroutine is running it.
+// With one goroutine queueing host functions and copies while another
+// synchronizes over and over, every host function runs once, in order,
+// after the copy queued before it, and a Synchronize returns only after the
+// work queued before it.
+func TestCUDAOnGPUSynchronizeWhileHostWorkIsQueued(t *testing.T) {
+	d := needCUDA(t)
+	cudaNoLeaks(t, d)
+	s := mustStream(t, d)
+	const rounds, n = 200, 4096
+	src := mustAlloc(t, d, n, false)
+	pin := mustAlloc(t, d, n, true)
+	h, _ := pin.Bytes()
+	var ran []int // written by host functions only, which run one at a time
+	var bad atomic.Int64
+	stop := make(chan struct{})
+	helper := make(chan error, 1)
+	go func() { // synchronizes concurrently, taking over the queue at times
+		for {
+			select {
+			case <-stop:
+				helper <- nil
+				return
+			default:
+			}
+			if err := s.Synchronize(); err != nil {
+				helper <- err
+				return
+			}
+		}
+	}()
+	for r := range rounds {
+		v := byte(r%250 + 1)
+		must(t, Memset(src, v, s))
+		must(t, CopyN(pin, src, n, s))
+		must(t, s.HostFunc(func() error {
+			if h[0] != v || h[n-1] != v {
+				bad.Add(1)
+			}
+			ran = append(ran, r)
+			return nil
+		}))
+		if r%7 == 0 {
+			must(t, s.Synchronize())
+			if len(ran) != r+1 {
+				t.Fatalf("round %d: Synchronize returned after %d host functions, want %d", r, len(ran), r+1)
+			}
+		}
+	}
+	must(t, s.Synchronize())
+	close(stop)
+	must(t, <-helper)
+	if bad.Load() != 0 {
+		t.Errorf("%d host functions ran before the copy queued before them", bad.Load())
+	}
+	if len(ran) != rounds {
+		t.Fatalf("%d host functions ran, want %d", len(ran), rounds)
+	}
+	for i, r := range ran {
+		if r != i {
+			t.Fatalf("host function %d ran as number %d: out of order", r, i)
+		}
+	}
+}
+
 // Two streams that wait for each other's events every step, one of them
 // behind a host function each step (the solver's compute and exchange
 // streams): a wait must be for the record that was latest when it was

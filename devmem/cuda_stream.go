@@ -27,11 +27,12 @@ type cudaStream struct {
 	c *cudaDriver
 	h cuda.Stream
 
-	mu    sync.Mutex
-	cond  *sync.Cond
-	queue []func() error // work behind a host function, in order
-	busy  bool           // the stream's goroutine is draining queue
-	err   error          // the first error of queued work since the last synchronize
+	mu      sync.Mutex
+	cond    *sync.Cond
+	queue   []func() error // work behind a host function, in order
+	running bool           // an item of queue is being run, by drain or by flush
+	drainer bool           // a drain goroutine is alive
+	err     error          // the first error of queued work since the last synchronize
 
 	issued atomic.Uint64 // work handed to CUDA on h
 	synced atomic.Uint64 // issued as it was when h was last found idle
@@ -68,7 +69,7 @@ func (s *cudaStream) issue(fn func(h cuda.Stream) error, ev *cudaEvent) error {
 	if ev != nil {
 		seq = ev.recordCalled()
 	}
-	if !s.busy {
+	if !s.busyLocked() {
 		s.mu.Unlock()
 		err := s.c.do(func() error { return fn(s.h) })
 		s.issued.Add(1) // after: idle must not count it as waited for before it is in CUDA
@@ -89,38 +90,49 @@ func (s *cudaStream) issue(fn func(h cuda.Stream) error, ev *cudaEvent) error {
 	return nil
 }
 
-// pushLocked queues work and starts the stream's goroutine if it is idle.
+// busyLocked reports whether host work is queued or running: later work
+// must then queue behind it.
+func (s *cudaStream) busyLocked() bool { return s.running || len(s.queue) > 0 }
+
+// pushLocked queues work and starts a drain goroutine unless someone is
+// already running the queue (and so will run this too).
 func (s *cudaStream) pushLocked(fn func() error) {
 	s.queue = append(s.queue, fn)
-	if !s.busy {
-		s.busy = true
+	if !s.running && !s.drainer {
+		s.drainer = true
 		go s.drain()
 	}
 }
 
-// drain runs the queue in order until it is empty.
-func (s *cudaStream) drain() {
-	for {
-		s.mu.Lock()
-		if len(s.queue) == 0 {
-			s.busy = false
-			s.queue = nil
-			s.cond.Broadcast()
-			s.mu.Unlock()
-			return
-		}
-		fn := s.queue[0]
-		s.queue[0] = nil
-		s.queue = s.queue[1:]
-		s.mu.Unlock()
-		if err := fn(); err != nil {
-			s.mu.Lock()
-			if s.err == nil {
-				s.err = err
-			}
-			s.mu.Unlock()
-		}
+// runNextLocked runs the head of the queue, with s.mu released meanwhile.
+// The queue runs one item at a time, in order, whoever runs it.
+func (s *cudaStream) runNextLocked() {
+	fn := s.queue[0]
+	s.queue[0] = nil
+	s.queue = s.queue[1:]
+	s.running = true
+	s.mu.Unlock()
+	err := fn()
+	s.mu.Lock()
+	s.running = false
+	if err != nil && s.err == nil {
+		s.err = err
 	}
+	if len(s.queue) == 0 {
+		s.queue = nil
+	}
+	s.cond.Broadcast()
+}
+
+// drain runs the queue in order until it is empty, or until flush has
+// taken it over.
+func (s *cudaStream) drain() {
+	s.mu.Lock()
+	for len(s.queue) > 0 && !s.running {
+		s.runNextLocked()
+	}
+	s.drainer = false
+	s.mu.Unlock()
 }
 
 // hostFunc queues fn: the stream's goroutine waits for the work issued
@@ -153,10 +165,16 @@ func (s *cudaStream) idle() error {
 }
 
 // flush waits until no host work is queued and returns (and forgets) the
-// first error queued work met.
+// first error queued work met. The caller runs queued work itself when no
+// one is running it: a Synchronize right after a host function (a
+// stream-ordered Send, say) then costs no hand-over between goroutines.
 func (s *cudaStream) flush() error {
 	s.mu.Lock()
-	for s.busy {
+	for s.busyLocked() {
+		if !s.running {
+			s.runNextLocked()
+			continue
+		}
 		s.cond.Wait()
 	}
 	err := s.err
@@ -178,7 +196,7 @@ func (s *cudaStream) waitEvent(e eventImpl) error {
 	// issued only once that record has been (a later record of the same
 	// event may be queued behind work that waits for this stream).
 	want, pending := ev.latest()
-	if s.busy || pending {
+	if s.busyLocked() || pending {
 		s.pushLocked(func() error {
 			ev.awaitIssued(want)
 			err := s.c.do(func() error { return cuda.StreamWaitEvent(s.h, ev.h) })
