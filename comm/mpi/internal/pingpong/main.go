@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -29,6 +30,7 @@ type config struct {
 	sizes     []int
 	chunks    []int
 	budget    int // bytes moved per measurement, which sets the iterations
+	rounds    int // measurements of each side at each size, interleaved
 	cudaaware bool
 	copies    bool
 }
@@ -55,6 +57,7 @@ func run() error {
 	flag.StringVar(&maxSize, "max", "256M", "largest message of the default sizes")
 	flag.StringVar(&chunks, "chunks", "", "chunk sizes to measure copy and MPI bandwidth at, e.g. 256K,512K,1M,2M,4M,8M (default: none)")
 	flag.StringVar(&budget, "budget", "1G", "bytes each measurement moves, which sets its iterations")
+	flag.IntVar(&cfg.rounds, "rounds", 3, "measurements of each side at each size, taken in turn (side after side, round after round); the table shows each side's median")
 	flag.BoolVar(&cfg.cudaaware, "cudaaware", false, "also measure the cudaaware backend (device pointers to MPI)")
 	flag.BoolVar(&cfg.copies, "copies", false, "measure device-to-pinned copies alone: on rank 0 alone, on both ranks at once, and alternating between the ranks")
 	flag.Parse()
@@ -82,6 +85,9 @@ func run() error {
 		return err
 	}
 	cfg.budget = int(b)
+	if cfg.rounds < 1 {
+		return fmt.Errorf("-rounds %d: want at least 1", cfg.rounds)
+	}
 
 	// The program's reference keeps MPI up across the communicators.
 	if err := mpi.Init(); err != nil {
@@ -171,19 +177,20 @@ func pattern(n int) []byte {
 	return b
 }
 
-// hostSide is plain MPI between pinned host buffers.
-func hostSide(host *mpi.Comm, dev *devmem.Device, maxN int) (*side, error) {
-	buf, err := dev.AllocPinned(maxN)
-	if err != nil {
-		return nil, err
-	}
+// mpiSide is plain MPI_Send/MPI_Recv on buf: pinned host memory ("host
+// MPI"), or device memory handed to a CUDA-aware MPI ("MPI on device", what
+// a C program would do), timed by the same loop as the backends.
+func mpiSide(name string, host *mpi.Comm, buf devmem.Buffer, maxN int) (*side, error) {
 	me := host.Rank()
 	if me == 0 {
-		b, _ := buf.Bytes()
-		copy(b, pattern(maxN))
+		if err := devmem.CopyFromHost(buf, pattern(maxN), nil); err != nil {
+			return nil, err
+		}
+	} else if err := devmem.Memset(buf, 0, nil); err != nil {
+		return nil, err
 	}
 	return &side{
-		name: "host MPI",
+		name: name,
 		roundTrip: func(n int) error {
 			switch me {
 			case 0:
@@ -201,14 +208,33 @@ func hostSide(host *mpi.Comm, dev *devmem.Device, maxN int) (*side, error) {
 			return nil
 		},
 		check: func(n int) error {
-			b, _ := buf.Bytes()
-			if me == 1 && !bytes.Equal(b[:n], pattern(n)) {
-				return fmt.Errorf("host MPI: %d bytes arrived wrong", n)
+			if me != 1 {
+				return nil
+			}
+			got := make([]byte, n)
+			if err := devmem.CopyToHost(got, buf, nil); err != nil && n > 0 {
+				return err
+			}
+			if !bytes.Equal(got, pattern(n)) {
+				return fmt.Errorf("%s: %d bytes arrived wrong", name, n)
 			}
 			return nil
 		},
 		free: buf.Free,
 	}, nil
+}
+
+// hostSide is plain MPI between pinned host buffers of n bytes.
+func hostSide(host *mpi.Comm, dev *devmem.Device, n int) (*side, error) {
+	buf, err := dev.AllocPinned(n)
+	if err != nil {
+		return nil, err
+	}
+	s, err := mpiSide("host MPI", host, buf, n)
+	if err != nil {
+		buf.Free()
+	}
+	return s, err
 }
 
 // commSide is a backend's Send and Recv between device buffers.
@@ -284,6 +310,13 @@ func timeTrips(host *mpi.Comm, s *side, n, iters int) (time.Duration, error) {
 	return d, host.Barrier()
 }
 
+// median of ds (the upper middle one of an even count).
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
 func gbps(n int, oneWay time.Duration) float64 { return float64(n) / oneWay.Seconds() / 1e9 }
 
 func pingPongTable(cfg config, host *mpi.Comm, staged, whole, direct comm.Communicator) error {
@@ -309,6 +342,17 @@ func pingPongTable(cfg config, host *mpi.Comm, staged, whole, direct comm.Commun
 		}
 		sides = append(sides, s)
 	}
+	if direct != nil {
+		buf, err := direct.Device().Alloc(maxN)
+		if err != nil {
+			return err
+		}
+		s, err := mpiSide("MPI on device", host, buf, maxN)
+		if err != nil {
+			return err
+		}
+		sides = append(sides, s)
+	}
 	defer func() {
 		for _, s := range sides {
 			s.free()
@@ -316,7 +360,7 @@ func pingPongTable(cfg config, host *mpi.Comm, staged, whole, direct comm.Commun
 	}()
 	tw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
 	if host.Rank() == 0 {
-		fmt.Println("Point-to-point ping-pong, ranks 0 and 1: latency (half a round trip) and bandwidth; ratio = staged / host MPI bandwidth")
+		fmt.Printf("Point-to-point ping-pong, ranks 0 and 1: latency (half a round trip) and bandwidth, median of %d rounds; ratio = staged / host MPI bandwidth\n", cfg.rounds)
 		fmt.Fprint(tw, "size\t")
 		for _, s := range sides {
 			fmt.Fprintf(tw, "%s µs\t%s GB/s\t", s.name, s.name)
@@ -329,12 +373,20 @@ func pingPongTable(cfg config, host *mpi.Comm, staged, whole, direct comm.Commun
 		if host.Rank() == 0 {
 			fmt.Fprintf(tw, "%s\t", bench.FormatSize(int64(n)))
 		}
-		for _, s := range sides {
-			d, err := timeTrips(host, s, n, iters)
-			if err != nil {
-				return err
+		// Rounds go side after side, so that a slow spell of the machine
+		// falls on every side alike; each side shows its median.
+		times := make([][]time.Duration, len(sides))
+		for range cfg.rounds {
+			for i, s := range sides {
+				d, err := timeTrips(host, s, n, iters)
+				if err != nil {
+					return err
+				}
+				times[i] = append(times[i], d/time.Duration(2*iters))
 			}
-			oneWay := d / time.Duration(2*iters)
+		}
+		for i := range sides {
+			oneWay := median(times[i])
 			bw = append(bw, gbps(n, oneWay))
 			if host.Rank() == 0 {
 				fmt.Fprintf(tw, "%.2f\t%.3f\t", float64(oneWay.Nanoseconds())/1e3, gbps(n, oneWay))
