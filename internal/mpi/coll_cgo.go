@@ -319,30 +319,9 @@ func (c *Comm) Alltoall(send, recv uintptr, count int, dt Datatype) error {
 // r; recv is ignored on other ranks. In place at root: send == recv +
 // root*count*elemsize.
 func (c *Comm) Gather(send, recv uintptr, count int, dt Datatype, root int) error {
-	const name = "Gather"
-	if err := c.common(name, count, dt); err != nil {
+	inPlace, err := c.checkRooted("Gather", count, dt, root, recv, "receive", send, "send")
+	if err != nil {
 		return err
-	}
-	if err := c.checkRoot(name, root); err != nil {
-		return err
-	}
-	n := count * dt.Size()
-	inPlace := false
-	if c.rank == root {
-		if err := checkBuf(name, "receive", recv, count); err != nil {
-			return err
-		}
-		inPlace = send == recv+uintptr(root*n)
-		if !inPlace {
-			if err := checkDistinct(name, send, n, recv, n*c.size); err != nil {
-				return err
-			}
-		}
-	}
-	if !inPlace {
-		if err := checkBuf(name, "send", send, count); err != nil {
-			return err
-		}
 	}
 	return call("MPI_Gather", func() C.int {
 		return C.gc_gather(addr(send), addr(recv), C.int(count), C.int(dt), C.int(root), cbool(inPlace), c.h)
@@ -353,34 +332,44 @@ func (c *Comm) Gather(send, recv uintptr, count int, dt Datatype, root int) erro
 // rank r's recv; send is ignored on other ranks. In place at root: recv ==
 // send + root*count*elemsize.
 func (c *Comm) Scatter(send, recv uintptr, count int, dt Datatype, root int) error {
-	const name = "Scatter"
-	if err := c.common(name, count, dt); err != nil {
+	inPlace, err := c.checkRooted("Scatter", count, dt, root, send, "send", recv, "receive")
+	if err != nil {
 		return err
-	}
-	if err := c.checkRoot(name, root); err != nil {
-		return err
-	}
-	n := count * dt.Size()
-	inPlace := false
-	if c.rank == root {
-		if err := checkBuf(name, "send", send, count); err != nil {
-			return err
-		}
-		inPlace = recv == send+uintptr(root*n)
-		if !inPlace {
-			if err := checkDistinct(name, send, n*c.size, recv, n); err != nil {
-				return err
-			}
-		}
-	}
-	if !inPlace {
-		if err := checkBuf(name, "receive", recv, count); err != nil {
-			return err
-		}
 	}
 	return call("MPI_Scatter", func() C.int {
 		return C.gc_scatter(addr(send), addr(recv), C.int(count), C.int(dt), C.int(root), cbool(inPlace), c.h)
 	})
+}
+
+// checkRooted checks a Gather or Scatter: whole is the root's buffer of
+// every rank's block (ignored on other ranks), block each rank's own count
+// elements; it reports the in-place form (at root, block is the root's
+// own block of whole).
+func (c *Comm) checkRooted(name string, count int, dt Datatype, root int, whole uintptr, wholeRole string, block uintptr, blockRole string) (inPlace bool, err error) {
+	if err := c.common(name, count, dt); err != nil {
+		return false, err
+	}
+	if err := c.checkRoot(name, root); err != nil {
+		return false, err
+	}
+	n := count * dt.Size()
+	if c.rank == root {
+		if err := checkBuf(name, wholeRole, whole, count); err != nil {
+			return false, err
+		}
+		inPlace = block == whole+uintptr(root*n)
+		if !inPlace {
+			if err := checkDistinct(name, block, n, whole, n*c.size); err != nil {
+				return false, err
+			}
+		}
+	}
+	if !inPlace {
+		if err := checkBuf(name, blockRole, block, count); err != nil {
+			return false, err
+		}
+	}
+	return inPlace, nil
 }
 
 // Ibarrier is MPI_Ibarrier.

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repository root, with .gpupack carried
-# (see build.sh): every GPU test and benchmark of the project, in two parts
+# (see build.sh): every GPU test and benchmark of the project, in parts
 # that each fit the device tool's 10 minutes:
 #   bash .gpupack/run.sh tests   # unit and conformance tests on the GPU
-#   bash .gpupack/run.sh bench   # the figures of docs/PERFORMANCE.md
+#   bash .gpupack/run.sh bench   # figures: host-staged MPI, kernels, solver
+#   bash .gpupack/run.sh bench2  # figures: CUDA-aware MPI, NCCL, MPS
 #   bash .gpupack/run.sh final   # a short re-run of the pipeline's tests and figures
 #   bash .gpupack/run.sh diag    # copy latencies, chunk sizes, the solver with overlap
 # Each step has its own time limit; everything goes to $OUT/log-PART.txt and
@@ -63,42 +64,50 @@ tests() {
   step ipcshare-np4 30 mpirun -np 4 $B/ex-ipcshare
 }
 
-bench() {
+bench() { # host-staged MPI, the kernels and the solver: issues 4 and 7
   export GPUCOMM_DEVICE=cuda
   step devmem-bench 60 $B/devmem.test -test.run XXX -test.bench CUDA -test.benchtime 20x
   step heat-kernel-bench 60 $B/kernels.test -test.run XXX -test.bench HeatStepAgainstDeviceCopy -test.benchtime 3x
   step solver-bench 60 $B/solver.test -test.run XXX -test.bench StepOnAGPU -test.benchtime 200x
-  step copies 60 mpirun $NB -np 2 $B/pingpong -sizes 8,4K,16K,32K,64K,1M -budget 64M -copies
-  step pingpong-bound 60 mpirun -np 2 $B/pingpong -sizes 8,32K,4M,32M -budget 256M
-  step pingpong 120 mpirun $NB -np 2 $B/pingpong -budget 512M
-  step pingpong-chunk-4M 40 mpirun $NB -x GPUCOMM_CHUNK_BYTES=4M -np 2 $B/pingpong -sizes 4M,8M,32M -budget 256M
+  step pingpong 150 mpirun $NB -np 2 $B/pingpong -rounds 3 -budget 256M -sizes 8,32K,512K,2M,4M,8M,16M,32M,64M,256M
+  for ch in 256K 512K 2M; do
+    step pingpong-chunk-$ch 45 mpirun $NB -x GPUCOMM_CHUNK_BYTES=$ch -np 2 $B/pingpong -rounds 3 -sizes 4M,8M,16M,32M -budget 128M
+  done
   step bench-mpi 60 mpirun $NB -np 2 $B/gpucomm bench -backend mpi -op allreduce,pingpong,bw -b 8 -e 64M -f 8 -noprogress
-  cuda_mpi
-  step pingpong-cudaaware 90 mpirun $NB -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/pingpong -cudaaware -sizes 8,4K,256K,4M,64M -budget 512M
-  step bench-cudaaware 60 mpirun $NB -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/gpucomm bench -backend cudaaware -op allreduce,pingpong,bw -b 8 -e 64M -f 8 -noprogress
-  step bench-cudaaware-wall 60 mpirun $NB -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw,allreduce -b 8 -e 64M -f 8 -wall -noprogress
-  step bench-mpi-staged-on-cudaaware-mpi 60 mpirun $NB -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/gpucomm bench -backend mpi -op pingpong,bw -b 8 -e 64M -f 64 -noprogress
-  sys_mpi
-  step bench-nccl 60 mpirun -np 1 $B/gpucomm bench -backend nccl -op allreduce,allgather,reducescatter,broadcast -b 8 -e 256M -f 8 -noprogress
-  step heat-mpi-np2-bound 40 mpirun -np 2 $B/gpucomm heat -backend mpi -n 8192 -steps 200 -progress=false
-  for np in 1 2 4; do
+  for np in 2 4; do
     for ov in true false; do
       step heat-mpi-np$np-overlap-$ov 40 mpirun $NB -np $np $B/gpucomm heat -backend mpi -n 8192 -steps 200 -overlap=$ov -progress=false
     done
   done
-  # Ranks sharing one GPU under NVIDIA MPS (one GPU context for all), if the
-  # machine has it; the daemon is stopped again at the end.
-  if command -v nvidia-cuda-mps-control >/dev/null; then
-    export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
-    mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
-    nvidia-cuda-mps-control -d && sleep 1
-    step mps-copies 60 mpirun $NB -x CUDA_MPS_PIPE_DIRECTORY -np 2 $B/pingpong -sizes 8,4K,32K,1M -budget 64M -copies
-    step mps-pingpong 60 mpirun $NB -x CUDA_MPS_PIPE_DIRECTORY -np 2 $B/pingpong -sizes 8,4K,32K,512K,4M,32M -budget 256M
+}
+
+# mps_on / mps_off start and stop NVIDIA MPS (one GPU context for every
+# rank); mps_on fails where the machine has no MPS.
+mps_on() {
+  command -v nvidia-cuda-mps-control >/dev/null || { echo "no nvidia-cuda-mps-control: MPS steps skipped" | tee -a "$SUM"; return 1; }
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
+  mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
+  nvidia-cuda-mps-control -d && sleep 1
+}
+mps_off() { echo quit | nvidia-cuda-mps-control; sleep 1; unset CUDA_MPS_PIPE_DIRECTORY; }
+
+bench2() { # CUDA-aware MPI and NCCL against their C loops, and ranks under MPS: issue 5
+  export GPUCOMM_DEVICE=cuda
+  cuda_mpi
+  X="-x LD_LIBRARY_PATH -x GPUCOMM_DEVICE"
+  step pingpong-cudaaware 90 mpirun $NB $X -np 2 $B/pingpong -cudaaware -rounds 3 -sizes 8,4K,256K,4M,64M -budget 512M
+  step bench-cudaaware-wall 90 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw,allreduce -b 8 -e 64M -f 8 -wall -noprogress
+  sys_mpi
+  step bench-nccl 60 mpirun -np 1 $B/gpucomm bench -backend nccl -op allreduce,allgather,reducescatter,broadcast -b 8 -e 256M -f 8 -noprogress
+  if mps_on; then
+    X="$X -x CUDA_MPS_PIPE_DIRECTORY"
+    step mps-pingpong 90 mpirun $NB -x CUDA_MPS_PIPE_DIRECTORY -np 2 $B/pingpong -rounds 3 -sizes 8,32K,512K,4M,8M,16M,32M,64M -budget 256M
     step mps-heat-np4 40 mpirun $NB -x CUDA_MPS_PIPE_DIRECTORY -np 4 $B/gpucomm heat -backend mpi -n 8192 -steps 200 -progress=false
-    echo quit | nvidia-cuda-mps-control
-    sleep 1
-  else
-    echo "no nvidia-cuda-mps-control: MPS steps skipped" | tee -a "$SUM"
+    cuda_mpi
+    step mps-pingpong-cudaaware 90 mpirun $NB $X -np 2 $B/pingpong -cudaaware -rounds 3 -sizes 8,4K,256K,4M,64M -budget 512M
+    step mps-bench-cudaaware-wall 90 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw,allreduce -b 8 -e 64M -f 8 -wall -noprogress
+    sys_mpi
+    mps_off
   fi
 }
 

@@ -6,6 +6,7 @@
 package mpitest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -118,6 +119,9 @@ type Job struct {
 	Output  string
 	Err     error
 	Elapsed time.Duration
+	// Orphaned: the launcher outlived every process it started and was
+	// killed (watchLauncher); the ranks had all ended.
+	Orphaned bool
 }
 
 // Launch runs argv on np ranks under the launcher, killed after limit (a
@@ -139,11 +143,21 @@ func Launch(t *testing.T, np int, limit time.Duration, env []string, argv ...str
 		"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 	cmd.Env = append(cmd.Env, env...)
 	cmd.WaitDelay = 10 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
-	out, err := cmd.CombinedOutput()
-	j := Job{Output: string(out), Err: err, Elapsed: time.Since(start)}
-	if ctx.Err() != nil {
-		j.Err = fmt.Errorf("killed after %v, the bound for this job: %w (%v)", limit, ctx.Err(), err)
+	var j Job
+	if err := cmd.Start(); err != nil {
+		j.Err = err
+	} else {
+		j.Orphaned, j.Err = watchLauncher(cmd)
+	}
+	j.Output, j.Elapsed = out.String(), time.Since(start)
+	switch {
+	case ctx.Err() != nil:
+		j.Err = fmt.Errorf("killed after %v, the bound for this job: %w (%v)", limit, ctx.Err(), j.Err)
+	case j.Orphaned:
+		t.Logf("%s: the launcher was still running %v after every rank had ended, and was killed (a known Open MPI 4.1 teardown hang); the ranks' output decides", path, orphanGrace)
 	}
 	t.Logf("%s, %d ranks: %v", mpi.Family(), np, j.Elapsed.Round(time.Millisecond))
 	return j
@@ -168,7 +182,7 @@ func RunRanks(t *testing.T, np int, pattern string, limit time.Duration, env ...
 func ExpectPass(t *testing.T, np int, j Job) {
 	t.Helper()
 	passed := strings.Count(j.Output, passedMarker)
-	if j.Err != nil || passed != np || strings.Contains(j.Output, "--- FAIL") || !strings.Contains(j.Output, "--- PASS: TestRank") {
+	if (j.Err != nil && !j.Orphaned) || passed != np || strings.Contains(j.Output, "--- FAIL") || !strings.Contains(j.Output, "--- PASS: TestRank") {
 		t.Fatalf("ranks failed (launcher: %v; %d of %d ranks passed); their output:\n%s", j.Err, passed, np, j.Output)
 	}
 	if testing.Verbose() {
@@ -181,14 +195,21 @@ func ExpectPass(t *testing.T, np int, j Job) {
 func ExpectTimeoutEndsTheJob(t *testing.T, j Job, want string) {
 	t.Helper()
 	var exit *exec.ExitError
-	if !errors.As(j.Err, &exit) || exit.ExitCode() == 0 {
+	if !j.Orphaned && (!errors.As(j.Err, &exit) || exit.ExitCode() == 0) {
 		t.Fatalf("launcher returned %v; want the job ended by MPI_Abort with a failure status; output:\n%s", j.Err, j.Output)
+	}
+	if j.Orphaned && !strings.Contains(j.Output, "MPI_Abort") && !strings.Contains(j.Output, "MPI_ABORT") {
+		t.Fatalf("every rank ended, but no rank called MPI_Abort; output:\n%s", j.Output)
 	}
 	if !strings.Contains(j.Output, "timed out:") || !strings.Contains(j.Output, want) {
 		t.Fatalf("no rank reported a timeout naming %q; output:\n%s", want, j.Output)
 	}
 	if strings.Contains(j.Output, "want a ") || strings.Contains(j.Output, "succeeded") {
 		t.Fatalf("a rank's timeout error was not what it should be; output:\n%s", j.Output)
+	}
+	if j.Orphaned {
+		t.Logf("every rank ended after %v; the launcher hung and was killed", j.Elapsed.Round(time.Millisecond))
+		return
 	}
 	t.Logf("job ended with status %d after %v", exit.ExitCode(), j.Elapsed.Round(time.Millisecond))
 }
