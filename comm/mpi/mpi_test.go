@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
 	gpumpi "github.com/gpucomm/gpucomm/comm/mpi"
@@ -51,33 +50,7 @@ func TestOpenWithoutMPIIsNotBuilt(t *testing.T) {
 	}
 }
 
-const np = 4
-
-func TestUnderLauncherConformance(t *testing.T) {
-	mpitest.ExpectPass(t, np, mpitest.RunRanks(t, np, "^TestRankConformance$", 4*time.Minute))
-}
-
-func TestUnderLauncherEverythingElse(t *testing.T) {
-	mpitest.ExpectPass(t, np, mpitest.RunRanks(t, np, "^TestRank[^C]", 4*time.Minute))
-}
-
-// Below MPI_THREAD_MULTIPLE every MPI call is serialised, and waits poll.
-func TestUnderLauncherSerializedThreadLevel(t *testing.T) {
-	mpitest.ExpectPass(t, 3, mpitest.RunRanks(t, 3, "^TestRank(SmallChunks|StreamsKeepCallOrder|OptionsAgree)$", 3*time.Minute,
-		mpi.ThreadLevelEnv+"=serialized"))
-}
-
-func TestUnderLauncherCollectiveTimeoutNamesTheMissingRank(t *testing.T) {
-	j := mpitest.RunRanks(t, np, "^TestRankTimeout$", time.Minute, mpitest.ScenarioEnv+"=collective")
-	mpitest.ExpectTimeoutEndsTheJob(t, j, "ranks that never arrived: 3")
-}
-
-func TestUnderLauncherRecvTimeoutNamesTheSender(t *testing.T) {
-	j := mpitest.RunRanks(t, 3, "^TestRankTimeout$", time.Minute, mpitest.ScenarioEnv+"=recv")
-	mpitest.ExpectTimeoutEndsTheJob(t, j, "rank 2 never sent it")
-}
-
-func TestUnderLauncherGpucommCheckPasses(t *testing.T) { mpitest.CheckCommand(t, np, name) }
+func TestUnderLauncher(t *testing.T) { mpitest.UnderLauncher(t, name, 4, "rank 2 never sent it") }
 
 func TestRankConformance(t *testing.T)           { mpitest.Conformance(t, name) }
 func TestRankSmallChunks(t *testing.T)           { mpitest.SmallChunks(t, name) }

@@ -254,3 +254,32 @@ func CheckCommand(t *testing.T, np int, name string) {
 		t.Fatalf("mpirun -np %d gpucomm check -backend %s: %v; output:\n%s", np, name, j.Err, j.Output)
 	}
 }
+
+// UnderLauncher is the launcher side of an MPI backend's tests, as subtests
+// of t: np ranks run the backend's TestRankConformance, then every other
+// TestRank... test; three ranks rerun some below MPI_THREAD_MULTIPLE; a
+// rank that skips a collective, and one that never sends, end the job with
+// the timeout that names them; and "gpucomm check" passes. recvGap is how
+// the backend's timed-out receive names the rank that never sent.
+func UnderLauncher(t *testing.T, backend string, np int, recvGap string) {
+	t.Run("Conformance", func(t *testing.T) {
+		ExpectPass(t, np, RunRanks(t, np, "^TestRankConformance$", 4*time.Minute))
+	})
+	t.Run("EverythingElse", func(t *testing.T) {
+		ExpectPass(t, np, RunRanks(t, np, "^TestRank[^C]", 4*time.Minute))
+	})
+	// Below MPI_THREAD_MULTIPLE every MPI call is serialised, and waits poll.
+	t.Run("SerializedThreadLevel", func(t *testing.T) {
+		ExpectPass(t, 3, RunRanks(t, 3, "^TestRank(SmallChunks|StreamsKeepCallOrder|OptionsAgree)$", 3*time.Minute,
+			mpi.ThreadLevelEnv+"=serialized"))
+	})
+	t.Run("CollectiveTimeoutNamesTheMissingRank", func(t *testing.T) {
+		j := RunRanks(t, np, "^TestRankTimeout$", time.Minute, ScenarioEnv+"=collective")
+		ExpectTimeoutEndsTheJob(t, j, fmt.Sprintf("ranks that never arrived: %d", np-1))
+	})
+	t.Run("RecvTimeoutNamesTheSender", func(t *testing.T) {
+		j := RunRanks(t, 3, "^TestRankTimeout$", time.Minute, ScenarioEnv+"=recv")
+		ExpectTimeoutEndsTheJob(t, j, recvGap)
+	})
+	t.Run("GpucommCheckPasses", func(t *testing.T) { CheckCommand(t, np, backend) })
+}
