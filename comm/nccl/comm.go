@@ -156,7 +156,6 @@ func (c *Comm) collective(call comm.Call, enqueue func(s *devmem.Stream) error) 
 // a nil stream) between events the timeout needs, then waits for it if the
 // stream was nil. c.mu is held.
 func (c *Comm) runLocked(call comm.Call, enqueue func(s *devmem.Stream) error) error {
-	what := call.Signature()
 	s := call.Stream
 	if s == nil {
 		s = c.own
@@ -165,19 +164,19 @@ func (c *Comm) runLocked(call comm.Call, enqueue func(s *devmem.Stream) error) e
 	if c.timeout > 0 {
 		var err error
 		if start, err = c.events.record(s); err != nil {
-			return c.errorf(call.Operation, nil, "%s: %w", what, err)
+			return c.errorf(call.Operation, nil, "%s: %w", call.Signature(), err)
 		}
 	}
 	testHookAfterStart(s)
-	err := c.inNCCL(what, func() error { return enqueue(s) })
+	err := c.inNCCL(callMark{call: &call}, func() error { return enqueue(s) })
 	if cause := c.failure(); cause != nil {
 		c.events.put(start)
 		c.abort()
-		return c.errorf(call.Operation, nil, "%s: %w", what, cause)
+		return c.errorf(call.Operation, nil, "%s: %w", call.Signature(), cause)
 	}
 	if err != nil {
 		c.events.put(start)
-		return c.errorf(call.Operation, nil, "%s: %w", what, err)
+		return c.errorf(call.Operation, nil, "%s: %w", call.Signature(), err)
 	}
 	if call.Stream != nil && c.timeout <= 0 {
 		return nil // nothing to watch: stream-ordered, and no deadline
@@ -185,8 +184,9 @@ func (c *Comm) runLocked(call comm.Call, enqueue func(s *devmem.Stream) error) e
 	end, err := c.events.record(s)
 	if err != nil {
 		c.events.put(start)
-		return c.errorf(call.Operation, nil, "%s was queued, but its end could not be marked: %w", what, err)
+		return c.errorf(call.Operation, nil, "%s was queued, but its end could not be marked: %w", call.Signature(), err)
 	}
+	what := call.Signature()
 	p := &pendingOp{what: what, start: progressOf(start), end: end, release: func() { c.events.put(start); c.events.put(end) }}
 	if call.Stream != nil {
 		c.dog.track(p)
@@ -354,7 +354,7 @@ func (c *Comm) splitEngine(nb boot, color, key int) (*Comm, error) {
 		if color == comm.Undefined {
 			ncolor = noColor
 		}
-		err = c.inNCCL("Split", func() error {
+		err = c.inNCCL(callMark{what: "Split"}, func() error {
 			var err error
 			eng, err = c.eng.split(ncolor, key)
 			return err
@@ -411,7 +411,7 @@ func (c *Comm) Close() error {
 	var errs []error
 	if c.failure() == nil {
 		// The watchdog still runs, so a finalize stuck on a peer is aborted.
-		err := c.inNCCL("Close", c.eng.finalize)
+		err := c.inNCCL(callMark{what: "Close"}, c.eng.finalize)
 		// ErrUnsupported: an NCCL before 2.14, whose destroy flushes instead.
 		// After a failure the abort below reports instead.
 		if err != nil && !errors.Is(err, comm.ErrUnsupported) && c.failure() == nil {

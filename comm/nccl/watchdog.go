@@ -70,10 +70,20 @@ func (p *pendingOp) poll(now time.Time, timeout time.Duration) (bool, error) {
 	return false, nil
 }
 
-// callMark is an NCCL call in progress on the host.
+// callMark is an NCCL call in progress on the host: an operation (call),
+// whose description is formatted only if the watchdog reports it, or
+// another call named by what.
 type callMark struct {
 	what  string
+	call  *comm.Call
 	since time.Time
+}
+
+func (m *callMark) name() string {
+	if m.call != nil {
+		return m.call.Signature()
+	}
+	return m.what
 }
 
 // watchdog holds what the watchdog goroutine looks at: operations queued on
@@ -134,7 +144,7 @@ func (w *watchdog) check(now time.Time, asyncError func() error) error {
 		return fmt.Errorf("NCCL reported an asynchronous error: %w", err)
 	}
 	if m := w.inCall.Load(); m != nil && w.timeout > 0 && now.Sub(m.since) > w.timeout {
-		return fmt.Errorf("%s: the NCCL call has not returned after %v: %w", m.what, w.timeout, comm.ErrTimeout)
+		return fmt.Errorf("%s: the NCCL call has not returned after %v: %w", m.name(), w.timeout, comm.ErrTimeout)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -245,9 +255,14 @@ func (c *Comm) abort() {
 	})
 }
 
-// inNCCL runs fn, an NCCL call on the host, where the watchdog can see it.
-func (c *Comm) inNCCL(what string, fn func() error) error {
-	c.dog.inCall.Store(&callMark{what: what, since: c.dog.now()})
+// inNCCL runs fn, an NCCL call on the host, where the watchdog can see it
+// when there is a timeout to watch for.
+func (c *Comm) inNCCL(m callMark, fn func() error) error {
+	if c.dog.timeout <= 0 {
+		return fn()
+	}
+	m.since = c.dog.now()
+	c.dog.inCall.Store(&m)
 	defer c.dog.inCall.Store(nil)
 	return fn()
 }
