@@ -1,6 +1,7 @@
 package comm
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -82,9 +83,8 @@ type Verdict struct {
 	Usable bool
 	Reason string // why not, or what it will use
 	// Tentative marks a Usable verdict that only starting the backend can
-	// confirm (CUDA-awareness before MPI is up); auto takes such a backend
-	// only when no backend is usable for certain, because a failed open can
-	// end MPI for the rest of the process.
+	// confirm (CUDA-awareness before MPI is up); auto tries such a backend
+	// after every backend usable for certain.
 	Tentative bool
 }
 
@@ -168,11 +168,11 @@ func Open(name string, opts ...Option) (Communicator, error) {
 		opt(&o)
 	}
 	if name == "" || name == "auto" {
-		n, err := Auto()
+		names, err := candidates()
 		if err != nil {
 			return nil, err
 		}
-		name = n
+		return openFirst(o, names)
 	}
 	regMu.RLock()
 	d, ok := drivers[name]
@@ -183,28 +183,65 @@ func Open(name string, opts ...Option) (Communicator, error) {
 	return d.Open(o)
 }
 
-// Auto names the backend "auto" opens: the best backend usable for certain,
-// else the best tentatively usable one (see Verdict.Tentative).
+// Auto names the backend "auto" tries first: the best backend usable for
+// certain, else the best tentatively usable one (see Verdict.Tentative).
 func Auto() (string, error) {
-	var why []string
-	tentative := ""
+	names, err := candidates()
+	if err != nil {
+		return "", err
+	}
+	return names[0], nil
+}
+
+// candidates lists the usable backends in the order "auto" tries them: those
+// usable for certain, best first, then the tentative ones.
+func candidates() ([]string, error) {
+	var why, certain, tentative []string
 	for _, n := range Backends() {
 		regMu.RLock()
 		d := drivers[n]
 		regMu.RUnlock()
 		switch v := d.Probe(); {
 		case v.Usable && !v.Tentative:
-			return n, nil
-		case v.Usable && tentative == "":
-			tentative = n
-		case !v.Usable:
+			certain = append(certain, n)
+		case v.Usable:
+			tentative = append(tentative, n)
+		default:
 			why = append(why, n+": "+v.Reason)
 		}
 	}
-	if tentative != "" {
-		return tentative, nil
+	if all := append(certain, tentative...); len(all) > 0 {
+		return all, nil
 	}
-	return "", fmt.Errorf("comm: no usable backend (%s): %w", strings.Join(why, "; "), ErrUnsupported)
+	return nil, fmt.Errorf("comm: no usable backend (%s): %w", strings.Join(why, "; "), ErrUnsupported)
+}
+
+// openFirst opens the first of names (the candidates of "auto") that
+// accepts this job. A backend that
+// refuses it as a whole, in agreement across the ranks (ErrNotCUDAAware: MPI
+// cannot take device pointers; ErrDuplicateGPU: ranks share a GPU the
+// backend needs alone), hands over to the next, which the refusal's own
+// advice names; any other failure is returned as it is. A failed Open keeps
+// MPI up, so the next backend can still use it.
+func openFirst(o Options, names []string) (Communicator, error) {
+	var refused []string
+	for _, n := range names {
+		regMu.RLock()
+		d := drivers[n]
+		regMu.RUnlock()
+		c, err := d.Open(o)
+		if err == nil {
+			return c, nil
+		}
+		if !errors.Is(err, ErrNotCUDAAware) && !errors.Is(err, ErrDuplicateGPU) {
+			if refused != nil {
+				return nil, fmt.Errorf("%w (auto tried it after: %s)", err, strings.Join(refused, "; "))
+			}
+			return nil, err
+		}
+		refused = append(refused, err.Error())
+	}
+	return nil, fmt.Errorf("comm: every usable backend refused this job: %s: %w", strings.Join(refused, "; "), ErrUnsupported)
 }
 
 // parseBytes reads a whole byte count, optionally with a binary suffix K, M

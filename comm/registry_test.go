@@ -13,6 +13,15 @@ type fakeComm struct {
 	opts Options
 }
 
+// fakeOpenErr, when set, is what a fake backend's Open returns instead of
+// a communicator; fakeOpened lists the fakes whose Open ran.
+// fakeAutoOn makes the fake-auto-... backends usable, ahead of the others.
+var (
+	fakeOpenErr map[string]error
+	fakeOpened  []string
+	fakeAutoOn  bool
+)
+
 func registerFakes(t *testing.T) {
 	t.Helper()
 	for _, f := range []struct {
@@ -20,15 +29,25 @@ func registerFakes(t *testing.T) {
 		usable    bool
 		rank      int
 		tentative bool
-	}{{"fake-good", true, 1, false}, {"fake-best-unusable", false, 99, false}, {"fake-worse", true, -1, false}, {"fake-tentative", true, 50, true}} {
+	}{{"fake-good", true, 1, false}, {"fake-best-unusable", false, 99, false}, {"fake-worse", true, -1, false}, {"fake-tentative", true, 50, true},
+		{"fake-auto-a", false, 200, false}, {"fake-auto-b", false, 199, false}, {"fake-auto-tentative", false, 198, true}} {
 		if _, ok := drivers[f.name]; ok {
 			continue
 		}
 		f := f
 		Register(f.name, Driver{
-			Open:  func(o Options) (Communicator, error) { return &fakeComm{name: f.name, opts: o}, nil },
-			Probe: func() Verdict { return Verdict{Usable: f.usable, Tentative: f.tentative, Reason: f.name + " says so"} },
-			Rank:  f.rank,
+			Open: func(o Options) (Communicator, error) {
+				fakeOpened = append(fakeOpened, f.name)
+				if err := fakeOpenErr[f.name]; err != nil {
+					return nil, err
+				}
+				return &fakeComm{name: f.name, opts: o}, nil
+			},
+			Probe: func() Verdict {
+				usable := f.usable || (fakeAutoOn && strings.HasPrefix(f.name, "fake-auto-"))
+				return Verdict{Usable: usable, Tentative: f.tentative, Reason: f.name + " says so"}
+			},
+			Rank: f.rank,
 		})
 	}
 }
@@ -78,7 +97,7 @@ func TestUnknownBackendListsKnownOnes(t *testing.T) {
 		t.Fatalf("Probe = %+v, %v", v, err)
 	}
 	names := Backends()
-	if names[0] != "fake-best-unusable" || names[len(names)-1] != "fake-worse" {
+	if names[0] != "fake-auto-a" || names[len(names)-1] != "fake-worse" {
 		t.Fatalf("Backends() not ordered best first: %v", names)
 	}
 }
@@ -137,5 +156,60 @@ func TestChunkBytesFromTheEnvironmentTakesSuffixes(t *testing.T) {
 		if err != nil || o.ChunkBytes != want {
 			t.Errorf("GPUCOMM_CHUNK_BYTES=%q: %d, %v; want %d", v, o.ChunkBytes, err, want)
 		}
+	}
+}
+
+// A backend that refuses the job as a whole (not CUDA-aware, ranks sharing a
+// GPU) hands "auto" over to the next candidate, those usable for certain
+// first; any other failure ends the search with that error.
+func TestAutoFallsBackPastABackendThatRefusesTheJob(t *testing.T) {
+	registerFakes(t)
+	t.Setenv("GPUCOMM_BACKEND", "")
+	fakeAutoOn = true
+	defer func() { fakeOpenErr, fakeOpened, fakeAutoOn = nil, nil, false }()
+	notAware := Errorf("fake-auto-a", "Open", 0, ErrNotCUDAAware, "MPI here is not CUDA-aware; use another backend")
+	shared := Errorf("fake-auto-b", "Open", 0, ErrDuplicateGPU, "ranks 0 and 1 share GPU 0")
+	cases := []struct {
+		name   string
+		errs   map[string]error
+		opened string   // the backend auto ends on, "" for none
+		tried  []string // in order
+		want   error    // of a failure
+	}{
+		{"first refuses", map[string]error{"fake-auto-a": notAware}, "fake-auto-b", []string{"fake-auto-a", "fake-auto-b"}, nil},
+		{"both refuse: certain before tentative", map[string]error{"fake-auto-a": notAware, "fake-auto-b": shared}, "fake-good",
+			[]string{"fake-auto-a", "fake-auto-b", "fake-good"}, nil},
+		{"another failure ends it", map[string]error{"fake-auto-a": Errorf("fake-auto-a", "Open", 0, ErrInvalidArgument, "bad chunk")}, "",
+			[]string{"fake-auto-a"}, ErrInvalidArgument},
+		{"a failure after a refusal", map[string]error{"fake-auto-a": notAware, "fake-auto-b": Errorf("fake-auto-b", "Open", 0, ErrTimeout, "slow")}, "",
+			[]string{"fake-auto-a", "fake-auto-b"}, ErrTimeout},
+	}
+	for _, tc := range cases {
+		fakeOpenErr, fakeOpened = tc.errs, nil
+		c, err := Open("auto")
+		if strings.Join(fakeOpened, ",") != strings.Join(tc.tried, ",") {
+			t.Errorf("%s: auto tried %v, want %v", tc.name, fakeOpened, tc.tried)
+		}
+		if tc.opened != "" {
+			if f, ok := c.(*fakeComm); err != nil || !ok || f.name != tc.opened {
+				t.Errorf("%s: Open(auto) = %v, %v; want %s", tc.name, c, err, tc.opened)
+			}
+			continue
+		}
+		if c != nil || !errors.Is(err, tc.want) || errors.Is(err, ErrNotCUDAAware) {
+			t.Errorf("%s: Open(auto) = %v, %v; want an error wrapping %v (and not an earlier refusal)", tc.name, c, err, tc.want)
+			continue
+		}
+		for _, e := range tc.errs {
+			if !strings.Contains(err.Error(), e.Error()) {
+				t.Errorf("%s: %v does not say %q", tc.name, err, e)
+			}
+		}
+	}
+	// Every candidate refusing is ErrUnsupported, saying each refusal.
+	fakeOpenErr = map[string]error{"fake-auto-a": notAware, "fake-auto-b": shared}
+	c, err := openFirst(Options{}, []string{"fake-auto-a", "fake-auto-b"})
+	if c != nil || !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), notAware.Error()) || !strings.Contains(err.Error(), shared.Error()) {
+		t.Errorf("every candidate refusing: %v, %v; want ErrUnsupported naming both refusals", c, err)
 	}
 }

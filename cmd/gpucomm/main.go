@@ -25,6 +25,9 @@ import (
 	"os/signal"
 	"sort"
 	"text/tabwriter"
+
+	"github.com/gpucomm/gpucomm/comm"
+	gpumpi "github.com/gpucomm/gpucomm/comm/mpi"
 )
 
 // Exit statuses, the same for every subcommand.
@@ -58,7 +61,14 @@ func register(c *command) {
 }
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	code := run(os.Args[1:], os.Stdout, os.Stderr)
+	// A failed Open leaves MPI up for another backend; end it before exit,
+	// so that mpirun does not report a process that skipped MPI_Finalize.
+	if err := gpumpi.Finalize(); err != nil && !errors.Is(err, comm.ErrNotBuilt) {
+		fmt.Fprintf(os.Stderr, "gpucomm: %v\n", err)
+		code = max(code, exitFail)
+	}
+	os.Exit(code)
 }
 
 // run is the whole program, minus os.Exit, so tests can call it.

@@ -5,10 +5,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
 	_ "github.com/gpucomm/gpucomm/comm/all" // the backends to rank against
 	"github.com/gpucomm/gpucomm/comm/cudaaware"
+	gpumpi "github.com/gpucomm/gpucomm/comm/mpi"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 	"github.com/gpucomm/gpucomm/internal/mpicomm/mpitest"
@@ -70,6 +72,61 @@ func TestOpenWithoutMPIIsNotBuilt(t *testing.T) {
 }
 
 func TestUnderLauncher(t *testing.T) { mpitest.UnderLauncher(t, name, 4, "rank 2 never sent") }
+
+// A program that never calls Init: the refused Open leaves MPI up, so the
+// host-staged backend its refusal names opens after it, and MPI ends with
+// that communicator.
+func TestUnderLauncherStagedOpensAfterTheRefusal(t *testing.T) {
+	mpitest.ExpectPass(t, 2, mpitest.RunRanks(t, 2, "^TestRankStagedAfterRefusal$", time.Minute,
+		mpitest.ScenarioEnv+"=fallback", mpitest.NoInitEnv+"=1"))
+}
+
+func TestRankStagedAfterRefusal(t *testing.T) {
+	mpitest.RankOnly(t)
+	if mpitest.Scenario() != "fallback" {
+		t.Skip("needs MPI down at its start: run by TestUnderLauncherStagedOpensAfterTheRefusal")
+	}
+	t.Setenv(cudaaware.AwareEnv, "0")
+	if c, err := comm.Open(name); c != nil || !errors.Is(err, comm.ErrNotCUDAAware) {
+		t.Fatalf("Open with %s=0: %v, %v; want ErrNotCUDAAware", cudaaware.AwareEnv, c, err)
+	}
+	c, err := comm.Open(gpumpi.Name)
+	if err != nil {
+		t.Fatalf("Open(%q) after the refusal: %v", gpumpi.Name, err)
+	}
+	x, err := devmem.AllocSlice[int64](c.Device(), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]int64, x.Len())
+	in := make([]int64, x.Len())
+	for i := range in {
+		in[i] = int64(i*7 + c.Rank())
+		want[i] = int64(c.Size()*i*7 + c.Size()*(c.Size()-1)/2)
+	}
+	if err := x.CopyFrom(in, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := comm.AllReduce(c, x, x, comm.Sum, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := x.ToHost(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("element %d: %d, want %d", i, got[i], want[i])
+		}
+	}
+	if err := errors.Join(x.Free(), c.Close()); err != nil {
+		t.Fatal(err)
+	}
+	// The last communicator closed: MPI has ended, for good.
+	if c, err := comm.Open(gpumpi.Name); c != nil || !errors.Is(err, comm.ErrClosed) {
+		t.Fatalf("Open after MPI ended: %v, %v; want ErrClosed", c, err)
+	}
+}
 
 func TestRankConformance(t *testing.T)           { mpitest.Conformance(t, name) }
 func TestRankSmallChunks(t *testing.T)           { mpitest.SmallChunks(t, name) }

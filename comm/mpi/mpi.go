@@ -31,3 +31,18 @@ func Probe() comm.Verdict {
 	}
 	return comm.Verdict{Usable: true, Reason: mpicomm.Library() + "; host-staged through pinned memory, on any device"}
 }
+
+// Init initialises MPI now, if gpucomm has not yet, and keeps it up until
+// Finalize, whatever communicators open and close meanwhile: the
+// MPI_Init/MPI_Finalize pair of a C program. Without it MPI comes up with
+// the first communicator (of the mpi, cudaaware or nccl backend) and ends
+// when the last one closes; MPI can be initialised once per process.
+func Init() error { return mpi.Init() }
+
+// Finalize ends what Init began: MPI_Finalize runs once no communicator
+// holds MPI. It also ends MPI left up by an Open that failed (which keeps
+// MPI up so that the program can open another backend instead): a program
+// that may exit after a failed Open calls it first, or Open MPI's mpirun
+// reports that the process exited without MPI_Finalize. It does nothing
+// when gpucomm did not initialise MPI.
+func Finalize() error { return mpi.Finalize() }

@@ -165,7 +165,7 @@ func open(o comm.Options, world func() (boot, error), lib library) (*Comm, error
 	}
 	c, err := openOn(o, b, lib)
 	if err != nil {
-		b.free() // the error already says what went wrong; MPI stays usable
+		b.free(true) // the error already says what went wrong; MPI stays usable
 		return nil, err
 	}
 	return c, nil

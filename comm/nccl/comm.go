@@ -321,7 +321,7 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	sub, err := c.splitEngine(nb, color, key)
 	if err != nil {
 		if nb != nil {
-			err = errors.Join(err, nb.free())
+			err = errors.Join(err, nb.free(true))
 		}
 		return nil, err
 	}
@@ -436,7 +436,7 @@ func (c *Comm) Close() error {
 	if c.failure() != nil {
 		ownErr = nil // the aborted work's own errors; the failure was reported
 	}
-	errs = append(errs, c.barrierBuf.Free(), ownErr, c.events.destroy(), c.boot.free())
+	errs = append(errs, c.barrierBuf.Free(), ownErr, c.events.destroy(), c.boot.free(false))
 	if err := errors.Join(errs...); err != nil {
 		return comm.Errorf(Name, "Close", c.rank, nil, "%w", err)
 	}

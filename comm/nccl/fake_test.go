@@ -109,7 +109,7 @@ func (b *fakeBoot) split(color, key int) (boot, error) {
 
 func (b *fakeBoot) localRankSize() (int, int, error) { return b.c.Rank(), b.c.Size(), nil }
 
-func (b *fakeBoot) free() error { return b.c.Close() }
+func (b *fakeBoot) free(bool) error { return b.c.Close() }
 
 // ---- NCCL: engines that meet in this process ----
 

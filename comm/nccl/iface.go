@@ -24,8 +24,9 @@ type boot interface {
 	split(color, key int) (boot, error)
 	// localRankSize places this rank among the ranks of its node.
 	localRankSize() (rank, size int, err error)
-	// free releases the communicator (and its hold on MPI).
-	free() error
+	// free releases the communicator (and its hold on MPI); after a failed
+	// Open or Split, MPI stays up for another communicator.
+	free(failed bool) error
 }
 
 // library makes engines: NCCL in production.

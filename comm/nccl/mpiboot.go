@@ -18,7 +18,7 @@ func openWorld() (boot, error) {
 	}
 	c, err := mpi.World().Dup()
 	if err != nil {
-		return nil, errors.Join(err, mpi.Release())
+		return nil, errors.Join(err, mpi.ReleaseKeepingUp())
 	}
 	return &mpiBoot{c: c}, nil
 }
@@ -50,4 +50,9 @@ func (b *mpiBoot) localRankSize() (int, int, error) {
 	return r, s, sh.Free()
 }
 
-func (b *mpiBoot) free() error { return errors.Join(b.c.Free(), mpi.Release()) }
+func (b *mpiBoot) free(failed bool) error {
+	if failed { // MPI stays up for another Open: it cannot be initialised twice
+		return errors.Join(b.c.Free(), mpi.ReleaseKeepingUp())
+	}
+	return errors.Join(b.c.Free(), mpi.Release())
+}

@@ -28,6 +28,7 @@ const (
 	npEnv      = "GPUCOMM_MPI_TEST_NP"      // how many ranks runRanks asked for
 	abortEnv   = "GPUCOMM_MPI_TEST_ABORT"   // makes TestRankAbortEndsTheJob run
 	foreignEnv = "GPUCOMM_MPI_TEST_FOREIGN" // MPI is initialised before Init, as by another library
+	lingerEnv  = "GPUCOMM_MPI_TEST_LINGER"  // the ranks end as after a failed Open: ReleaseKeepingUp, then Finalize
 )
 
 func underLauncher() bool {
@@ -64,6 +65,9 @@ func TestMain(m *testing.M) {
 	if foreign {
 		check = checkForeignMPIStaysUp
 	}
+	if os.Getenv(lingerEnv) != "" {
+		check = checkLingeringMPIEndsWithFinalize
+	}
 	if err := check(); err != nil {
 		fmt.Fprintf(os.Stderr, "rank %d: %v\n", rank, err)
 		code = 1
@@ -71,6 +75,47 @@ func TestMain(m *testing.M) {
 		fmt.Printf("rank %d/%d: finalize checks passed\n", rank, size)
 	}
 	os.Exit(code)
+}
+
+// checkLingeringMPIEndsWithFinalize ends a rank as a program whose only
+// Open failed: MPI stays up after ReleaseKeepingUp, usable and open to
+// another Acquire, and Finalize (without a program reference) ends it once.
+func checkLingeringMPIEndsWithFinalize() error {
+	if err := Acquire(); err != nil {
+		return fmt.Errorf("Acquire: %v", err)
+	}
+	if err := Finalize(); err != nil { // the program's reference goes first
+		return fmt.Errorf("Finalize with an Acquire outstanding: %v", err)
+	}
+	if err := ReleaseKeepingUp(); err != nil {
+		return fmt.Errorf("ReleaseKeepingUp: %v", err)
+	}
+	if !Initialized() || finalizeCalls != 0 {
+		return fmt.Errorf("MPI went down with the last reference released keeping it up (finalize calls %d)", finalizeCalls)
+	}
+	if err := Acquire(); err != nil { // another Open
+		return fmt.Errorf("Acquire after ReleaseKeepingUp: %v", err)
+	}
+	if err := World().Barrier(); err != nil {
+		return fmt.Errorf("Barrier after ReleaseKeepingUp: %v", err)
+	}
+	if err := ReleaseKeepingUp(); err != nil {
+		return fmt.Errorf("second ReleaseKeepingUp: %v", err)
+	}
+	if err := ReleaseKeepingUp(); !errors.Is(err, errs.ErrInvalidArgument) {
+		return fmt.Errorf("ReleaseKeepingUp without Acquire: got %v, want ErrInvalidArgument", err)
+	}
+	if err := Finalize(); err != nil {
+		return fmt.Errorf("Finalize of MPI left up: %v", err)
+	}
+	if Initialized() || finalizeCalls != 1 || !libraryFinalized() {
+		return fmt.Errorf("after Finalize: Initialized %v, finalize calls %d, MPI_Finalized %v",
+			Initialized(), finalizeCalls, libraryFinalized())
+	}
+	if err := Finalize(); err != nil || finalizeCalls != 1 {
+		return fmt.Errorf("second Finalize: %v, finalize calls %d", err, finalizeCalls)
+	}
+	return nil
 }
 
 // checkFinalizeOnce runs at the end of every rank: MPI_Finalize must wait
@@ -94,6 +139,14 @@ func checkFinalizeOnce() error {
 	}
 	if err := World().Barrier(); err != nil {
 		return fmt.Errorf("Barrier after Finalize with an Acquire outstanding: %v", err)
+	}
+	// An Open that fails releases keeping MPI up; a later last Release
+	// still ends it.
+	if err := Acquire(); err != nil {
+		return fmt.Errorf("Acquire for a failing Open: %v", err)
+	}
+	if err := ReleaseKeepingUp(); err != nil || !Initialized() || finalizeCalls != 0 {
+		return fmt.Errorf("ReleaseKeepingUp: %v; Initialized %v, finalize calls %d", err, Initialized(), finalizeCalls)
 	}
 	if err := Release(); err != nil {
 		return fmt.Errorf("last Release: %v", err)
@@ -299,6 +352,14 @@ func TestUnderLauncherSerializedThreadLevel(t *testing.T) {
 func TestUnderLauncherForeignInitIsNeverFinalized(t *testing.T) {
 	const np = 2
 	out, err := runRanks(t, np, "^TestRank(Library|Values)$", foreignEnv+"=1")
+	expectRanksPass(t, np, out, err)
+}
+
+// A program whose Open failed leaves MPI up for another Open, and Finalize
+// ends it.
+func TestUnderLauncherFinalizeEndsMPILeftUpByAFailedOpen(t *testing.T) {
+	const np = 2
+	out, err := runRanks(t, np, "^TestRankValues$", lingerEnv+"=1")
 	expectRanksPass(t, np, out, err)
 }
 

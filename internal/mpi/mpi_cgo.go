@@ -117,13 +117,11 @@ func Init() error {
 
 // Finalize drops the reference Init took. MPI_Finalize runs when no
 // reference is left (Init's and every Acquire's), exactly once, and only if
-// this package initialised MPI. Finalize without Init does nothing.
+// this package initialised MPI. Without Init, Finalize ends MPI left up by
+// ReleaseKeepingUp when nothing holds it, and otherwise does nothing.
 func Finalize() error {
 	lifeMu.Lock()
 	defer lifeMu.Unlock()
-	if !programRef {
-		return nil
-	}
 	programRef = false
 	return shutDownLocked()
 }
@@ -151,6 +149,21 @@ func Release() error {
 	}
 	acquired--
 	return shutDownLocked()
+}
+
+// ReleaseKeepingUp drops a reference taken by Acquire, like Release, but
+// leaves MPI up even when it was the last: for a communicator whose Open
+// failed, so that the program can still open another (MPI cannot be
+// initialised twice in a process). MPI then ends with the last Release of a
+// later Acquire, or with Finalize.
+func ReleaseKeepingUp() error {
+	lifeMu.Lock()
+	defer lifeMu.Unlock()
+	if acquired == 0 {
+		return fmt.Errorf("mpi: Release without a matching Acquire: %w", errs.ErrInvalidArgument)
+	}
+	acquired--
+	return nil
 }
 
 // Initialized reports whether MPI is up and usable by this package.

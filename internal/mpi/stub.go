@@ -38,6 +38,9 @@ func Acquire() error { return errNotBuilt }
 // Release fails: MPI is not built in.
 func Release() error { return errNotBuilt }
 
+// ReleaseKeepingUp fails: MPI is not built in.
+func ReleaseKeepingUp() error { return errNotBuilt }
+
 // Initialized is false: MPI is not built in.
 func Initialized() bool { return false }
 

@@ -111,7 +111,7 @@ func (c *Comm) ThreadMultiple() bool { return c.multiple }
 
 // Open makes this process's communicator over every rank of the job. Every
 // rank calls it. It holds a reference to MPI (internal/mpi Acquire) until
-// Close.
+// Close; when it fails, MPI stays up for another Open.
 func Open(cfg Config) (*Comm, error) {
 	o := cfg.Options
 	if err := checkOptions(o); err != nil {
@@ -122,7 +122,7 @@ func Open(cfg Config) (*Comm, error) {
 	}
 	base, err := mpi.World().Dup()
 	if err != nil {
-		return nil, comm.Wrap(cfg.Backend, "Open", mpi.World().Rank(), errors.Join(err, mpi.Release()))
+		return nil, comm.Wrap(cfg.Backend, "Open", mpi.World().Rank(), errors.Join(err, mpi.ReleaseKeepingUp()))
 	}
 	c, err := build(cfg, base, nil, "Open")
 	if err != nil {
@@ -130,7 +130,7 @@ func Open(cfg Config) (*Comm, error) {
 	}
 	if cfg.Mode == Direct {
 		if err := c.admitDeviceMemory(); err != nil {
-			return nil, errors.Join(err, c.teardown())
+			return nil, errors.Join(err, c.teardown(true))
 		}
 	}
 	return c, nil
@@ -160,7 +160,7 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	c.multiple = mpi.ThreadLevel() == mpi.ThreadMultiple
 	defer func() {
 		if err != nil {
-			err = comm.Wrap(c.backend, opName, c.rank, errors.Join(err, c.teardown()))
+			err = comm.Wrap(c.backend, opName, c.rank, errors.Join(err, c.teardown(true)))
 			c = nil
 		}
 	}()
@@ -266,8 +266,10 @@ func (c *Comm) setUpLocal(o comm.Options, parent *Comm) error {
 }
 
 // teardown releases whatever build and the operations made, in any state
-// of completion, and MPI's reference.
-func (c *Comm) teardown() error {
+// of completion, and MPI's reference. After a failed Open or Split
+// (failed), MPI stays up even if this was its last user: the program may
+// open another communicator, and MPI cannot be initialised twice.
+func (c *Comm) teardown(failed bool) error {
 	var errs []error
 	if c.ann != nil {
 		errs = append(errs, c.ann.stop())
@@ -288,7 +290,11 @@ func (c *Comm) teardown() error {
 			errs = append(errs, m.Free())
 		}
 	}
-	errs = append(errs, mpi.Release())
+	if failed {
+		errs = append(errs, mpi.ReleaseKeepingUp())
+	} else {
+		errs = append(errs, mpi.Release())
+	}
 	return errors.Join(errs...)
 }
 
@@ -322,7 +328,7 @@ func (c *Comm) Close() error {
 			c.backend, c.rank, broken)
 		mpi.World().Abort(1)
 	}
-	if err := c.teardown(); err != nil {
+	if err := c.teardown(false); err != nil {
 		return comm.Wrap(c.backend, "Close", c.rank, err)
 	}
 	return nil

@@ -26,6 +26,10 @@ const (
 	ChildEnv    = "GPUCOMM_MPICOMM_TEST_CHILD"    // marks a rank of a launched test job
 	NPEnv       = "GPUCOMM_MPICOMM_TEST_NP"       // how many ranks were asked for
 	ScenarioEnv = "GPUCOMM_MPICOMM_TEST_SCENARIO" // selects a test that ends the job on purpose
+	// NoInitEnv makes Main leave MPI to the communicators, as a program
+	// that never calls Init: MPI comes up with the first one and ends with
+	// the last, so such a job runs one test.
+	NoInitEnv = "GPUCOMM_MPICOMM_TEST_NO_INIT"
 )
 
 // passedMarker is what a rank prints after its tests passed and MPI
@@ -44,6 +48,17 @@ func Scenario() string { return os.Getenv(ScenarioEnv) }
 func Main(m *testing.M) {
 	if !InRanks() {
 		os.Exit(m.Run())
+	}
+	if os.Getenv(NoInitEnv) != "" {
+		code := m.Run()
+		if err := mpi.Finalize(); err != nil { // MPI left up by a failed Open, if any
+			fmt.Fprintf(os.Stderr, "rank ?: mpi.Finalize: %v\n", err)
+			code = 1
+		}
+		if code == 0 {
+			fmt.Printf("rank ?: %s\n", passedMarker)
+		}
+		os.Exit(code)
 	}
 	if err := mpi.Init(); err != nil {
 		fmt.Fprintf(os.Stderr, "rank ?: mpi.Init: %v\n", err)
