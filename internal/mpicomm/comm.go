@@ -75,6 +75,7 @@ type Comm struct {
 	// ops do, on vectors): such sums then run widened to int32 on the host.
 	widenBytes bool
 
+	trace    *tracer        // TraceEnv; nil traces nothing
 	d2h, h2d *devmem.Stream // the backend's own copy streams
 	pool     *pool
 	ctlBuf   devmem.Buffer // pinned: announcement cells and the debug digest
@@ -241,8 +242,13 @@ func b2i(b bool) int64 {
 // streams, the staging pool and the pinned control cells.
 func (c *Comm) setUpLocal(o comm.Options, parent *Comm) error {
 	if parent != nil {
-		c.dev = parent.dev
+		c.dev, c.trace = parent.dev, parent.trace
 	} else {
+		t, err := newTracer(os.Getenv(TraceEnv))
+		if err != nil {
+			return err
+		}
+		c.trace = t
 		dev, err := devmem.Open(o.Device, c.localRank)
 		if err != nil {
 			return err

@@ -377,3 +377,64 @@ func TestAwareOverrideReadsTheEnvironment(t *testing.T) {
 		t.Errorf("a malformed %s: %v, want ErrInvalidArgument", AwareEnv, err)
 	}
 }
+
+// GPUCOMM_TRACE_PIPELINE=SKIP,COUNT traces COUNT transfers of two chunks or
+// more after SKIP, a line a chunk, each stage's times in order; a malformed
+// value is an error.
+func TestTraceWritesTheChosenTransfersTimelines(t *testing.T) {
+	for _, bad := range []string{"3", "a,1", "1,0", "-1,2", "1,2,3"} {
+		if tr, err := newTracer(bad); tr != nil || !errors.Is(err, comm.ErrInvalidArgument) {
+			t.Errorf("%s=%q: %v, %v; want ErrInvalidArgument", TraceEnv, bad, tr, err)
+		}
+	}
+	if tr, err := newTracer(""); tr != nil || err != nil {
+		t.Errorf("unset: %v, %v; want no tracer", tr, err)
+	}
+	tr, err := newTracer("1, 2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	tr.w = &out
+	const chunk = 1000
+	c := bare(t, chunk)
+	c.trace = tr
+	n := 7*chunk + 5 // chunks of 1000, 2000, 4000 and 5 bytes
+	buf, err := c.dev.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 { // the one-chunk transfer is never counted
+		size := n
+		if i == 2 {
+			size = chunk
+		}
+		p := pipeline{bytes: size, chunk: chunk, maxChunk: 8 * chunk, in: copyIn(buf), out: copyOut(buf, 0),
+			mpi: func(*slot, int, int) ([]*mpi.Request, error) { return nil, nil }}
+		if err := c.run(&op{call: comm.Call{Operation: comm.OpSend, Count: size, DType: comm.Uint8}}, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := buf.Free(); err != nil {
+		t.Fatal(err)
+	}
+	c.closeBare(t)
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 2*5 || strings.Count(out.String(), ", 4 chunks, ") != 2 {
+		t.Fatalf("want two transfers of 4 chunks traced (the 2nd and 3rd of those with several chunks); got:\n%s", out.String())
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, "chunk ") {
+			continue
+		}
+		var j, bytes, at int
+		var in0, in1, m0, m1, o0, o1 float64
+		if _, err := fmt.Sscanf(l, "trace rank 0:   chunk %d (%d bytes at %d): in %f–%f, mpi %f–%f, out %f–%f",
+			&j, &bytes, &at, &in0, &in1, &m0, &m1, &o0, &o1); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		if !(0 < in0 && in0 <= in1 && in1 <= m0 && m0 <= m1 && m1 <= o0 && o0 <= o1) {
+			t.Errorf("chunk %d's stages out of order: %q", j, l)
+		}
+	}
+}

@@ -170,6 +170,7 @@ func (c *Comm) run(o *op, p pipeline) (err error) {
 	}
 	reqs := make([][]*mpi.Request, nSlots)
 	span := func(j int) (off, n int) { return spans[j][0], spans[j][1] }
+	tr := c.trace.begin(k)
 	if k == 1 {
 		defer func() { c.settle(o, slots, reqs, p.receives, err) }()
 		return c.runOne(o, p, slots[0], &reqs[0])
@@ -204,9 +205,15 @@ func (c *Comm) run(o *op, p pipeline) (err error) {
 			}
 			s := slots[j%nSlots]
 			off, n := span(j)
+			if tr != nil && p.in != nil {
+				tr.rows[j].inStart = tr.at()
+			}
 			if err := copyAndWait(p.in, s, off, n, c.d2h, s.in); err != nil {
 				fail(err)
 				return
+			}
+			if tr != nil && p.in != nil {
+				tr.rows[j].inEnd = tr.at()
 			}
 			if p.mpi != nil {
 				r, err := p.mpi(s, off, n)
@@ -214,6 +221,9 @@ func (c *Comm) run(o *op, p pipeline) (err error) {
 				if err != nil {
 					fail(err)
 					return
+				}
+				if tr != nil {
+					tr.rows[j].posted = tr.at()
 				}
 			}
 			posted <- j
@@ -238,9 +248,15 @@ func (c *Comm) run(o *op, p pipeline) (err error) {
 					return
 				}
 			}
+			if tr != nil && p.out != nil {
+				tr.rows[j].outStart = tr.at()
+			}
 			if err := copyAndWait(p.out, s, off, n, c.h2d, s.out); err != nil {
 				fail(err)
 				return
+			}
+			if tr != nil && p.out != nil {
+				tr.rows[j].outEnd = tr.at()
 			}
 			free <- struct{}{}
 		}
@@ -257,6 +273,9 @@ waits:
 			fail(err)
 			break
 		}
+		if tr != nil && p.mpi != nil {
+			tr.rows[j].mpiDone = tr.at()
+		}
 		if p.check != nil {
 			off, n := span(j)
 			if err := p.check(off, n, reqs[j%nSlots]); err != nil {
@@ -271,6 +290,9 @@ waits:
 	err = stageErr
 	stageMu.Unlock()
 	c.settle(o, slots, reqs, p.receives, err)
+	if err == nil {
+		tr.print(c.trace, c.rank, o.call.Signature(), spans)
+	}
 	return err
 }
 

@@ -73,6 +73,11 @@ bench() { # host-staged MPI, the kernels and the solver: issues 4 and 7
   for ch in 256K 512K 2M; do
     step pingpong-chunk-$ch 45 mpirun $NB -x GPUCOMM_CHUNK_BYTES=$ch -np 2 $B/pingpong -rounds 3 -sizes 4M,8M,16M,32M -budget 128M
   done
+  # Where a staged transfer spends its time: timelines of two 4 MiB and two
+  # 16 MiB messages each way, after the warm-up.
+  for n in 4M 16M; do
+    step trace-$n 40 mpirun $NB -x GPUCOMM_TRACE_PIPELINE=30,4 -np 2 $B/pingpong -rounds 1 -sizes $n -budget 256M
+  done
   step bench-mpi 60 mpirun $NB -np 2 $B/gpucomm bench -backend mpi -op allreduce,pingpong,bw -b 8 -e 64M -f 8 -noprogress
   for np in 2 4; do
     for ov in true false; do
