@@ -225,6 +225,7 @@ func candidates() ([]string, error) {
 // MPI up, so the next backend can still use it.
 func openFirst(o Options, names []string) (Communicator, error) {
 	var refused []string
+	var refusals []error
 	for _, n := range names {
 		regMu.RLock()
 		d := drivers[n]
@@ -240,8 +241,9 @@ func openFirst(o Options, names []string) (Communicator, error) {
 			return nil, err
 		}
 		refused = append(refused, err.Error())
+		refusals = append(refusals, err)
 	}
-	return nil, fmt.Errorf("comm: every usable backend refused this job: %s: %w", strings.Join(refused, "; "), ErrUnsupported)
+	return nil, fmt.Errorf("comm: every usable backend refused this job (%w): %w", ErrUnsupported, errors.Join(refusals...))
 }
 
 // parseBytes reads a whole byte count, optionally with a binary suffix K, M

@@ -44,8 +44,10 @@ func (s *Stream) check(dev *Device) error {
 func (s *Stream) Check(dev *Device) error { return s.check(dev) }
 
 // HostFunc runs fn on the host once all earlier work on s is done; later work
-// on s waits for it. HostFunc returns at once: fn runs on the stream's own
-// goroutine, and fn's error is returned by the next Synchronize of s. On the
+// on s waits for it. HostFunc returns at once: fn runs on a goroutine of the
+// stream's (or, on the cuda driver, on the goroutine of a Synchronize of s
+// that finds it not started yet), and fn's error is returned by the next
+// Synchronize of s. On the
 // cuda driver, work queued on s while fn waits or runs is handed to CUDA
 // when fn returns (the GPU never waits for the host), and events recorded
 // on s count as not reached until then. fn must not wait for s itself. With

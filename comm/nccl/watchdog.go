@@ -255,12 +255,11 @@ func (c *Comm) abort() {
 	})
 }
 
-// inNCCL runs fn, an NCCL call on the host, where the watchdog can see it
-// when there is a timeout to watch for.
+// inNCCL runs fn, an NCCL call on the host, where the watchdog can see it:
+// to time it out, and, with or without a timeout, to abort a call that
+// hangs after NCCL reported an error (a peer died) while its caller holds
+// the communicator's lock.
 func (c *Comm) inNCCL(m callMark, fn func() error) error {
-	if c.dog.timeout <= 0 {
-		return fn()
-	}
 	m.since = c.dog.now()
 	c.dog.inCall.Store(&m)
 	defer c.dog.inCall.Store(nil)

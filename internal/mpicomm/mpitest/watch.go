@@ -45,6 +45,11 @@ func watchLauncher(cmd *exec.Cmd) (orphaned bool, err error) {
 		if allEnded.IsZero() {
 			allEnded = time.Now()
 		} else if time.Since(allEnded) > orphanGrace {
+			select {
+			case err := <-done: // it ended after all
+				return false, err
+			default:
+			}
 			cmd.Process.Kill()
 			return true, <-done
 		}
