@@ -347,6 +347,34 @@ func TestAsyncErrorAbortsAndFreesTheWaitingCall(t *testing.T) {
 	})
 }
 
+// Without a timeout too, an NCCL call that hangs on the host (connecting to
+// a peer that died) is aborted once NCCL reports the error, and returns.
+func TestAsyncErrorAbortsAStuckNCCLCallWithoutATimeout(t *testing.T) {
+	libs := func(r int) *fakeLib {
+		if r == 0 {
+			return &fakeLib{hangOps: true, asyncAfter: 1}
+		}
+		return nil
+	}
+	alone(t, comm.Options{}, libs, func(c *Comm, net *fakeNet) {
+		buf, _ := c.Device().Alloc(16)
+		defer buf.Free()
+		s, _ := c.Device().NewStream()
+		defer s.Destroy()
+		done := make(chan error, 1)
+		go func() { done <- c.AllGather(buf, buf, 4, comm.Uint8, s) }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), "a peer went away") {
+				t.Fatalf("AllGather stuck in NCCL: %v; want the asynchronous error", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("AllGather stuck in NCCL was never aborted")
+		}
+		afterFailure(t, c, net, c.failure(), "a peer went away")
+	})
+}
+
 // Close on a healthy communicator finalizes and destroys it; the closed
 // communicator refuses everything, Close included.
 func TestClose(t *testing.T) {
