@@ -66,7 +66,10 @@ type Communicator interface {
 	// ordered by key then by rank; a rank giving Undefined gets nil. Every
 	// rank calls it; it is not stream-ordered.
 	Split(color, key int) (Communicator, error)
-	// Close releases the communicator; later calls return ErrClosed.
+	// Close releases the communicator; later calls return ErrClosed. Every
+	// rank closes its communicators, as it opened them, in the same order
+	// (as MPI_Comm_free and ncclCommDestroy ask); with a timeout, the MPI
+	// backends' Close is a barrier.
 	Close() error
 }
 

@@ -309,10 +309,10 @@ func (c *Comm) teardown(failed bool) error {
 // that failed half way, leaving MPI requests pending), it writes why to
 // standard error and calls MPI_Abort, which ends every process of the job:
 // the ranks are out of step, and MPI_Finalize could wait for them forever.
-// With a timeout, the ranks also meet before they release anything, within
-// twice the timeout: a rank that closes while another is still stuck ends the job
-// the same way, instead of waiting in MPI_Finalize (where Open MPI 4.1's
-// mpirun can hang on its own when the job is then aborted).
+// With a timeout, Close is also a barrier: the ranks meet before they
+// release anything, so that a rank that closes while another is stuck waits
+// there, not in MPI_Finalize (where Open MPI 4.1.4's mpirun can deadlock on
+// its own when the stuck rank then ends the job).
 func (c *Comm) Close() error {
 	c.mu.Lock()
 	if c.closed {
@@ -340,27 +340,37 @@ func (c *Comm) Close() error {
 	return nil
 }
 
-// closeTogether is the barrier of Close under a timeout: nil once every
-// rank has reached it, else why this rank gave up (the other ranks never
-// arrived within the timeout, or MPI failed).
+// closeTogether is the barrier of Close under a timeout: it returns once
+// every rank has reached it, or with why MPI failed. It never gives up by
+// itself: ranks stuck in an operation end the job when their own timeout
+// passes, and a healthy rank that is merely late to Close arrives. Past
+// twice the timeout it says once on standard error whom it waits for, so
+// that ranks closing communicators in different orders (which MPI forbids)
+// do not wait in silence. It polls, so that below MPI_THREAD_MULTIPLE the
+// other communicators of the process keep running meanwhile.
 func (c *Comm) closeTogether() error {
 	r, err := c.ctl.Ibarrier()
 	if err != nil {
 		return fmt.Errorf("the barrier of Close: %w", err)
 	}
-	// Twice the timeout: a rank stuck in an operation begun before this
-	// Close reports its own timeout first, which names who is missing.
-	// Without a timeout here (another rank has one, and keeps the bound)
-	// this waits for as long as it takes.
-	bound := 2 * c.timeout
-	err = mpi.WaitTimeout([]*mpi.Request{r}, bound)
-	switch {
-	case errors.Is(err, comm.ErrTimeout):
-		return fmt.Errorf("Close: the other ranks did not all close within %v: %w", bound, err)
-	case err != nil:
-		return fmt.Errorf("the barrier of Close: %w", err)
+	reqs := []*mpi.Request{r}
+	warn := 2 * c.timeout
+	if warn == 0 { // this rank has no timeout; another rank has one
+		warn = time.Minute
 	}
-	return nil
+	for said := false; ; said = true {
+		err := mpi.WaitTimeout(reqs, warn)
+		if !errors.Is(err, comm.ErrTimeout) {
+			if err != nil {
+				return fmt.Errorf("the barrier of Close: %w", err)
+			}
+			return nil
+		}
+		if !said {
+			fmt.Fprintf(os.Stderr, "gpucomm %s rank %d: Close has waited %v for the other ranks to close this communicator too (every rank closes its communicators in the same order)\n",
+				c.backend, c.rank, warn)
+		}
+	}
 }
 
 // Split makes a communicator of the ranks giving the same color: MPI_Comm_split
