@@ -144,11 +144,19 @@ func Acquire() error {
 func Release() error {
 	lifeMu.Lock()
 	defer lifeMu.Unlock()
+	if err := dropLocked(); err != nil {
+		return err
+	}
+	return shutDownLocked()
+}
+
+// dropLocked drops one Acquire reference.
+func dropLocked() error {
 	if acquired == 0 {
 		return fmt.Errorf("mpi: Release without a matching Acquire: %w", errs.ErrInvalidArgument)
 	}
 	acquired--
-	return shutDownLocked()
+	return nil
 }
 
 // ReleaseKeepingUp drops a reference taken by Acquire, like Release, but
@@ -159,11 +167,7 @@ func Release() error {
 func ReleaseKeepingUp() error {
 	lifeMu.Lock()
 	defer lifeMu.Unlock()
-	if acquired == 0 {
-		return fmt.Errorf("mpi: Release without a matching Acquire: %w", errs.ErrInvalidArgument)
-	}
-	acquired--
-	return nil
+	return dropLocked()
 }
 
 // Initialized reports whether MPI is up and usable by this package.

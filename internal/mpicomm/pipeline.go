@@ -290,7 +290,7 @@ waits:
 	err = stageErr
 	stageMu.Unlock()
 	c.settle(o, slots, reqs, p.receives, err)
-	if err == nil {
+	if err == nil && tr != nil {
 		tr.print(c.trace, c.rank, o.call.Signature(), spans)
 	}
 	return err
