@@ -101,3 +101,24 @@ func SendTo(peer int, buf devmem.Buffer, count int, dt DType) P2P {
 func RecvFrom(peer int, buf devmem.Buffer, count int, dt DType) P2P {
 	return P2P{Kind: RecvKind, Buf: buf, Count: count, DType: dt, Peer: peer}
 }
+
+// SendCall, RecvCall and GroupCall are the Call (for Validate and errors)
+// and the transfer list of a Send, a Recv and a GroupP2P, for backends that
+// run every point-to-point operation as a group. GroupCall copies ops: the
+// caller may reuse its slice as soon as GroupP2P returns.
+func SendCall(buf devmem.Buffer, count int, dt DType, peer int, s *devmem.Stream) (Call, []P2P) {
+	return Call{Operation: OpSend, Send: buf, Count: count, DType: dt, Root: peer, Stream: s},
+		[]P2P{SendTo(peer, buf, count, dt)}
+}
+
+// RecvCall: see SendCall.
+func RecvCall(buf devmem.Buffer, count int, dt DType, peer int, s *devmem.Stream) (Call, []P2P) {
+	return Call{Operation: OpRecv, Recv: buf, Count: count, DType: dt, Root: peer, Stream: s},
+		[]P2P{RecvFrom(peer, buf, count, dt)}
+}
+
+// GroupCall: see SendCall.
+func GroupCall(ops []P2P, s *devmem.Stream) (Call, []P2P) {
+	ops = append([]P2P(nil), ops...)
+	return Call{Operation: OpGroupP2P, P2P: ops, Stream: s}, ops
+}

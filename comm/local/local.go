@@ -149,18 +149,15 @@ func (c *Comm) Barrier(s *devmem.Stream) error {
 }
 
 func (c *Comm) Send(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpSend, Send: buf, Count: count, DType: dt, Root: peer, Stream: s}
-	return c.p2p(call, []comm.P2P{comm.SendTo(peer, buf, count, dt)})
+	return c.p2p(comm.SendCall(buf, count, dt, peer, s))
 }
 
 func (c *Comm) Recv(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpRecv, Recv: buf, Count: count, DType: dt, Root: peer, Stream: s}
-	return c.p2p(call, []comm.P2P{comm.RecvFrom(peer, buf, count, dt)})
+	return c.p2p(comm.RecvCall(buf, count, dt, peer, s))
 }
 
 func (c *Comm) GroupP2P(ops []comm.P2P, s *devmem.Stream) error {
-	ops = append([]comm.P2P(nil), ops...) // the caller may reuse its slice at once
-	return c.p2p(comm.Call{Operation: comm.OpGroupP2P, P2P: ops, Stream: s}, ops)
+	return c.p2p(comm.GroupCall(ops, s))
 }
 
 func (c *Comm) fail(op comm.Operation, sentinel error, format string, args ...any) error {

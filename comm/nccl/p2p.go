@@ -103,21 +103,18 @@ func (c *Comm) AllToAll(send, recv devmem.Buffer, count int, dt comm.DType, s *d
 }
 
 func (c *Comm) Send(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpSend, Send: buf, Count: count, DType: dt, Root: peer, Stream: s}
-	return c.pointToPoint(call, []comm.P2P{comm.SendTo(peer, buf, count, dt)})
+	return c.pointToPoint(comm.SendCall(buf, count, dt, peer, s))
 }
 
 func (c *Comm) Recv(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpRecv, Recv: buf, Count: count, DType: dt, Root: peer, Stream: s}
-	return c.pointToPoint(call, []comm.P2P{comm.RecvFrom(peer, buf, count, dt)})
+	return c.pointToPoint(comm.RecvCall(buf, count, dt, peer, s))
 }
 
 // GroupP2P issues the transfers as one NCCL group. Transfers to self pair
 // up in order, the k-th send to self with the k-th receive from self, as
 // NCCL pairs them; each pair must agree on count and type.
 func (c *Comm) GroupP2P(ops []comm.P2P, s *devmem.Stream) error {
-	ops = append([]comm.P2P(nil), ops...) // the caller may reuse its slice at once
-	return c.pointToPoint(comm.Call{Operation: comm.OpGroupP2P, P2P: ops, Stream: s}, ops)
+	return c.pointToPoint(comm.GroupCall(ops, s))
 }
 
 func (c *Comm) pointToPoint(call comm.Call, ops []comm.P2P) error {

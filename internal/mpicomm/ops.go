@@ -338,18 +338,15 @@ func (c *Comm) Barrier(s *devmem.Stream) error {
 }
 
 func (c *Comm) Send(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpSend, Send: buf, Count: count, DType: dt, Root: peer, Stream: s}
-	return c.pointToPoint(call, []comm.P2P{comm.SendTo(peer, buf, count, dt)})
+	return c.pointToPoint(comm.SendCall(buf, count, dt, peer, s))
 }
 
 func (c *Comm) Recv(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpRecv, Recv: buf, Count: count, DType: dt, Root: peer, Stream: s}
-	return c.pointToPoint(call, []comm.P2P{comm.RecvFrom(peer, buf, count, dt)})
+	return c.pointToPoint(comm.RecvCall(buf, count, dt, peer, s))
 }
 
 func (c *Comm) GroupP2P(ops []comm.P2P, s *devmem.Stream) error {
-	ops = append([]comm.P2P(nil), ops...) // the caller may reuse its slice at once
-	return c.pointToPoint(comm.Call{Operation: comm.OpGroupP2P, P2P: ops, Stream: s}, ops)
+	return c.pointToPoint(comm.GroupCall(ops, s))
 }
 
 // wait completes reqs within the operation's deadline. Without a timeout,
