@@ -5,6 +5,7 @@
 #   bash .gpupack/run.sh tests   # unit and conformance tests on the GPU
 #   bash .gpupack/run.sh bench   # figures: host-staged MPI, kernels, solver
 #   bash .gpupack/run.sh bench2  # figures: CUDA-aware MPI, NCCL, MPS
+#   bash .gpupack/run.sh key     # short on time: what changed, and the decisive figures
 #   bash .gpupack/run.sh final   # a short re-run of the pipeline's tests and figures
 #   bash .gpupack/run.sh diag    # copy latencies, chunk sizes, the solver with overlap
 # Each step has its own time limit; everything goes to $OUT/log-PART.txt and
@@ -111,6 +112,25 @@ bench2() { # CUDA-aware MPI and NCCL against their C loops, and ranks under MPS:
     cuda_mpi
     step mps-pingpong-cudaaware 90 mpirun $NB $X -np 2 $B/pingpong -cudaaware -rounds 3 -sizes 8,4K,256K,4M,64M -budget 512M
     step mps-bench-cudaaware-wall 90 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw,allreduce -b 8 -e 64M -f 8 -wall -noprogress
+    sys_mpi
+    mps_off
+  fi
+}
+
+key() { # when device time is short: what changed since the last GPU run, and the decisive figures
+  export GPUCOMM_DEVICE=cuda
+  step devmem 120 $B/devmem.test -test.run 'CUDA' -test.v
+  step comm-mpi 200 $B/comm_mpi.test -test.v
+  for n in 4M 16M; do
+    step trace-$n 40 mpirun $NB -x GPUCOMM_TRACE_PIPELINE=30,4 -np 2 $B/pingpong -rounds 1 -sizes $n -budget 256M
+  done
+  step pingpong 100 mpirun $NB -np 2 $B/pingpong -rounds 3 -budget 256M -sizes 8,4M,8M,16M,32M,64M
+  cuda_mpi
+  step bench-cudaaware-wall 90 mpirun $NB -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw -b 8 -e 64M -f 8 -wall -noprogress
+  sys_mpi
+  if mps_on; then
+    cuda_mpi
+    step mps-bench-cudaaware-wall 90 mpirun $NB -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -x CUDA_MPS_PIPE_DIRECTORY -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw -b 8 -e 64M -f 8 -wall -noprogress
     sys_mpi
     mps_off
   fi
