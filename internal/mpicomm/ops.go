@@ -262,68 +262,53 @@ func (c *Comm) takeTags(ps []comm.P2P) []int {
 	return tags
 }
 
+// either runs call as a collective through direct (device pointers to MPI)
+// when the call goes direct, else through staged.
+func (c *Comm) either(call comm.Call, direct, staged func(o *op) error) error {
+	if c.direct(call) {
+		return c.collective(call, direct)
+	}
+	return c.collective(call, staged)
+}
+
 func (c *Comm) AllReduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpAllReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
-	if c.direct(call) {
-		return c.collective(call, c.directAllReduce)
-	}
-	return c.collective(call, c.stagedAllReduce)
+	return c.either(call, c.directAllReduce, c.stagedAllReduce)
 }
 
 func (c *Comm) Reduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, root int, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Root: root, Stream: s}
-	if c.direct(call) {
-		return c.collective(call, c.directReduce)
-	}
-	return c.collective(call, c.stagedReduce)
+	return c.either(call, c.directReduce, c.stagedReduce)
 }
 
 func (c *Comm) Broadcast(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpBroadcast, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
-	if c.direct(call) {
-		return c.collective(call, c.directBroadcast)
-	}
-	return c.collective(call, c.stagedBroadcast)
+	return c.either(call, c.directBroadcast, c.stagedBroadcast)
 }
 
 func (c *Comm) AllGather(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpAllGather, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
-	if c.direct(call) {
-		return c.collective(call, c.directAllGather)
-	}
-	return c.collective(call, c.stagedBlocks)
+	return c.either(call, c.directAllGather, c.stagedBlocks)
 }
 
 func (c *Comm) ReduceScatter(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpReduceScatter, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
-	if c.direct(call) {
-		return c.collective(call, c.directReduceScatter)
-	}
-	return c.collective(call, c.stagedReduceScatter)
+	return c.either(call, c.directReduceScatter, c.stagedReduceScatter)
 }
 
 func (c *Comm) AllToAll(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpAllToAll, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
-	if c.direct(call) {
-		return c.collective(call, c.directAllToAll)
-	}
-	return c.collective(call, c.stagedBlocks)
+	return c.either(call, c.directAllToAll, c.stagedBlocks)
 }
 
 func (c *Comm) Gather(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpGather, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
-	if c.direct(call) {
-		return c.collective(call, c.directGather)
-	}
-	return c.collective(call, c.stagedBlocks)
+	return c.either(call, c.directGather, c.stagedBlocks)
 }
 
 func (c *Comm) Scatter(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpScatter, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
-	if c.direct(call) {
-		return c.collective(call, c.directScatter)
-	}
-	return c.collective(call, c.stagedBlocks)
+	return c.either(call, c.directScatter, c.stagedBlocks)
 }
 
 // Barrier is MPI_Ibarrier, waited on with the operation's timeout.
