@@ -225,7 +225,9 @@ func TestCUDADriverOnAFakeLibrary(t *testing.T) {
 		t.Skip("builds a library with gcc and runs the GPU tests in a child")
 	}
 	lib := dltest.BuildLib(t, "libcuda.so.1", fakeCUDA)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCUDAOnGPU", "-test.v", "-test.count=1", "-test.timeout=8m")
+	// The stream benchmark runs too, briefly: its calls must not fail or hang.
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCUDAOnGPU", "-test.v", "-test.count=1", "-test.timeout=8m",
+		"-test.bench=^BenchmarkCUDAStreamHostCost$", "-test.benchtime=300x")
 	cmd.Env = cudaEnviron(cuda.EnvLib+"="+lib, cudaFakeEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -236,10 +238,18 @@ func TestCUDADriverOnAFakeLibrary(t *testing.T) {
 	for _, s := range skipped {
 		t.Errorf("%s skipped on the fake library", s[1])
 	}
+	if n := bytes.Count(out, []byte("BenchmarkCUDAStreamHostCost/")); n < 3 {
+		t.Errorf("the stream benchmark reported %d of its 3 cases on the fake library", n)
+	}
 	if len(passed) < 9 || t.Failed() {
 		t.Fatalf("%d GPU tests passed on the fake library, want every one:\n%s", len(passed), out)
 	}
 	t.Logf("%d GPU tests passed on the fake library", len(passed))
+	if testing.Verbose() {
+		for _, l := range regexp.MustCompile(`(?m)^BenchmarkCUDAStreamHostCost.*$`).FindAll(out, -1) {
+			t.Logf("%s", l)
+		}
+	}
 }
 
 // contextFree are the internal/cuda functions that need no current context.

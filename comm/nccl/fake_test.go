@@ -556,7 +556,7 @@ func (e *fakeEngine) destroy() error {
 
 // openFake opens n ranks over fake MPI and NCCL, each with libs(r) (nil:
 // a plain fakeLib), and returns every rank's communicator and error.
-func openFake(t *testing.T, net *fakeNet, n int, o comm.Options, libs func(rank int) *fakeLib) ([]*Comm, []error) {
+func openFake(t testing.TB, net *fakeNet, n int, o comm.Options, libs func(rank int) *fakeLib) ([]*Comm, []error) {
 	t.Helper()
 	boots, err := fakeWorld(n)
 	if err != nil {
@@ -583,7 +583,7 @@ func openFake(t *testing.T, net *fakeNet, n int, o comm.Options, libs func(rank 
 }
 
 // mustOpenFake is openFake for tests in which every rank must open.
-func mustOpenFake(t *testing.T, net *fakeNet, n int, o comm.Options, libs func(rank int) *fakeLib) []*Comm {
+func mustOpenFake(t testing.TB, net *fakeNet, n int, o comm.Options, libs func(rank int) *fakeLib) []*Comm {
 	t.Helper()
 	cs, errs := openFake(t, net, n, o, libs)
 	for r, err := range errs {
@@ -595,7 +595,7 @@ func mustOpenFake(t *testing.T, net *fakeNet, n int, o comm.Options, libs func(r
 }
 
 // closeAll closes every rank at once, as every rank of a job would.
-func closeAll(t *testing.T, cs []*Comm) {
+func closeAll(t testing.TB, cs []*Comm) {
 	t.Helper()
 	errs := make([]error, len(cs))
 	var wg sync.WaitGroup
