@@ -120,7 +120,9 @@ bench2() { # CUDA-aware MPI and NCCL against their C loops, and ranks under MPS:
 key() { # when device time is short: what changed since the last GPU run, and the decisive figures
   export GPUCOMM_DEVICE=cuda
   step devmem 120 $B/devmem.test -test.run 'CUDA' -test.v
+  step stream-host-cost 40 $B/devmem.test -test.run XXX -test.bench StreamHostCost -test.benchtime 20000x
   step comm-mpi 200 $B/comm_mpi.test -test.v
+  step bench-nccl 40 mpirun -np 1 $B/gpucomm bench -backend nccl -op allreduce,broadcast -b 16M -e 128M -f 8 -noprogress
   for n in 4M 16M; do
     step trace-$n 40 mpirun $NB -x GPUCOMM_TRACE_PIPELINE=30,4 -np 2 $B/pingpong -rounds 1 -sizes $n -budget 256M
   done
