@@ -30,7 +30,12 @@ func BenchmarkAllReduceHostOverhead(b *testing.B) {
 			net := newFakeNet()
 			cs := mustOpenFake(b, net, 1, o.opts, nil)
 			c := cs[0]
+			// Under the locks the watchdog reads the engine with.
+			c.mu.Lock()
+			c.handle.Lock()
 			c.eng = nullOps{c.eng}
+			c.handle.Unlock()
+			c.mu.Unlock()
 			buf, err := c.Device().Alloc(64)
 			if err != nil {
 				b.Fatal(err)

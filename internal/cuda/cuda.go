@@ -174,11 +174,11 @@ func IsCode(err error, code int) bool {
 }
 
 // WithContext runs fn on one OS thread with ctx current, then restores the
-// context that was current before, if there was one. Calls that use the
-// current context belong inside fn; see the package documentation for why.
-// A thread that had no current context keeps ctx: no library relied on the
-// thread's context there, and the next call on the thread then needs no
-// switch (two driver calls fewer on each stream operation).
+// context that was current before (none included: Go's threads are shared,
+// and code outside WithContext, such as a CUDA-aware MPI's own CUDA calls,
+// must not find a context of ours that another device's work left there).
+// Calls that use the current context belong inside fn; see the package
+// documentation for why.
 func WithContext(ctx Context, fn func() error) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -190,10 +190,8 @@ func WithContext(ctx Context, fn func() error) error {
 		if err := CtxSetCurrent(ctx); err != nil {
 			return err
 		}
-		if prev != 0 {
-			// Another library on this thread may rely on the context it set.
-			defer CtxSetCurrent(prev)
-		}
+		// Another library on this thread may rely on the context it set.
+		defer CtxSetCurrent(prev)
 	}
 	return fn()
 }

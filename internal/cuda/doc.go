@@ -14,9 +14,8 @@
 // goroutine may move between threads at any call. Every call that uses the
 // current context (memory, streams, events, modules, IPC, launches) must run
 // inside WithContext, which locks the goroutine to its thread, makes the
-// context current and restores the previous one (a thread that had none
-// keeps ours, as the CUDA runtime would bind the primary context there).
-// Nothing else here sets a context behind the caller's back.
+// context current and restores the previous one, none included. Nothing
+// here sets a context behind the caller's back.
 //
 // Memory rules: handles and host addresses are passed as integers and never
 // as Go pointers that C could keep. Go memory ([]byte) is handed only to the

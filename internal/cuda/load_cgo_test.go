@@ -339,15 +339,15 @@ func TestWithContextSetsAndRestoresCurrent(t *testing.T) {
 	if c, err := CtxGetCurrent(); err != nil || c != 1 {
 		t.Fatalf("after: current = %v, %v; want the previous context 1", c, err)
 	}
-	// A thread with no current context keeps the one WithContext set.
+	// A thread with no current context is left with none.
 	if err := CtxSetCurrent(0); err != nil {
 		t.Fatal(err)
 	}
 	if err := WithContext(2, func() error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := CtxGetCurrent(); err != nil || c != 2 {
-		t.Fatalf("after, from no context: current = %v, %v; want 2 kept", c, err)
+	if c, err := CtxGetCurrent(); err != nil || c != 0 {
+		t.Fatalf("after, from no context: current = %v, %v; want none", c, err)
 	}
 }
 
