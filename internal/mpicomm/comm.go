@@ -332,6 +332,9 @@ func (c *Comm) Close() error {
 	if broken != nil {
 		fmt.Fprintf(os.Stderr, "gpucomm %s rank %d: Close of a broken communicator (%v): calling MPI_Abort so that no rank hangs in MPI_Finalize\n",
 			c.backend, c.rank, broken)
+		// The launcher forwards output asynchronously, and MPICH's stops
+		// forwarding once a rank aborts: give it a moment to pass on why.
+		time.Sleep(abortGrace)
 		mpi.World().Abort(1)
 	}
 	if err := c.teardown(false); err != nil {
@@ -339,6 +342,10 @@ func (c *Comm) Close() error {
 	}
 	return nil
 }
+
+// abortGrace is how long Close waits between saying why it aborts and
+// MPI_Abort.
+const abortGrace = 200 * time.Millisecond
 
 // closeTogether is the barrier of Close under a timeout: it returns once
 // every rank has reached it, or with why MPI failed. It never gives up by
