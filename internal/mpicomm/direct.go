@@ -125,8 +125,14 @@ func (c *Comm) divideOnHost(o *op, buf devmem.Buffer) error {
 }
 
 // directP2P posts every receive, then every send, of device memory, and
-// waits for them all: a group cannot deadlock on itself.
+// waits for them all: a group cannot deadlock on itself. A lone Send or Recv
+// without a timeout is MPI's blocking call, as a C program makes it (Open
+// MPI sends small messages inline only from MPI_Send), where MPI lets other
+// goroutines call it meanwhile.
 func (c *Comm) directP2P(o *op, ps []comm.P2P, tags []int) (err error) {
+	if len(ps) == 1 && o.deadline.IsZero() && c.multiple {
+		return c.blockingP2P(ps[0], tags[0])
+	}
 	reqs := make([]*mpi.Request, len(ps))
 	defer func() {
 		if err != nil && !errors.Is(err, comm.ErrTimeout) {
@@ -170,9 +176,27 @@ func (c *Comm) directP2P(o *op, ps []comm.P2P, tags []int) (err error) {
 	}
 	for i, p := range ps {
 		if p.Kind == comm.RecvKind && reqs[i].Status().Count != p.Count {
-			return fmt.Errorf("receive of %d %v from rank %d met a send of %d elements: %w",
-				p.Count, p.DType, p.Peer, reqs[i].Status().Count, comm.ErrMismatch)
+			return receivedOtherCount(p, reqs[i].Status().Count)
 		}
 	}
 	return nil
+}
+
+func (c *Comm) blockingP2P(p comm.P2P, tag int) error {
+	dt := mpiType(p.DType)
+	if p.Kind == comm.SendKind {
+		return c.p2p.Send(p.Buf.Addr(), p.Count, dt, p.Peer, tag)
+	}
+	st, err := c.p2p.Recv(p.Buf.Addr(), p.Count, dt, p.Peer, tag)
+	if err != nil {
+		return err
+	}
+	if st.Count != p.Count {
+		return receivedOtherCount(p, st.Count)
+	}
+	return nil
+}
+
+func receivedOtherCount(p comm.P2P, got int) error {
+	return fmt.Errorf("receive of %d %v from rank %d met a send of %d elements: %w", p.Count, p.DType, p.Peer, got, comm.ErrMismatch)
 }
