@@ -237,11 +237,19 @@ func hostSide(host *mpi.Comm, dev *devmem.Device, n int) (*side, error) {
 	return s, err
 }
 
-// commSide is a backend's Send and Recv between device buffers.
-func commSide(name string, c comm.Communicator, maxN int) (*side, error) {
+// commSide is a backend's Send and Recv between device buffers: on no
+// stream (each call returns when done), or, with onStream, stream-ordered on
+// one stream and then Synchronize, as a GPU program calls them.
+func commSide(name string, c comm.Communicator, maxN int, onStream bool) (*side, error) {
 	buf, err := c.Device().Alloc(maxN)
 	if err != nil {
 		return nil, err
+	}
+	var st *devmem.Stream
+	if onStream {
+		if st, err = c.Device().NewStream(); err != nil {
+			return nil, errors.Join(err, buf.Free())
+		}
 	}
 	me := c.Rank()
 	if me == 0 {
@@ -257,17 +265,21 @@ func commSide(name string, c comm.Communicator, maxN int) (*side, error) {
 		roundTrip: func(n int) error {
 			switch me {
 			case 0:
-				if err := c.Send(view(n), n, comm.Uint8, 1, nil); err != nil {
+				if err := c.Send(view(n), n, comm.Uint8, 1, st); err != nil {
 					return err
 				}
-				return c.Recv(view(n), n, comm.Uint8, 1, nil)
+				if err := c.Recv(view(n), n, comm.Uint8, 1, st); err != nil {
+					return err
+				}
 			case 1:
-				if err := c.Recv(view(n), n, comm.Uint8, 0, nil); err != nil {
+				if err := c.Recv(view(n), n, comm.Uint8, 0, st); err != nil {
 					return err
 				}
-				return c.Send(view(n), n, comm.Uint8, 0, nil)
+				if err := c.Send(view(n), n, comm.Uint8, 0, st); err != nil {
+					return err
+				}
 			}
-			return nil
+			return st.Synchronize()
 		},
 		check: func(n int) error {
 			if me != 1 {
@@ -282,7 +294,12 @@ func commSide(name string, c comm.Communicator, maxN int) (*side, error) {
 			}
 			return nil
 		},
-		free: buf.Free,
+		free: func() error {
+			if st != nil {
+				return errors.Join(st.Destroy(), buf.Free())
+			}
+			return buf.Free()
+		},
 	}, nil
 }
 
@@ -330,13 +347,14 @@ func pingPongTable(cfg config, host *mpi.Comm, staged, whole, direct comm.Commun
 	}
 	sides := []*side{hs}
 	for _, b := range []struct {
-		name string
-		c    comm.Communicator
-	}{{"staged", staged}, {"unpipelined", whole}, {"cudaaware", direct}} {
+		name     string
+		c        comm.Communicator
+		onStream bool
+	}{{"staged", staged, false}, {"unpipelined", whole, false}, {"cudaaware", direct, false}, {"cudaaware on a stream", direct, true}} {
 		if b.c == nil {
 			continue
 		}
-		s, err := commSide(b.name, b.c, maxN)
+		s, err := commSide(b.name, b.c, maxN, b.onStream)
 		if err != nil {
 			return err
 		}
@@ -545,7 +563,7 @@ func chunkTable(cfg config, host *mpi.Comm, dev *devmem.Device) error {
 		if err != nil {
 			return err
 		}
-		cs, err := commSide("staged", c, msg)
+		cs, err := commSide("staged", c, msg, false)
 		if err != nil {
 			return err
 		}
