@@ -5,6 +5,7 @@ package devmem
 import (
 	"errors"
 	"testing"
+	"time"
 )
 
 // BenchmarkCUDAStreamHostCost is the host time of the stream calls every
@@ -27,6 +28,12 @@ func BenchmarkCUDAStreamHostCost(b *testing.B) {
 		{"hostfunc-then-synchronize", func() error {
 			return errors.Join(s.HostFunc(func() error { return nil }), s.Synchronize())
 		}},
+		// Host work long enough that the stream's goroutine has started it
+		// when Synchronize comes (a stream-ordered MPI_Recv waiting for its
+		// message): its time above 20 µs is the hand-over back to the caller.
+		{"hostfunc-of-20us-then-synchronize", func() error {
+			return errors.Join(s.HostFunc(func() error { busy(20 * time.Microsecond); return nil }), s.Synchronize())
+		}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			i := 0
@@ -38,5 +45,11 @@ func BenchmarkCUDAStreamHostCost(b *testing.B) {
 			}
 			must(b, s.Synchronize())
 		})
+	}
+}
+
+// busy spins for d, as a thread blocked in MPI's progress loop does.
+func busy(d time.Duration) {
+	for t := time.Now(); time.Since(t) < d; {
 	}
 }
