@@ -5,7 +5,6 @@ package devmem
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,7 +33,6 @@ type cudaStream struct {
 	running bool           // an item of queue is being run, by drain or by flush
 	drainer bool           // a drain goroutine is alive
 	err     error          // the first error of queued work since the last synchronize
-	ran     atomic.Uint64  // items of queue run to the end, counted under mu
 
 	issued atomic.Uint64 // work handed to CUDA on h
 	synced atomic.Uint64 // issued as it was when h was last found idle
@@ -116,7 +114,6 @@ func (s *cudaStream) runNextLocked() {
 	s.mu.Unlock()
 	err := fn()
 	s.mu.Lock()
-	s.ran.Add(1)
 	s.running = false
 	if err != nil && s.err == nil {
 		s.err = err
@@ -171,18 +168,11 @@ func (s *cudaStream) idle() error {
 // first error queued work met. The caller runs queued work itself when no
 // one is running it: a Synchronize right after a host function (a
 // stream-ordered Send, say) then costs no hand-over between goroutines.
-// Work that the stream's goroutine is running it first waits for by
-// polling, for up to handBackSpin, and only then by sleeping on the
-// condition: a sleeping goroutine's thread takes microseconds to wake, which
-// a stream-ordered MPI call followed by Synchronize would pay each time.
 func (s *cudaStream) flush() error {
 	s.mu.Lock()
 	for s.busyLocked() {
 		if !s.running {
 			s.runNextLocked()
-			continue
-		}
-		if s.spinLocked() {
 			continue
 		}
 		s.cond.Wait()
@@ -191,23 +181,6 @@ func (s *cudaStream) flush() error {
 	s.err = nil
 	s.mu.Unlock()
 	return err
-}
-
-// handBackSpin is how long flush polls for running host work to end before
-// it sleeps.
-const handBackSpin = 50 * time.Microsecond
-
-// spinLocked polls, with s.mu released, until the item running now has
-// ended (true) or handBackSpin has passed (false). Gosched lets a goroutine
-// waiting for this thread's processor, the stream's own among them, run.
-func (s *cudaStream) spinLocked() bool {
-	n := s.ran.Load()
-	s.mu.Unlock()
-	for start := time.Now(); s.ran.Load() == n && time.Since(start) < handBackSpin; {
-		runtime.Gosched()
-	}
-	s.mu.Lock()
-	return s.ran.Load() != n
 }
 
 func (s *cudaStream) synchronize() error {
