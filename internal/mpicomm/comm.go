@@ -76,7 +76,6 @@ type Comm struct {
 	widenBytes bool
 
 	trace    *tracer        // TraceEnv; nil traces nothing
-	serial   bool           // ChunksInMPIEnv: one chunk of a transfer in MPI at a time
 	d2h, h2d *devmem.Stream // the backend's own copy streams
 	pool     *pool
 	ctlBuf   devmem.Buffer // pinned: announcement cells and the debug digest
@@ -243,16 +242,13 @@ func b2i(b bool) int64 {
 // streams, the staging pool and the pinned control cells.
 func (c *Comm) setUpLocal(o comm.Options, parent *Comm) error {
 	if parent != nil {
-		c.dev, c.trace, c.serial = parent.dev, parent.trace, parent.serial
+		c.dev, c.trace = parent.dev, parent.trace
 	} else {
 		t, err := newTracer(os.Getenv(TraceEnv))
 		if err != nil {
 			return err
 		}
 		c.trace = t
-		if c.serial, err = chunksOneAtATime(os.Getenv(ChunksInMPIEnv)); err != nil {
-			return err
-		}
 		dev, err := devmem.Open(o.Device, c.localRank)
 		if err != nil {
 			return err

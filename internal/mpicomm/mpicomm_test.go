@@ -24,7 +24,7 @@ import (
 func bare(t *testing.T, chunk int) *Comm {
 	t.Helper()
 	dev := devmem.NewHostDevice()
-	c := &Comm{backend: "test", rank: 0, size: 1, dev: dev, chunk: chunk, pool: &pool{dev: dev, base: chunk}, serial: true}
+	c := &Comm{backend: "test", rank: 0, size: 1, dev: dev, chunk: chunk, pool: &pool{dev: dev, base: chunk}}
 	c.cond = sync.NewCond(&c.mu)
 	var err error
 	if c.d2h, err = dev.NewStream(); err != nil {
@@ -168,10 +168,9 @@ func TestPipelineFailureReturnsTheSlots(t *testing.T) {
 // too, and nothing stays lent.
 func TestPipelineFailureInAnyStageStopsEveryStage(t *testing.T) {
 	boom := errors.New("boom")
-	for _, where := range []string{"in", "mpi", "mpi, chunks all in MPI at once"} {
+	for _, where := range []string{"in", "mpi"} {
 		t.Run(where, func(t *testing.T) {
 			c := bare(t, 100)
-			c.serial = !strings.HasSuffix(where, "at once")
 			buf, err := c.dev.Alloc(5000)
 			if err != nil {
 				t.Fatal(err)
@@ -186,7 +185,7 @@ func TestPipelineFailureInAnyStageStopsEveryStage(t *testing.T) {
 					return in(s, off, n, st)
 				},
 				mpi: func(s *slot, off, n int) ([]*mpi.Request, error) {
-					if where != "in" && off == 1200 {
+					if where == "mpi" && off == 1200 {
 						return nil, boom
 					}
 					return nil, nil
@@ -207,84 +206,6 @@ func TestPipelineFailureInAnyStageStopsEveryStage(t *testing.T) {
 			}
 			c.closeBare(t)
 		})
-	}
-}
-
-// One chunk at a time (the default), a chunk's MPI starts only once the one
-// before it has completed; with "all", and for receives in either mode, the
-// next chunks start while the first is still in MPI.
-func TestChunksGoThroughMPIOneAtATimeUnlessAskedOtherwise(t *testing.T) {
-	for _, tc := range []struct {
-		name             string
-		serial, receives bool
-	}{{"sends, one at a time", true, false}, {"sends, all at once", false, false}, {"receives, one at a time", true, true}} {
-		t.Run(tc.name, func(t *testing.T) {
-			const chunk, chunks = 100, 10
-			c := bare(t, chunk)
-			c.serial = tc.serial
-			buf, err := c.dev.Alloc(chunk * chunks)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var mu sync.Mutex
-			var events []string
-			note := func(format string, a ...any) {
-				mu.Lock()
-				events = append(events, fmt.Sprintf(format, a...))
-				mu.Unlock()
-			}
-			var highest atomic.Int64 // the latest chunk whose MPI started
-			highest.Store(-1)
-			ahead := !tc.serial || tc.receives
-			p := pipeline{bytes: chunk * chunks, chunk: chunk, receives: tc.receives, in: copyIn(buf),
-				mpi: func(s *slot, off, n int) ([]*mpi.Request, error) {
-					note("start %d", off/chunk)
-					highest.Store(int64(off / chunk))
-					return nil, nil
-				},
-				check: func(off, n int, _ []*mpi.Request) error {
-					if off == 0 && !ahead {
-						// Chunk 0 stays "in MPI" a while: long enough for
-						// chunk 1's copy in, which must not start its MPI.
-						time.Sleep(20 * time.Millisecond)
-					}
-					if off == 0 && ahead {
-						// Chunk 0 is "in MPI" until chunk 1 has started.
-						for deadline := time.Now().Add(time.Minute); highest.Load() < 1; time.Sleep(time.Millisecond) {
-							if time.Now().After(deadline) { // a safety net, not a timing assertion
-								return errors.New("chunk 1 never started while chunk 0 was in MPI")
-							}
-						}
-					}
-					note("done %d", off/chunk)
-					return nil
-				},
-			}
-			if err := c.run(&op{}, p); err != nil {
-				t.Fatal(err)
-			}
-			var want []string
-			for j := range chunks {
-				want = append(want, fmt.Sprint("start ", j), fmt.Sprint("done ", j))
-			}
-			if alternating := slices.Equal(events, want); alternating == ahead {
-				t.Errorf("MPI calls and completions: %v; alternating %v, want %v", events, alternating, !ahead)
-			}
-			if err := buf.Free(); err != nil {
-				t.Fatal(err)
-			}
-			c.closeBare(t)
-		})
-	}
-	for env, want := range map[string]bool{"": true, "1": true, " all": false} {
-		if got, err := chunksOneAtATime(env); err != nil || got != want {
-			t.Errorf("%s=%q: %v, %v; want %v", ChunksInMPIEnv, env, got, err, want)
-		}
-	}
-	for _, bad := range []string{"2", "many", "0"} {
-		if _, err := chunksOneAtATime(bad); !errors.Is(err, comm.ErrInvalidArgument) {
-			t.Errorf("%s=%q: %v; want ErrInvalidArgument", ChunksInMPIEnv, bad, err)
-		}
 	}
 }
 

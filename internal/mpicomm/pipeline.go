@@ -146,22 +146,13 @@ type pipeline struct {
 // run drives p to the end. A message of one chunk runs its stages one
 // after the other on this goroutine, with synchronous copies. A longer one
 // runs three stages at once, with up to pipeSlots chunks between them: a
-// goroutine copies each chunk in (waiting for the copy); this goroutine
-// starts each chunk's MPI and waits for it, in order; a goroutine finishes
-// each chunk (post, copy out, wait for it) and frees its slot. Copies are
-// issued and waited for outside MPI's waits, which is where a shared-memory
-// MPI moves the data.
-//
-// With c.serial (the default) a chunk's sends or collective start when the
-// chunk before it has completed: MPI then delivers the chunks one after the
-// other at its full rate, and the receiver copies each out while the next
-// one moves. Started all at once, MPI shares its progress among them and
-// they all complete near the end, leaving every copy out after the last byte
-// (seen with GPUCOMM_TRACE_PIPELINE on an H200: 0.12 ms of a 0.6 ms 4 MiB
-// transfer). Without c.serial, and for receives (always posted ahead, so that
-// a send finds its receive), stage 1 starts each chunk's MPI as soon as the
-// chunk is in. Either way every rank starts a collective's chunks in order,
-// from one goroutine.
+// goroutine copies each chunk in (waiting for the copy) and starts its MPI
+// at once; this goroutine waits for each chunk's MPI in order; a goroutine
+// finishes each chunk (post, copy out, wait for it) and frees its slot. So
+// MPI always has the next chunks while the first is waited for, and copies
+// are issued and waited for outside the waits, which is where a
+// shared-memory MPI moves the data. Every rank starts a collective's chunks
+// in the same order, from the one goroutine of stage 1.
 func (c *Comm) run(o *op, p pipeline) (err error) {
 	spans := p.spans()
 	k := len(spans)
@@ -200,20 +191,11 @@ func (c *Comm) run(o *op, p pipeline) (err error) {
 	for range nSlots {
 		free <- struct{}{}
 	}
-	serial := c.serial && !p.receives
-	start := func(j int) error { // chunk j's MPI, from stage 1 or 2
-		off, n := span(j)
-		r, err := p.mpi(slots[j%nSlots], off, n)
-		reqs[j%nSlots] = r
-		if err == nil && tr != nil {
-			tr.rows[j].posted = tr.at()
-		}
-		return err
-	}
-	posted := make(chan int, k) // chunks copied in (and their MPI started unless serial), in order
+	posted := make(chan int, k) // chunks whose MPI has started, in order
 	out := make(chan int, k)    // chunks through MPI, in order
 	var wg sync.WaitGroup
-	// Stage 1: copy each chunk in and, unless serial, start its MPI at once.
+	// Stage 1: copy each chunk in and start its MPI at once, so that MPI
+	// has the next chunks while stage 2 waits for the first.
 	wg.Go(func() {
 		for j := range k {
 			select {
@@ -233,10 +215,15 @@ func (c *Comm) run(o *op, p pipeline) (err error) {
 			if tr != nil && p.in != nil {
 				tr.rows[j].inEnd = tr.at()
 			}
-			if p.mpi != nil && !serial {
-				if err := start(j); err != nil {
+			if p.mpi != nil {
+				r, err := p.mpi(s, off, n)
+				reqs[j%nSlots] = r
+				if err != nil {
 					fail(err)
 					return
+				}
+				if tr != nil {
+					tr.rows[j].posted = tr.at()
 				}
 			}
 			posted <- j
@@ -274,20 +261,13 @@ func (c *Comm) run(o *op, p pipeline) (err error) {
 			free <- struct{}{}
 		}
 	})
-	// Stage 2, here: (when serial, start and) wait for each chunk's MPI in
-	// order.
+	// Stage 2, here: wait for each chunk's MPI in order.
 waits:
 	for j := range k {
 		select {
 		case <-posted:
 		case <-quit:
 			break waits
-		}
-		if p.mpi != nil && serial {
-			if err := start(j); err != nil {
-				fail(err)
-				break
-			}
 		}
 		if err := c.wait(o, reqs[j%nSlots]); err != nil {
 			fail(err)

@@ -19,26 +19,6 @@ import (
 // pipeline loses time; it costs nothing when unset.
 const TraceEnv = "GPUCOMM_TRACE_PIPELINE"
 
-// ChunksInMPIEnv says how many chunks of one pipelined transfer MPI moves at
-// once: "1" (the default) starts a chunk's sends or collective only when the
-// chunk before it has completed, so that chunks arrive one after the other
-// and the copy out of each overlaps MPI on the next; "all" starts each chunk
-// as soon as it is copied in (measured against each other in
-// docs/PERFORMANCE.md). Receives are always posted ahead. Each rank reads it
-// for itself: it changes when MPI is called, never what is sent.
-const ChunksInMPIEnv = "GPUCOMM_CHUNKS_IN_MPI"
-
-// chunksOneAtATime reads ChunksInMPIEnv; a malformed value is an error.
-func chunksOneAtATime(v string) (bool, error) {
-	switch strings.TrimSpace(v) {
-	case "", "1":
-		return true, nil
-	case "all":
-		return false, nil
-	}
-	return false, fmt.Errorf("%s=%q: want 1 or all: %w", ChunksInMPIEnv, v, comm.ErrInvalidArgument)
-}
-
 // tracer picks the transfers to trace; nil traces none.
 type tracer struct {
 	skip, count int64
