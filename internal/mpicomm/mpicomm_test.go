@@ -209,36 +209,6 @@ func TestPipelineFailureInAnyStageStopsEveryStage(t *testing.T) {
 	}
 }
 
-// A transfer whose chunks stop moving ends with ErrTimeout at the
-// operation's deadline, and its slots come back once the copies finish.
-func TestPipelineGivesUpAtTheDeadline(t *testing.T) {
-	c := bare(t, 100)
-	c.timeout = 50 * time.Millisecond
-	buf, err := c.dev.Alloc(1000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The copy stream is held up by host work until the deadline has passed.
-	release := make(chan struct{})
-	if err := c.d2h.HostFunc(func() error { <-release; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	o := &op{deadline: time.Now().Add(c.timeout)}
-	go func() { time.Sleep(200 * time.Millisecond); close(release) }()
-	err = c.run(o, pipeline{bytes: 1000, chunk: 100, in: copyIn(buf), out: copyOut(buf, 0),
-		mpi: func(*slot, int, int) ([]*mpi.Request, error) { return nil, nil }})
-	if !errors.Is(err, comm.ErrTimeout) || !strings.Contains(err.Error(), "chunk 1 of 10 not through after 50ms") {
-		t.Fatalf("run = %v; want ErrTimeout naming the chunk", err)
-	}
-	if c.pool.lent != 0 {
-		t.Errorf("%d slots lent after the timeout", c.pool.lent)
-	}
-	if err := buf.Free(); err != nil {
-		t.Fatal(err)
-	}
-	c.closeBare(t)
-}
-
 // Chunks double from the first up to the cap, cut by index alone (a longer
 // message's cuts extend a shorter one's), never below one chunk or past the
 // cap, and slots come in sizes that hold them.

@@ -3,7 +3,6 @@ package mpicomm
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"time"
 
@@ -146,9 +145,14 @@ type pipeline struct {
 
 // run drives p to the end. A message of one chunk runs its stages one
 // after the other on this goroutine, with synchronous copies. A longer one
-// runs its chunks through the stages at once, up to pipeSlots of them, all
-// from this goroutine (drive): MPI has the next chunks while the first is
-// in flight, and every rank starts a collective's chunks in the same order.
+// runs three stages at once, with up to pipeSlots chunks between them: a
+// goroutine copies each chunk in (waiting for the copy) and starts its MPI
+// at once; this goroutine waits for each chunk's MPI in order; a goroutine
+// finishes each chunk (post, copy out, wait for it) and frees its slot. So
+// MPI always has the next chunks while the first is waited for, and copies
+// are issued and waited for outside the waits, which is where a
+// shared-memory MPI moves the data. Every rank starts a collective's chunks
+// in the same order, from the one goroutine of stage 1.
 func (c *Comm) run(o *op, p pipeline) (err error) {
 	spans := p.spans()
 	k := len(spans)
@@ -165,12 +169,126 @@ func (c *Comm) run(o *op, p pipeline) (err error) {
 		return err
 	}
 	reqs := make([][]*mpi.Request, nSlots)
+	span := func(j int) (off, n int) { return spans[j][0], spans[j][1] }
 	tr := c.trace.begin(k)
 	if k == 1 {
 		defer func() { c.settle(o, slots, reqs, p.receives, err) }()
 		return c.runOne(o, p, slots[0], &reqs[0])
 	}
-	err = c.drive(o, p, spans, slots, reqs, tr)
+
+	quit := make(chan struct{})
+	var stageErr error
+	var stageMu sync.Mutex
+	fail := func(err error) {
+		stageMu.Lock()
+		if stageErr == nil {
+			stageErr = err
+			close(quit)
+		}
+		stageMu.Unlock()
+	}
+	free := make(chan struct{}, nSlots) // tokens: a slot may take a new chunk
+	for range nSlots {
+		free <- struct{}{}
+	}
+	posted := make(chan int, k) // chunks whose MPI has started, in order
+	out := make(chan int, k)    // chunks through MPI, in order
+	var wg sync.WaitGroup
+	// Stage 1: copy each chunk in and start its MPI at once, so that MPI
+	// has the next chunks while stage 2 waits for the first.
+	wg.Go(func() {
+		for j := range k {
+			select {
+			case <-free:
+			case <-quit:
+				return
+			}
+			s := slots[j%nSlots]
+			off, n := span(j)
+			if tr != nil && p.in != nil {
+				tr.rows[j].inStart = tr.at()
+			}
+			if err := copyAndWait(p.in, s, off, n, c.d2h, s.in); err != nil {
+				fail(err)
+				return
+			}
+			if tr != nil && p.in != nil {
+				tr.rows[j].inEnd = tr.at()
+			}
+			if p.mpi != nil {
+				r, err := p.mpi(s, off, n)
+				reqs[j%nSlots] = r
+				if err != nil {
+					fail(err)
+					return
+				}
+				if tr != nil {
+					tr.rows[j].posted = tr.at()
+				}
+			}
+			posted <- j
+		}
+	})
+	// Stage 3: finish each chunk and free its slot.
+	wg.Go(func() {
+		for range k {
+			var j int
+			select {
+			case j = <-out:
+			case <-quit:
+				return
+			}
+			s := slots[j%nSlots]
+			off, n := span(j)
+			r := reqs[j%nSlots]
+			reqs[j%nSlots] = nil
+			if p.post != nil {
+				if err := p.post(s, off, n, r); err != nil {
+					fail(err)
+					return
+				}
+			}
+			if tr != nil && p.out != nil {
+				tr.rows[j].outStart = tr.at()
+			}
+			if err := copyAndWait(p.out, s, off, n, c.h2d, s.out); err != nil {
+				fail(err)
+				return
+			}
+			if tr != nil && p.out != nil {
+				tr.rows[j].outEnd = tr.at()
+			}
+			free <- struct{}{}
+		}
+	})
+	// Stage 2, here: wait for each chunk's MPI in order.
+waits:
+	for j := range k {
+		select {
+		case <-posted:
+		case <-quit:
+			break waits
+		}
+		if err := c.wait(o, reqs[j%nSlots]); err != nil {
+			fail(err)
+			break
+		}
+		if tr != nil && p.mpi != nil {
+			tr.rows[j].mpiDone = tr.at()
+		}
+		if p.check != nil {
+			off, n := span(j)
+			if err := p.check(off, n, reqs[j%nSlots]); err != nil {
+				fail(err)
+				break
+			}
+		}
+		out <- j
+	}
+	wg.Wait()
+	stageMu.Lock()
+	err = stageErr
+	stageMu.Unlock()
 	c.settle(o, slots, reqs, p.receives, err)
 	if err == nil && tr != nil {
 		tr.print(c.trace, c.rank, o.call.Signature(), spans)
@@ -178,130 +296,16 @@ func (c *Comm) run(o *op, p pipeline) (err error) {
 	return err
 }
 
-// drive moves the chunks of a transfer through their stages from this one
-// goroutine, polling: copies are queued on the copy streams and their
-// events queried, MPI requests tested, so that a stage starts as soon as the
-// one before it is seen done, without a hand-over between goroutines (on the
-// H200's virtual machine, waking a parked goroutine's thread took 10-20 µs,
-// several times a transfer). Up to len(slots) chunks are in flight: chunk j
-// is copied in once chunk j-len(slots) has left its slot, its MPI starts
-// once its copy in is done (receives at once), and once its MPI has
-// completed, in order, it is checked, post runs and its copy out is queued.
-// Polling is what MPI_Waitall does too, and a shared-memory MPI moves data
-// only while some call of it polls.
-func (c *Comm) drive(o *op, p pipeline, spans [][2]int, slots []*slot, reqs [][]*mpi.Request, tr *pipeTrace) error {
-	k, nSlots := len(spans), len(slots)
-	// Chunks below copied have had their copy in queued, below posted their
-	// MPI started, below done their MPI completed and copy out queued, and
-	// below freed have left their slot.
-	copied, posted, done, freed := 0, 0, 0, 0
-	at := func() time.Duration { return tr.at() }
-	for freed < k {
-		moved := false
-		for ; copied < k && copied-freed < nSlots; copied++ {
-			s, off, n := slots[copied%nSlots], spans[copied][0], spans[copied][1]
-			if p.in != nil {
-				if tr != nil {
-					tr.rows[copied].inStart = at()
-				}
-				if err := p.in(s, off, n, c.d2h); err != nil {
-					return err
-				}
-				if err := s.in.Record(c.d2h); err != nil {
-					return err
-				}
-			}
-			moved = true
-		}
-		for ; posted < copied; posted++ {
-			s, off, n := slots[posted%nSlots], spans[posted][0], spans[posted][1]
-			if p.in != nil {
-				ok, err := s.in.Done()
-				if err != nil {
-					return err
-				}
-				if !ok {
-					break
-				}
-				if tr != nil {
-					tr.rows[posted].inEnd = at()
-				}
-			}
-			if p.mpi != nil {
-				r, err := p.mpi(s, off, n)
-				reqs[posted%nSlots] = r
-				if err != nil {
-					return err
-				}
-				if tr != nil {
-					tr.rows[posted].posted = at()
-				}
-			}
-			moved = true
-		}
-		for ; done < posted; done++ {
-			s, off, n := slots[done%nSlots], spans[done][0], spans[done][1]
-			r := reqs[done%nSlots]
-			if len(r) > 0 {
-				ok, err := mpi.Testall(r)
-				if err != nil {
-					return err
-				}
-				if !ok {
-					break
-				}
-			}
-			if tr != nil && p.mpi != nil {
-				tr.rows[done].mpiDone = at()
-			}
-			if p.check != nil {
-				if err := p.check(off, n, r); err != nil {
-					return err
-				}
-			}
-			reqs[done%nSlots] = nil
-			if p.post != nil {
-				if err := p.post(s, off, n, r); err != nil {
-					return err
-				}
-			}
-			if p.out != nil {
-				if tr != nil {
-					tr.rows[done].outStart = at()
-				}
-				if err := p.out(s, off, n, c.h2d); err != nil {
-					return err
-				}
-				if err := s.out.Record(c.h2d); err != nil {
-					return err
-				}
-			}
-			moved = true
-		}
-		for ; freed < done; freed++ {
-			if p.out != nil {
-				ok, err := slots[freed%nSlots].out.Done()
-				if err != nil {
-					return err
-				}
-				if !ok {
-					break
-				}
-				if tr != nil {
-					tr.rows[freed].outEnd = at()
-				}
-			}
-			moved = true
-		}
-		if moved {
-			continue
-		}
-		if !o.deadline.IsZero() && time.Now().After(o.deadline) {
-			return fmt.Errorf("chunk %d of %d not through after %v: %w", freed+1, k, c.timeout, comm.ErrTimeout)
-		}
-		runtime.Gosched()
+// copyAndWait queues a copy stage (if any) of a chunk on st and waits for it
+// through the slot's event ev.
+func copyAndWait(stage copyStage, s *slot, off, n int, st *devmem.Stream, ev *devmem.Event) error {
+	if stage == nil {
+		return nil
 	}
-	return nil
+	if err := stage(s, off, n, st); err != nil {
+		return err
+	}
+	return errors.Join(ev.Record(st), ev.Synchronize())
 }
 
 // spans cuts the message into chunks {offset, bytes}: the first of p.chunk
