@@ -15,7 +15,7 @@ for p in comm/mpi comm/cudaaware comm/nccl internal/mpicomm/mpitest; do
   [ -d "$p" ] && go test -c -tags mpi -ldflags=-s\ -w -o "$out/$(echo $p | tr / _).test" ./$p
 done
 go build -tags mpi -ldflags="-s -w" -o "$out/gpucomm" ./cmd/gpucomm
-for e in hybrid ipcshare; do go build -tags mpi -ldflags="-s -w" -o "$out/ex-$e" ./examples/$e; done
+for e in hybrid ipcshare heat ddp; do go build -tags mpi -ldflags="-s -w" -o "$out/ex-$e" ./examples/$e; done
 [ -d comm/mpi/internal/pingpong ] && go build -tags mpi -ldflags="-s -w" -o "$out/pingpong" ./comm/mpi/internal/pingpong
 # MPICH builds, run there with Debian's MPICH unpacked from carried .debs.
 go build -tags mpich -ldflags="-s -w" -o "$out/gpucomm-mpich" ./cmd/gpucomm
@@ -26,6 +26,9 @@ if ! ls "$debs"/libmpich12_*.deb >/dev/null 2>&1; then
   mkdir -p "$debs" && (cd "$debs" && apt-get download mpich libmpich12 libhwloc15 libucx0 libnuma1 libslurm38)
 fi
 cp ../shared/gpu/ompi-cuda.tar.xz "$out/"
+# Extra binaries for an A/B run (a variant built from another commit, say)
+# go along from .gpu-extra when it exists.
+[ -d .gpu-extra ] && cp .gpu-extra/* "$out/"
 du -sh "$out"
 # The device tool carries at most 64 MiB: ship the binaries compressed.
 rm -rf .gpupack && mkdir -p .gpupack

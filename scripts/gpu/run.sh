@@ -6,6 +6,11 @@
 #   bash .gpupack/run.sh bench   # figures: host-staged MPI, kernels, solver
 #   bash .gpupack/run.sh bench2  # figures: CUDA-aware MPI, NCCL, MPS
 #   bash .gpupack/run.sh key     # short on time: what changed, and the decisive figures
+#   bash .gpupack/run.sh pipeline  # issue 4: the staged pipeline's variants, traces, chunk sizes
+#   bash .gpupack/run.sh aware   # issue 5: CUDA-aware MPI against MPI, stream-ordered or not, MPS
+#   bash .gpupack/run.sh spin    # issue 5: A/B of a stream-queue variant built into .gpu-extra
+#   bash .gpupack/run.sh heat    # issue 7: kernel and solver figures
+#   bash .gpupack/run.sh staged  # issue 4: chunk sizes, four ranks, MPS
 #   bash .gpupack/run.sh final   # a short re-run of the pipeline's tests and figures
 #   bash .gpupack/run.sh diag    # copy latencies, chunk sizes, the solver with overlap
 # Each step has its own time limit; everything goes to $OUT/log-PART.txt and
@@ -104,7 +109,7 @@ bench2() { # CUDA-aware MPI and NCCL against their C loops, and ranks under MPS:
   step pingpong-cudaaware 90 mpirun $NB $X -np 2 $B/pingpong -cudaaware -rounds 3 -sizes 8,4K,256K,4M,64M -budget 512M
   step bench-cudaaware-wall 90 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw,allreduce -b 8 -e 64M -f 8 -wall -noprogress
   sys_mpi
-  step bench-nccl 60 mpirun -np 1 $B/gpucomm bench -backend nccl -op allreduce,allgather,reducescatter,broadcast -b 8 -e 256M -f 8 -noprogress
+  step bench-nccl 60 mpirun $NB -np 1 $B/gpucomm bench -backend nccl -op allreduce,allgather,reducescatter,broadcast -b 8 -e 256M -f 8 -noprogress
   if mps_on; then
     X="$X -x CUDA_MPS_PIPE_DIRECTORY"
     step mps-pingpong 90 mpirun $NB -x CUDA_MPS_PIPE_DIRECTORY -np 2 $B/pingpong -rounds 3 -sizes 8,32K,512K,4M,8M,16M,32M,64M -budget 256M
@@ -120,9 +125,10 @@ bench2() { # CUDA-aware MPI and NCCL against their C loops, and ranks under MPS:
 key() { # when device time is short: what changed since the last GPU run, and the decisive figures
   export GPUCOMM_DEVICE=cuda
   step devmem 120 $B/devmem.test -test.run 'CUDA' -test.v
+  step solver 90 $B/solver.test -test.run GPU -test.v
   step stream-host-cost 40 $B/devmem.test -test.run XXX -test.bench StreamHostCost -test.benchtime 20000x
   step comm-mpi 200 $B/comm_mpi.test -test.v
-  step bench-nccl 40 mpirun -np 1 $B/gpucomm bench -backend nccl -op allreduce,broadcast -b 16M -e 128M -f 8 -noprogress
+  step bench-nccl 40 mpirun $NB -np 1 $B/gpucomm bench -backend nccl -op allreduce,broadcast -b 16M -e 128M -f 8 -noprogress
   for n in 4M 16M; do
     step trace-$n 40 mpirun $NB -x GPUCOMM_TRACE_PIPELINE=30,4 -np 2 $B/pingpong -rounds 1 -sizes $n -budget 256M
   done
@@ -136,6 +142,112 @@ key() { # when device time is short: what changed since the last GPU run, and th
     sys_mpi
     mps_off
   fi
+}
+
+pipeline() { # issue 4: the staged pipeline, against the goroutine pipeline it replaced (pingpong-goroutines, when carried), chunk sizes, traces
+  export GPUCOMM_DEVICE=cuda
+  for n in 4M 16M; do
+    step trace-$n 40 mpirun $NB -x GPUCOMM_TRACE_PIPELINE=30,2 -np 2 $B/pingpong -rounds 1 -sizes $n -budget 256M
+  done
+  for r in 1 2; do
+    step pingpong-$r 150 mpirun $NB -np 2 $B/pingpong -rounds 3 -budget 256M -sizes 8,32K,512K,2M,4M,8M,16M,32M,64M,256M
+    [ -x $B/pingpong-goroutines ] && step pingpong-goroutines-$r 150 mpirun $NB -np 2 $B/pingpong-goroutines -rounds 3 -budget 256M -sizes 512K,2M,4M,8M,16M,32M,64M,256M
+  done
+  for ch in 256K 512K 2M; do
+    step pingpong-chunk-$ch 50 mpirun $NB -x GPUCOMM_CHUNK_BYTES=$ch -np 2 $B/pingpong -rounds 3 -sizes 4M,8M,16M,32M -budget 128M
+  done
+  step trace-4M-256K 40 mpirun $NB -x GPUCOMM_CHUNK_BYTES=256K -x GPUCOMM_TRACE_PIPELINE=30,2 -np 2 $B/pingpong -rounds 1 -sizes 4M -budget 256M
+  step bench-mpi 60 mpirun $NB -np 2 $B/gpucomm bench -backend mpi -op allreduce,pingpong,bw -b 8 -e 64M -f 8 -noprogress
+  step pingpong-np4 60 mpirun $NB -np 4 $B/pingpong -rounds 3 -budget 128M -sizes 4M,32M
+  for np in 2 4; do
+    for ov in true false; do
+      step heat-mpi-np$np-overlap-$ov 40 mpirun $NB -np $np $B/gpucomm heat -backend mpi -n 8192 -steps 200 -overlap=$ov -progress=false
+    done
+  done
+  if mps_on; then
+    step mps-pingpong 90 mpirun $NB -x CUDA_MPS_PIPE_DIRECTORY -np 2 $B/pingpong -rounds 3 -sizes 8,32K,512K,4M,8M,16M,32M,64M -budget 256M
+    mps_off
+  fi
+}
+
+aware() { # issue 5: CUDA-aware MPI against MPI on the same buffers, stream-ordered or not, with and without MPS
+  export GPUCOMM_DEVICE=cuda
+  cuda_mpi
+  X="-x LD_LIBRARY_PATH -x GPUCOMM_DEVICE"
+  step comm-cudaaware 200 $B/comm_cudaaware.test -test.v
+  step pingpong-cudaaware 90 mpirun $NB $X -np 2 $B/pingpong -cudaaware -rounds 5 -sizes 8,4K,256K,4M,64M -budget 512M
+  step bench-cudaaware-wall 90 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw,allreduce -b 8 -e 64M -f 8 -wall -noprogress
+  step bench-cudaaware-wall-64M 90 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw,allreduce -b 64M -e 64M -wall -noprogress
+  sys_mpi
+  step bench-nccl 60 mpirun $NB -np 1 $B/gpucomm bench -backend nccl -op allreduce,allgather,reducescatter,broadcast -b 8 -e 256M -f 8 -noprogress
+  if mps_on; then
+    X="$X -x CUDA_MPS_PIPE_DIRECTORY"
+    step mps-pingpong 90 mpirun $NB -x CUDA_MPS_PIPE_DIRECTORY -np 2 $B/pingpong -rounds 3 -sizes 8,32K,512K,4M,8M,16M,32M,64M -budget 256M
+    cuda_mpi
+    step mps-pingpong-cudaaware 90 mpirun $NB $X -np 2 $B/pingpong -cudaaware -rounds 5 -sizes 8,4K,256K,4M,64M -budget 512M
+    for v in gpucomm gpucomm-nospin; do
+      [ -x $B/$v ] && step mps-bench-cudaaware-wall-$v 90 mpirun $NB $X -np 2 $B/$v bench -backend cudaaware -op pingpong,bw,allreduce -b 8 -e 64M -f 8 -wall -noprogress
+    done
+    step mps-bench-cudaaware-wall-64M 90 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw,allreduce -b 64M -e 64M -wall -noprogress
+    sys_mpi
+    mps_off
+  fi
+}
+
+spin() { # issue 5: the stream queue with polling hand-overs (the *-spin binaries, when carried) against the one built here
+  export GPUCOMM_DEVICE=cuda
+  [ -x $B/devmem-spin.test ] || { echo "no -spin binaries carried" | tee -a "$SUM"; return; }
+  step spin-devmem 120 $B/devmem-spin.test -test.run 'CUDA' -test.v
+  step spin-solver 90 $B/solver-spin.test -test.run GPU -test.v
+  step spin-comm-mpi 200 $B/comm_mpi-spin.test -test.v
+  for v in devmem devmem-spin; do
+    step host-cost-$v 40 $B/$v.test -test.run XXX -test.bench StreamHostCost -test.benchtime 20000x
+  done
+  cuda_mpi
+  X="-x LD_LIBRARY_PATH -x GPUCOMM_DEVICE"
+  step spin-comm-cudaaware 200 $B/comm_cudaaware-spin.test -test.v
+  for r in 1 2; do
+    for v in gpucomm gpucomm-spin; do
+      step wall-$v-$r 60 mpirun $NB $X -np 2 $B/$v bench -backend cudaaware -op pingpong,bw -b 8 -e 4K -f 8 -wall -noprogress
+    done
+  done
+  sys_mpi
+  if mps_on; then
+    cuda_mpi
+    X="$X -x CUDA_MPS_PIPE_DIRECTORY"
+    for r in 1 2; do
+      for v in pingpong pingpong-spin; do
+        step mps-$v-$r 60 mpirun $NB $X -np 2 $B/$v -cudaaware -rounds 5 -sizes 8,4K,256K -budget 64M
+      done
+      for v in gpucomm gpucomm-spin; do
+        step mps-wall-$v-$r 60 mpirun $NB $X -np 2 $B/$v bench -backend cudaaware -op pingpong,bw -b 8 -e 4K -f 8 -wall -noprogress
+      done
+    done
+    sys_mpi
+    mps_off
+  fi
+}
+
+staged() { # issue 4: the current pipeline's chunk sizes, four ranks, and MPS
+  export GPUCOMM_DEVICE=cuda
+  for ch in 256K 512K 2M; do
+    step pingpong-chunk-$ch 50 mpirun $NB -x GPUCOMM_CHUNK_BYTES=$ch -np 2 $B/pingpong -rounds 3 -sizes 4M,8M,16M,32M -budget 128M
+  done
+  step pingpong-np4 60 mpirun $NB -np 4 $B/pingpong -rounds 3 -budget 128M -sizes 4M,32M
+  if mps_on; then
+    step mps-pingpong 90 mpirun $NB -x CUDA_MPS_PIPE_DIRECTORY -np 2 $B/pingpong -rounds 3 -sizes 8,32K,512K,4M,8M,16M,32M,64M -budget 256M
+    step mps-heat-np4 40 mpirun $NB -x CUDA_MPS_PIPE_DIRECTORY -np 4 $B/gpucomm heat -backend mpi -n 8192 -steps 200 -progress=false
+    mps_off
+  fi
+}
+
+heat() { # issue 7's figures
+  export GPUCOMM_DEVICE=cuda
+  step heat-kernel-bench 60 $B/kernels.test -test.run XXX -test.bench HeatStepAgainstDeviceCopy -test.benchtime 3x
+  step solver-bench 60 $B/solver.test -test.run XXX -test.bench StepOnAGPU -test.benchtime 200x
+  step heat-np1 60 mpirun $NB -np 1 $B/gpucomm heat -backend mpi -n 8192 -steps 1000 -progress=false
+  step ex-heat-np4 60 mpirun $NB -x GPUCOMM_BACKEND=mpi -np 4 $B/ex-heat
+  step ex-ddp-np4 90 mpirun $NB -x GPUCOMM_BACKEND=mpi -np 4 $B/ex-ddp
 }
 
 final() {
