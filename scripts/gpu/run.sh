@@ -11,6 +11,7 @@
 #   bash .gpupack/run.sh spin    # issue 5: A/B of a stream-queue variant built into .gpu-extra
 #   bash .gpupack/run.sh heat    # issue 7: kernel and solver figures
 #   bash .gpupack/run.sh staged  # issue 4: chunk sizes, four ranks, MPS
+#   bash .gpupack/run.sh gomax   # issue 5: the stream-ordered call with GOMAXPROCS=1
 #   bash .gpupack/run.sh final   # a short re-run of the pipeline's tests and figures
 #   bash .gpupack/run.sh diag    # copy latencies, chunk sizes, the solver with overlap
 # Each step has its own time limit; everything goes to $OUT/log-PART.txt and
@@ -237,6 +238,20 @@ staged() { # issue 4: the current pipeline's chunk sizes, four ranks, and MPS
   if mps_on; then
     step mps-pingpong 90 mpirun $NB -x CUDA_MPS_PIPE_DIRECTORY -np 2 $B/pingpong -rounds 3 -sizes 8,32K,512K,4M,8M,16M,32M,64M -budget 256M
     step mps-heat-np4 40 mpirun $NB -x CUDA_MPS_PIPE_DIRECTORY -np 4 $B/gpucomm heat -backend mpi -n 8192 -steps 200 -progress=false
+    mps_off
+  fi
+}
+
+gomax() { # issue 5: does the stream-ordered call's extra time come from running MPI on the stream's goroutine? (GOMAXPROCS=1 leaves Synchronize to run it)
+  export GPUCOMM_DEVICE=cuda
+  if mps_on; then
+    cuda_mpi
+    X="-x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -x CUDA_MPS_PIPE_DIRECTORY"
+    for r in 1 2; do
+      step mps-pingpong-$r 60 mpirun $NB $X -np 2 $B/pingpong -cudaaware -rounds 5 -sizes 8,4K -budget 16M
+      step mps-pingpong-gomaxprocs1-$r 60 mpirun $NB $X -x GOMAXPROCS=1 -np 2 $B/pingpong -cudaaware -rounds 5 -sizes 8,4K -budget 16M
+    done
+    sys_mpi
     mps_off
   fi
 }
