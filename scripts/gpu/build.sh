@@ -28,7 +28,7 @@ fi
 cp ../shared/gpu/ompi-cuda.tar.xz "$out/"
 # Extra binaries for an A/B run (a variant built from another commit, say)
 # go along from .gpu-extra when it exists.
-[ -d .gpu-extra ] && cp .gpu-extra/* "$out/"
+if [ -d .gpu-extra ] && [ -n "$(ls -A .gpu-extra)" ]; then cp .gpu-extra/* "$out/"; fi
 du -sh "$out"
 # The device tool carries at most 64 MiB: ship the binaries compressed.
 rm -rf .gpupack && mkdir -p .gpupack
