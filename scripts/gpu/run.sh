@@ -235,6 +235,8 @@ staged() { # issue 4: the current pipeline's chunk sizes, four ranks, and MPS
     step pingpong-chunk-$ch 50 mpirun $NB -x GPUCOMM_CHUNK_BYTES=$ch -np 2 $B/pingpong -rounds 3 -sizes 4M,8M,16M,32M -budget 128M
   done
   step pingpong-np4 60 mpirun $NB -np 4 $B/pingpong -rounds 3 -budget 128M -sizes 4M,32M
+  # Do the staging copies and MPI's memcpy share host memory's bandwidth?
+  step memload 60 mpirun $NB -np 2 $B/pingpong -rounds 1 -sizes 1M,4M,16M -budget 256M -memload
   if mps_on; then
     step mps-pingpong 90 mpirun $NB -x CUDA_MPS_PIPE_DIRECTORY -np 2 $B/pingpong -rounds 3 -sizes 8,32K,512K,4M,8M,16M,32M,64M -budget 256M
     step mps-heat-np4 40 mpirun $NB -x CUDA_MPS_PIPE_DIRECTORY -np 4 $B/gpucomm heat -backend mpi -n 8192 -steps 200 -progress=false

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"text/tabwriter"
 	"time"
 
@@ -33,6 +34,7 @@ type config struct {
 	rounds    int // measurements of each side at each size, interleaved
 	cudaaware bool
 	copies    bool
+	load      bool
 }
 
 func parseSizes(s string) ([]int, error) {
@@ -60,6 +62,7 @@ func run() error {
 	flag.IntVar(&cfg.rounds, "rounds", 3, "measurements of each side at each size, taken in turn (side after side, round after round); the table shows each side's median")
 	flag.BoolVar(&cfg.cudaaware, "cudaaware", false, "also measure the cudaaware backend (device pointers to MPI)")
 	flag.BoolVar(&cfg.copies, "copies", false, "measure device-to-pinned copies alone: on rank 0 alone, on both ranks at once, and alternating between the ranks")
+	flag.BoolVar(&cfg.load, "memload", false, "measure rank 0's pinned copies and a host memcpy, each alone and both at once: how much a staged transfer's copies lose to MPI's memcpy traffic")
 	flag.Parse()
 	var err error
 	if cfg.sizes, err = parseSizes(sizes); err != nil {
@@ -139,7 +142,12 @@ func run() error {
 		}
 	}
 	if cfg.copies {
-		return copyTable(cfg, host, staged.Device())
+		if err := copyTable(cfg, host, staged.Device()); err != nil {
+			return err
+		}
+	}
+	if cfg.load {
+		return loadTable(cfg, host, staged.Device())
 	}
 	return nil
 }
@@ -693,4 +701,117 @@ func copyTable(cfg config, host *mpi.Comm, dev *devmem.Device) error {
 		fmt.Println()
 	}
 	return nil
+}
+
+// loadTable measures, on rank 0 while the other ranks wait, a pinned
+// device-to-host and host-to-device copy of each size and a host memcpy
+// (between two pinned buffers, as a shared-memory MPI copies through its
+// segment), each alone and then copies and memcpy at once: whether the
+// staging copies and MPI's memcpy share one limit, host memory's bandwidth.
+func loadTable(cfg config, host *mpi.Comm, dev *devmem.Device) error {
+	me := host.Rank()
+	tw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
+	if me == 0 {
+		fmt.Println("Copies against host memcpy on rank 0, GB/s (bytes moved once): each alone, then copies while a goroutine memcpys")
+		fmt.Fprint(tw, "size\tD2H alone\tH2D alone\tmemcpy alone\tD2H under memcpy\tH2D under memcpy\tmemcpy under copies\t\n")
+	}
+	for _, n := range cfg.sizes {
+		row, err := loadRow(cfg, dev, n, me == 0)
+		if err != nil {
+			return err
+		}
+		if err := host.Barrier(); err != nil {
+			return err
+		}
+		if me == 0 {
+			fmt.Fprintf(tw, "%s\t", bench.FormatSize(int64(n)))
+			for _, v := range row {
+				fmt.Fprintf(tw, "%.1f\t", v)
+			}
+			fmt.Fprint(tw, "\n")
+		}
+	}
+	if me == 0 {
+		tw.Flush()
+		fmt.Println()
+	}
+	return nil
+}
+
+// loadRow is one row of loadTable; ranks other than rank 0 measure nothing.
+func loadRow(cfg config, dev *devmem.Device, n int, measure bool) ([6]float64, error) {
+	var row [6]float64
+	if !measure || n <= 0 {
+		return row, nil
+	}
+	dbuf, err := dev.Alloc(n)
+	if err != nil {
+		return row, err
+	}
+	defer dbuf.Free()
+	pbuf, err := dev.AllocPinned(n)
+	if err != nil {
+		return row, err
+	}
+	defer pbuf.Free()
+	src, err := dev.AllocPinned(n)
+	if err != nil {
+		return row, err
+	}
+	defer src.Free()
+	dst, err := dev.AllocPinned(n)
+	if err != nil {
+		return row, err
+	}
+	defer dst.Free()
+	a, okA := src.Bytes()
+	b, okB := dst.Bytes()
+	if !okA || !okB {
+		return row, errors.New("pinned buffers without a host view")
+	}
+	iters := min(400, iterations(cfg.budget, n))
+	rate := func(f func() error) (float64, error) {
+		if err := f(); err != nil { // warm: first touches, first use of a path
+			return 0, err
+		}
+		start := time.Now()
+		for range iters {
+			if err := f(); err != nil {
+				return 0, err
+			}
+		}
+		return gbps(n, time.Since(start)/time.Duration(iters)), nil
+	}
+	d2h := func() error { return devmem.CopyN(pbuf, dbuf, n, nil) }
+	h2d := func() error { return devmem.CopyN(dbuf, pbuf, n, nil) }
+	memcpy := func() error { copy(b, a); return nil }
+	for i, f := range []func() error{d2h, h2d, memcpy} {
+		if row[i], err = rate(f); err != nil {
+			return row, err
+		}
+	}
+	// The memcpy goroutine runs from before the copies are timed until
+	// both have been.
+	var stop atomic.Bool
+	started := make(chan struct{})
+	done := make(chan float64)
+	go func() {
+		copy(b, a)
+		close(started)
+		var moved int
+		start := time.Now()
+		for !stop.Load() {
+			copy(b, a)
+			moved += n
+		}
+		done <- float64(moved) / time.Since(start).Seconds() / 1e9
+	}()
+	<-started
+	row[3], err = rate(d2h)
+	if err == nil {
+		row[4], err = rate(h2d)
+	}
+	stop.Store(true)
+	row[5] = <-done
+	return row, err
 }
