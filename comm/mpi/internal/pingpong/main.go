@@ -749,21 +749,14 @@ func loadRow(cfg config, dev *devmem.Device, n int, measure bool) ([6]float64, e
 		return row, err
 	}
 	defer dbuf.Free()
-	pbuf, err := dev.AllocPinned(n)
-	if err != nil {
-		return row, err
+	pinned := make([]devmem.Buffer, 3) // the copies' host side, memcpy's source and destination
+	for i := range pinned {
+		if pinned[i], err = dev.AllocPinned(n); err != nil {
+			return row, err
+		}
+		defer pinned[i].Free()
 	}
-	defer pbuf.Free()
-	src, err := dev.AllocPinned(n)
-	if err != nil {
-		return row, err
-	}
-	defer src.Free()
-	dst, err := dev.AllocPinned(n)
-	if err != nil {
-		return row, err
-	}
-	defer dst.Free()
+	pbuf, src, dst := pinned[0], pinned[1], pinned[2]
 	a, okA := src.Bytes()
 	b, okB := dst.Bytes()
 	if !okA || !okB {
