@@ -145,30 +145,22 @@ key() { # when device time is short: what changed since the last GPU run, and th
   fi
 }
 
-pipeline() { # issue 4: the staged pipeline, against the goroutine pipeline it replaced (pingpong-goroutines, when carried), chunk sizes, traces
+pipeline() { # issue 4: the staged pipeline's traces and figures, against a variant carried as .gpu-extra/pingpong-variant (if any); chunk sizes, 4 ranks and MPS are in staged
   export GPUCOMM_DEVICE=cuda
   for n in 4M 16M; do
     step trace-$n 40 mpirun $NB -x GPUCOMM_TRACE_PIPELINE=30,2 -np 2 $B/pingpong -rounds 1 -sizes $n -budget 256M
   done
   for r in 1 2; do
     step pingpong-$r 150 mpirun $NB -np 2 $B/pingpong -rounds 3 -budget 256M -sizes 8,32K,512K,2M,4M,8M,16M,32M,64M,256M
-    [ -x $B/pingpong-goroutines ] && step pingpong-goroutines-$r 150 mpirun $NB -np 2 $B/pingpong-goroutines -rounds 3 -budget 256M -sizes 512K,2M,4M,8M,16M,32M,64M,256M
-  done
-  for ch in 256K 512K 2M; do
-    step pingpong-chunk-$ch 50 mpirun $NB -x GPUCOMM_CHUNK_BYTES=$ch -np 2 $B/pingpong -rounds 3 -sizes 4M,8M,16M,32M -budget 128M
+    [ -x $B/pingpong-variant ] && step pingpong-variant-$r 150 mpirun $NB -np 2 $B/pingpong-variant -rounds 3 -budget 256M -sizes 512K,2M,4M,8M,16M,32M,64M,256M
   done
   step trace-4M-256K 40 mpirun $NB -x GPUCOMM_CHUNK_BYTES=256K -x GPUCOMM_TRACE_PIPELINE=30,2 -np 2 $B/pingpong -rounds 1 -sizes 4M -budget 256M
   step bench-mpi 60 mpirun $NB -np 2 $B/gpucomm bench -backend mpi -op allreduce,pingpong,bw -b 8 -e 64M -f 8 -noprogress
-  step pingpong-np4 60 mpirun $NB -np 4 $B/pingpong -rounds 3 -budget 128M -sizes 4M,32M
   for np in 2 4; do
     for ov in true false; do
       step heat-mpi-np$np-overlap-$ov 40 mpirun $NB -np $np $B/gpucomm heat -backend mpi -n 8192 -steps 200 -overlap=$ov -progress=false
     done
   done
-  if mps_on; then
-    step mps-pingpong 90 mpirun $NB -x CUDA_MPS_PIPE_DIRECTORY -np 2 $B/pingpong -rounds 3 -sizes 8,32K,512K,4M,8M,16M,32M,64M -budget 256M
-    mps_off
-  fi
 }
 
 aware() { # issue 5: CUDA-aware MPI against MPI on the same buffers, stream-ordered or not, with and without MPS
@@ -186,9 +178,7 @@ aware() { # issue 5: CUDA-aware MPI against MPI on the same buffers, stream-orde
     step mps-pingpong 90 mpirun $NB -x CUDA_MPS_PIPE_DIRECTORY -np 2 $B/pingpong -rounds 3 -sizes 8,32K,512K,4M,8M,16M,32M,64M -budget 256M
     cuda_mpi
     step mps-pingpong-cudaaware 90 mpirun $NB $X -np 2 $B/pingpong -cudaaware -rounds 5 -sizes 8,4K,256K,4M,64M -budget 512M
-    for v in gpucomm gpucomm-nospin; do
-      [ -x $B/$v ] && step mps-bench-cudaaware-wall-$v 90 mpirun $NB $X -np 2 $B/$v bench -backend cudaaware -op pingpong,bw,allreduce -b 8 -e 64M -f 8 -wall -noprogress
-    done
+    step mps-bench-cudaaware-wall 90 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw,allreduce -b 8 -e 64M -f 8 -wall -noprogress
     step mps-bench-cudaaware-wall-64M 90 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw,allreduce -b 64M -e 64M -wall -noprogress
     sys_mpi
     mps_off
@@ -229,7 +219,7 @@ spin() { # issue 5: the stream queue with polling hand-overs (the *-spin binarie
   fi
 }
 
-staged() { # issue 4: the current pipeline's chunk sizes, four ranks, and MPS
+staged() { # issue 4: the pipeline's chunk sizes, four ranks, host-memory load, and MPS
   export GPUCOMM_DEVICE=cuda
   for ch in 256K 512K 2M; do
     step pingpong-chunk-$ch 50 mpirun $NB -x GPUCOMM_CHUNK_BYTES=$ch -np 2 $B/pingpong -rounds 3 -sizes 4M,8M,16M,32M -budget 128M
