@@ -45,18 +45,9 @@ func (h *hostDriver) alloc(n int, pinned bool) (*allocation, error) {
 		}
 		return &allocation{host: mem, addr: addrOf(mem), release: func() error { return unix.Munmap(mem) }}, nil
 	}
-	fd, err := unix.MemfdCreate("gpucomm", unix.MFD_CLOEXEC)
+	mem, fd, err := memfdMap(n)
 	if err != nil {
-		return nil, fmt.Errorf("devmem: host alloc: memfd_create: %w", err)
-	}
-	if err := unix.Ftruncate(fd, int64(n)); err != nil {
-		unix.Close(fd)
 		return nil, fmt.Errorf("devmem: host alloc of %d bytes: %w", n, err)
-	}
-	mem, err := unix.Mmap(fd, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		unix.Close(fd)
-		return nil, fmt.Errorf("devmem: host alloc of %d bytes: mmap: %w", n, err)
 	}
 	release := func() error {
 		return errors.Join(unix.Munmap(mem), unix.Close(fd))

@@ -27,7 +27,7 @@ const (
 	hoMagic    = 0   // [4]byte
 	hoVersion  = 4   // uint16
 	hoKind     = 6   // uint8: Kind
-	hoFlags    = 7   // uint8: zero
+	hoFlags    = 7   // uint8: flagPinned or zero
 	hoPID      = 8   // uint32: the exporting process
 	hoReserved = 12  // uint32: zero
 	hoOffset   = 16  // uint64: the view's offset into its allocation
@@ -38,6 +38,11 @@ const (
 	hoDriver   = 128 // [64]byte: the driver's opaque bytes (cudaIpcMemHandle_t)
 	hoCRC      = 192 // uint32: CRC-32C of [0, 192)
 )
+
+// flagPinned marks a handle to pinned host memory from AllocPinnedShared;
+// its driver bytes are then the memfd's (as a host device's), whatever the
+// device.
+const flagPinned = 1
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -54,6 +59,7 @@ type IPCHandle struct {
 // handleFields is an IPCHandle decoded.
 type handleFields struct {
 	kind      Kind
+	pinned    bool
 	pid       uint32
 	off, size uint64
 	uuid      [16]byte
@@ -97,6 +103,9 @@ func (f *handleFields) seal() IPCHandle {
 	copy(r[hoMagic:], handleMagic[:])
 	binary.LittleEndian.PutUint16(r[hoVersion:], handleVersion)
 	r[hoKind] = byte(f.kind)
+	if f.pinned {
+		r[hoFlags] = flagPinned
+	}
 	binary.LittleEndian.PutUint32(r[hoPID:], f.pid)
 	binary.LittleEndian.PutUint64(r[hoOffset:], f.off)
 	binary.LittleEndian.PutUint64(r[hoSize:], f.size)
@@ -126,6 +135,7 @@ func decodeHandle(r []byte) (handleFields, error) {
 		return f, badHandle("checksum mismatch (corrupted in transit?)")
 	}
 	f.kind = Kind(r[hoKind])
+	f.pinned = r[hoFlags] == flagPinned
 	f.pid = binary.LittleEndian.Uint32(r[hoPID:])
 	f.off = binary.LittleEndian.Uint64(r[hoOffset:])
 	f.size = binary.LittleEndian.Uint64(r[hoSize:])
@@ -138,7 +148,7 @@ func decodeHandle(r []byte) (handleFields, error) {
 	switch {
 	case f.kind != Host && f.kind != CUDA:
 		return f, badHandle("unknown device kind %d", r[hoKind])
-	case r[hoFlags] != 0 || binary.LittleEndian.Uint32(r[hoReserved:]) != 0:
+	case (r[hoFlags] != 0 && r[hoFlags] != flagPinned) || binary.LittleEndian.Uint32(r[hoReserved:]) != 0:
 		return f, badHandle("reserved bytes set")
 	case f.pid == 0 || f.pid > math.MaxInt32:
 		return f, badHandle("exporting process %d", f.pid)
@@ -204,6 +214,10 @@ func (h IPCHandle) IsZero() bool { return h.raw == IPCHandle{}.raw }
 func (h IPCHandle) Kind() Kind { return Kind(h.raw[hoKind]) }
 
 // Size is the length of the exported range in bytes.
+// Pinned reports whether the handle names pinned host memory
+// (AllocPinnedShared) rather than device memory.
+func (h IPCHandle) Pinned() bool { return h.raw[hoFlags] == flagPinned }
+
 func (h IPCHandle) Size() int { return int(binary.LittleEndian.Uint64(h.raw[hoSize:])) }
 
 // Offset is where the exported range starts in the exporter's allocation.
@@ -244,16 +258,13 @@ var (
 )
 
 type exportKey struct {
-	kind Kind
-	uuid [16]byte
-	drv  [64]byte
+	kind   Kind
+	pinned bool
+	uuid   [16]byte
+	drv    [64]byte
 }
 
-type mappingKey struct {
-	kind Kind
-	uuid [16]byte
-	drv  [64]byte
-}
+type mappingKey = exportKey
 
 // export is one of this process's allocations that has been exported. Views
 // opened in this process point at its memory, so its release waits for them.
@@ -268,10 +279,10 @@ type export struct {
 
 // mapping is another process's allocation mapped into this one.
 type mapping struct {
-	key  mappingKey
-	drv  ipcDriver
-	base *allocation
-	refs int
+	key   mappingKey
+	base  *allocation
+	unmap func() error // the driver's ipcClose, or pinned memory's unlock and unmap
+	refs  int
 }
 
 // ipcView is one Buffer returned by OpenIPC; each has its own allocation
@@ -285,14 +296,16 @@ type ipcView struct {
 // Export returns a handle through which other processes of this node (and
 // this one) can open b's bytes with OpenIPC. The handle stays valid while b's
 // allocation is not freed. Exporting an opened view gives a handle to the
-// same memory, so a handle can be passed along. Pinned host memory cannot be
-// exported.
+// same memory, so a handle can be passed along. Pinned host memory can be
+// exported when it comes from AllocPinnedShared, not from AllocPinned or
+// RegisterHost.
 func (b Buffer) Export() (IPCHandle, error) {
 	if err := b.Check("devmem: export", nil, 0); err != nil {
 		return IPCHandle{}, err
 	}
-	if b.a.pinned {
-		return IPCHandle{}, fmt.Errorf("devmem: export of pinned host memory (only device memory is shared): %w", ErrInvalidArgument)
+	pinned := b.a.pinned
+	if pinned && b.a.shared == nil {
+		return IPCHandle{}, fmt.Errorf("devmem: export of pinned host memory from AllocPinned or RegisterHost (allocate it with AllocPinnedShared to share it): %w", ErrInvalidArgument)
 	}
 	node, err := localNode()
 	if err != nil {
@@ -308,21 +321,25 @@ func (b Buffer) Export() (IPCHandle, error) {
 	}
 	e := exports[b.a]
 	if e == nil {
-		drv, ok := b.a.dev.drv.(ipcDriver)
-		if !ok {
-			return IPCHandle{}, fmt.Errorf("devmem: export from %v: the driver cannot share memory: %w", b.a.dev, ErrUnsupported)
+		var raw [64]byte
+		var err error
+		if pinned {
+			raw, err = exportShared(b.a)
+		} else if drv, ok := b.a.dev.drv.(ipcDriver); ok {
+			raw, err = drv.ipcExport(b.a)
+		} else {
+			err = fmt.Errorf("devmem: export from %v: the driver cannot share memory: %w", b.a.dev, ErrUnsupported)
 		}
-		raw, err := drv.ipcExport(b.a)
 		if err != nil {
 			return IPCHandle{}, err
 		}
-		e = &export{a: b.a, drv: raw, key: exportKey{b.a.dev.kind, b.a.dev.uuid, raw}, release: b.a.release}
+		e = &export{a: b.a, drv: raw, key: exportKey{b.a.dev.kind, pinned, b.a.dev.uuid, raw}, release: b.a.release}
 		exports[b.a], exportsByKey[e.key] = e, e
 		// Free runs this instead of the driver's release, so that views
 		// opened in this process keep the memory until they close.
 		b.a.release = e.ownerFree
 	}
-	f := handleFields{kind: b.a.dev.kind, pid: uint32(os.Getpid()), off: uint64(b.off), size: uint64(b.n), uuid: b.a.dev.uuid, node: node, drv: e.drv}
+	f := handleFields{kind: b.a.dev.kind, pinned: pinned, pid: uint32(os.Getpid()), off: uint64(b.off), size: uint64(b.n), uuid: b.a.dev.uuid, node: node, drv: e.drv}
 	return f.seal(), nil
 }
 
@@ -370,7 +387,7 @@ func (d *Device) OpenIPC(h IPCHandle) (Buffer, error) {
 	v := &ipcView{f: f}
 	var mem *allocation // the whole allocation the view is cut from
 	if int(f.pid) == os.Getpid() {
-		e := exportsByKey[exportKey{f.kind, f.uuid, f.drv}]
+		e := exportsByKey[exportKey{f.kind, f.pinned, f.uuid, f.drv}]
 		if e == nil {
 			return Buffer{}, badHandle("exported by this process from memory since freed")
 		}
@@ -380,25 +397,35 @@ func (d *Device) OpenIPC(h IPCHandle) (Buffer, error) {
 		e.views++
 		v.exp, mem = e, e.a
 	} else {
-		drv, ok := d.drv.(ipcDriver)
-		if !ok {
-			return Buffer{}, fmt.Errorf("devmem: OpenIPC on %v: the driver cannot share memory: %w", d, ErrUnsupported)
-		}
-		key := mappingKey{d.kind, d.uuid, f.drv}
+		key := mappingKey{d.kind, f.pinned, d.uuid, f.drv}
 		m := mappings[key]
 		if m == nil {
-			base, err := drv.ipcOpen(f.drv, off+n)
-			if err != nil {
-				return Buffer{}, err
+			var base *allocation
+			var unmap func() error
+			if f.pinned {
+				var err error
+				if base, unmap, err = openPinnedShared(d, f.drv, off+n); err != nil {
+					return Buffer{}, err
+				}
+			} else {
+				drv, ok := d.drv.(ipcDriver)
+				if !ok {
+					return Buffer{}, fmt.Errorf("devmem: OpenIPC on %v: the driver cannot share memory: %w", d, ErrUnsupported)
+				}
+				var err error
+				if base, err = drv.ipcOpen(f.drv, off+n); err != nil {
+					return Buffer{}, err
+				}
+				unmap = func() error { return drv.ipcClose(base) }
 			}
 			base.dev = d
-			m = &mapping{key: key, drv: drv, base: base}
+			m = &mapping{key: key, base: base, unmap: unmap}
 			mappings[key] = m
 		}
 		if off > m.base.size || n > m.base.size-off {
 			if m.refs == 0 {
 				delete(mappings, key)
-				err := drv.ipcClose(m.base)
+				err := m.unmap()
 				return Buffer{}, errors.Join(badHandle("range [%d:+%d] outside the %d-byte allocation", off, n, m.base.size), err)
 			}
 			return Buffer{}, badHandle("range [%d:+%d] outside the %d-byte allocation", off, n, m.base.size)
@@ -406,7 +433,7 @@ func (d *Device) OpenIPC(h IPCHandle) (Buffer, error) {
 		m.refs++
 		v.m, mem = m, m.base
 	}
-	a := &allocation{dev: d, addr: mem.addr + uintptr(off), size: n}
+	a := &allocation{dev: d, addr: mem.addr + uintptr(off), size: n, pinned: mem.pinned}
 	if mem.host != nil {
 		a.host = mem.host[off : off+n : off+n]
 	}
@@ -444,7 +471,7 @@ func (b Buffer) CloseIPC() error {
 		m.refs--
 		if m.refs == 0 {
 			delete(mappings, m.key)
-			release = func() error { return m.drv.ipcClose(m.base) }
+			release = m.unmap
 		}
 	}
 	ipcMu.Unlock()

@@ -57,7 +57,15 @@ func parseHostIPC(b [64]byte) (hostIPC, error) {
 	return x, nil
 }
 
-func (h *hostDriver) ipcExport(a *allocation) ([64]byte, error) {
+func (h *hostDriver) ipcExport(a *allocation) ([64]byte, error) { return exportShared(a) }
+
+func (h *hostDriver) ipcOpen(b [64]byte, need int) (*allocation, error) { return openShared(b, need) }
+
+func (h *hostDriver) ipcClose(a *allocation) error { return closeShared(a) }
+
+// exportShared returns the bytes through which another process maps a's
+// memfd: host-driver memory, or pinned memory from AllocPinnedShared.
+func exportShared(a *allocation) ([64]byte, error) {
 	if a.shared == nil {
 		return [64]byte{}, fmt.Errorf("devmem: export of an empty host allocation: %w", ErrInvalidArgument)
 	}
@@ -69,11 +77,13 @@ func (h *hostDriver) ipcExport(a *allocation) ([64]byte, error) {
 	if err := unix.Fstat(a.shared.fd, &st); err != nil {
 		return [64]byte{}, fmt.Errorf("devmem: export: fstat of the memfd: %w", err)
 	}
-	x := hostIPC{pid: uint32(a.shared.pid), fd: uint32(a.shared.fd), ino: st.Ino, dev: st.Dev, size: uint64(a.size), uid: st.Uid}
+	x := hostIPC{pid: uint32(a.shared.pid), fd: uint32(a.shared.fd), ino: st.Ino, dev: st.Dev, size: uint64(st.Size), uid: st.Uid}
 	return x.bytes(), nil
 }
 
-func (h *hostDriver) ipcOpen(b [64]byte, need int) (*allocation, error) {
+// openShared maps the memfd exportShared described; need is how many bytes
+// the handle's range reaches.
+func openShared(b [64]byte, need int) (*allocation, error) {
 	x, err := parseHostIPC(b)
 	if err != nil {
 		return nil, err
@@ -107,9 +117,28 @@ func (h *hostDriver) ipcOpen(b [64]byte, need int) (*allocation, error) {
 	return &allocation{host: mem, addr: addrOf(mem), size: int(x.size)}, nil
 }
 
-func (h *hostDriver) ipcClose(a *allocation) error {
+func closeShared(a *allocation) error {
 	if err := unix.Munmap(a.host); err != nil {
 		return fmt.Errorf("devmem: CloseIPC: munmap: %w", err)
 	}
 	return nil
+}
+
+// memfdMap makes n bytes of memory that other processes of the user can map
+// (exportShared, openShared): a memfd of n bytes mapped shared.
+func memfdMap(n int) (mem []byte, fd int, err error) {
+	fd, err = unix.MemfdCreate("gpucomm", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, -1, fmt.Errorf("memfd_create: %w", err)
+	}
+	if err := unix.Ftruncate(fd, int64(n)); err != nil {
+		unix.Close(fd)
+		return nil, -1, fmt.Errorf("ftruncate to %d bytes: %w", n, err)
+	}
+	mem, err = unix.Mmap(fd, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		unix.Close(fd)
+		return nil, -1, fmt.Errorf("mmap of %d bytes: %w", n, err)
+	}
+	return mem, fd, nil
 }

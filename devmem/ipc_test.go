@@ -191,6 +191,9 @@ func childCheckWrite() error {
 	if got := d.Stats().Opened; got != 1 {
 		return fmt.Errorf("Stats().Opened = %d after one open, want 1", got)
 	}
+	if buf.Pinned() != h.Pinned() {
+		return fmt.Errorf("opened view Pinned() = %v, handle says %v", buf.Pinned(), h.Pinned())
+	}
 	got, _ := buf.Bytes()
 	want := fill(uint64(seed), total)[h.Offset() : h.Offset()+h.Size()]
 	if len(got) != len(want) {
