@@ -1,5 +1,13 @@
 package devmem
 
+import (
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
 // fakeCUDA is a libcuda.so.1 written for the tests, so that the cuda driver
 // and the GPU tests run on machines without a GPU (TestCUDADriverOnAFake
 // runs the GPU tests against it in a child process). It is stricter than
@@ -555,3 +563,58 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
 	RET(0);
 }
 `
+
+// Host work runs when nobody synchronizes the stream: a drain goroutine
+// that gives a coming Synchronize a grace before it takes the work must
+// still take it, in order, with the copies queued behind it, and the error
+// it meets waits for the next Synchronize, which reports it once. A
+// Destroy right after a HostFunc runs it once. (Against the fake, through
+// TestCUDADriverOnAFakeLibrary, as well as on a GPU.)
+func TestCUDAOnGPUHostWorkRunsWithoutSynchronize(t *testing.T) {
+	d := needCUDA(t)
+	cudaNoLeaks(t, d)
+	s := mustStream(t, d)
+	const n = 4096
+	src := mustAlloc(t, d, n, false)
+	pin := mustAlloc(t, d, n, true)
+	must(t, Memset(src, 9, nil))
+	must(t, Memset(pin, 0, nil))
+	h, _ := pin.Bytes()
+	var ran []string // written by host functions only, which run one at a time
+	sentinel := errors.New("from a host function")
+	done := make(chan struct{})
+	must(t, s.HostFunc(func() error { ran = append(ran, "first"); return nil }))
+	must(t, CopyN(pin, src, n, s)) // queued behind the first
+	must(t, s.HostFunc(func() error { ran = append(ran, "failing"); return sentinel }))
+	must(t, s.HostFunc(func() error {
+		if h[0] == 9 && h[n-1] == 9 {
+			ran = append(ran, "after the copy")
+		}
+		close(done)
+		return nil
+	}))
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("host work on a stream nobody synchronizes did not run")
+	}
+	if want := []string{"first", "failing", "after the copy"}; !slices.Equal(ran, want) {
+		t.Errorf("host functions ran as %q, want %q", ran, want)
+	}
+	if err := s.Synchronize(); !errors.Is(err, sentinel) {
+		t.Errorf("Synchronize after host work that failed unwatched returned %v, want its error", err)
+	}
+	must(t, s.Synchronize()) // reported once
+
+	s2, err := d.NewStream()
+	must(t, err)
+	var runs atomic.Int64
+	must(t, s2.HostFunc(func() error { runs.Add(1); return sentinel }))
+	if err := s2.Destroy(); !errors.Is(err, sentinel) {
+		t.Errorf("Destroy right after a failing HostFunc returned %v, want its error", err)
+	}
+	time.Sleep(20 * time.Millisecond) // a drain goroutine still in its grace must find nothing
+	if r := runs.Load(); r != 1 {
+		t.Errorf("a host function queued before Destroy ran %d times, want once", r)
+	}
+}

@@ -5,6 +5,7 @@ package devmem
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,15 @@ type cudaStream struct {
 	running bool           // an item of queue is being run, by drain or by flush
 	drainer bool           // a drain goroutine is alive
 	err     error          // the first error of queued work since the last synchronize
+
+	// flushing counts the goroutines inside flush (under mu): each runs the
+	// queue until it is empty, so a drain goroutine leaves the queue to them.
+	// flushes counts calls of flush, for a drain goroutine to see one come;
+	// handBacks counts flush's sleeps on an item another goroutine ran (the
+	// stream benchmark reports them).
+	flushing  int
+	flushes   atomic.Uint64
+	handBacks atomic.Uint64
 
 	issued atomic.Uint64 // work handed to CUDA on h
 	synced atomic.Uint64 // issued as it was when h was last found idle
@@ -95,10 +105,10 @@ func (s *cudaStream) issue(fn func(h cuda.Stream) error, ev *cudaEvent) error {
 func (s *cudaStream) busyLocked() bool { return s.running || len(s.queue) > 0 }
 
 // pushLocked queues work and starts a drain goroutine unless someone is
-// already running the queue (and so will run this too).
+// already running the queue, or will (and so will run this too).
 func (s *cudaStream) pushLocked(fn func() error) {
 	s.queue = append(s.queue, fn)
-	if !s.running && !s.drainer {
+	if !s.running && !s.drainer && s.flushing == 0 {
 		s.drainer = true
 		go s.drain()
 	}
@@ -124,15 +134,53 @@ func (s *cudaStream) runNextLocked() {
 	s.cond.Broadcast()
 }
 
-// drain runs the queue in order until it is empty, or until flush has
-// taken it over.
+// hostWorkGrace is how long a drain goroutine leaves host work it finds to
+// a Synchronize that may be coming before it runs the work itself. A caller
+// that synchronizes right after queueing (a stream-ordered MPI call waited
+// for at once) then runs the work on its own goroutine; had the drain
+// goroutine started it first, the caller would sleep until it was done and
+// pay a wake-up of microseconds. Host work that nobody waits for starts up
+// to this much later.
+const hostWorkGrace = 10 * time.Microsecond
+
+// drain runs the queue in order until it is empty, or until a flush has
+// taken it over. Before its first item it gives a flush hostWorkGrace to
+// come, again each time one came and left work behind; items queued once
+// it has run one (a busy stream's) it runs at once.
 func (s *cudaStream) drain() {
 	s.mu.Lock()
-	for len(s.queue) > 0 && !s.running {
+	ran := false
+	for s.drainableLocked() {
+		if !ran && s.flushCameLocked() {
+			continue
+		}
 		s.runNextLocked()
+		ran = true
 	}
 	s.drainer = false
 	s.mu.Unlock()
+}
+
+// drainableLocked reports whether a drain goroutine should run the head of
+// the queue: there is one, no one is running an item, and no flush, which
+// would run it, is under way.
+func (s *cudaStream) drainableLocked() bool {
+	return len(s.queue) > 0 && !s.running && s.flushing == 0
+}
+
+// flushCameLocked waits, with s.mu released, up to hostWorkGrace for a
+// flush to begin, and reports whether one did. It polls: a sleeping
+// goroutine would take longer than that to wake. Gosched lets a goroutine
+// waiting for this one's processor run, the one about to synchronize among
+// them (always so with GOMAXPROCS=1).
+func (s *cudaStream) flushCameLocked() bool {
+	n := s.flushes.Load()
+	s.mu.Unlock()
+	for start := time.Now(); s.flushes.Load() == n && time.Since(start) < hostWorkGrace; {
+		runtime.Gosched()
+	}
+	s.mu.Lock()
+	return s.flushes.Load() != n
 }
 
 // hostFunc queues fn: the stream's goroutine waits for the work issued
@@ -167,16 +215,21 @@ func (s *cudaStream) idle() error {
 // flush waits until no host work is queued and returns (and forgets) the
 // first error queued work met. The caller runs queued work itself when no
 // one is running it: a Synchronize right after a host function (a
-// stream-ordered Send, say) then costs no hand-over between goroutines.
+// stream-ordered Send, say) then costs no hand-over between goroutines, and
+// a drain goroutine that sees a flush under way leaves the queue to it.
 func (s *cudaStream) flush() error {
 	s.mu.Lock()
+	s.flushing++
+	s.flushes.Add(1)
 	for s.busyLocked() {
 		if !s.running {
 			s.runNextLocked()
 			continue
 		}
+		s.handBacks.Add(1)
 		s.cond.Wait()
 	}
+	s.flushing--
 	err := s.err
 	s.err = nil
 	s.mu.Unlock()

@@ -4,6 +4,8 @@ package devmem
 
 import (
 	"errors"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -14,11 +16,20 @@ import (
 // its library call, as NCCL's enqueue does), an event Record (a timed
 // benchmark records two an iteration), and a HostFunc with the Synchronize
 // that follows it (a stream-ordered MPI call waited for). The stream is
-// synchronized every 256 calls, so its queue stays short.
+// synchronized every 256 calls, so its queue stays short. Each case also
+// reports hand-backs/op: how often a Synchronize slept while the stream's
+// goroutine ran host work, to be woken when it was done.
 func BenchmarkCUDAStreamHostCost(b *testing.B) {
 	d := needCUDA(b)
 	s := mustStream(b, d)
+	cs := s.impl.(*cudaStream)
 	ev := mustEvent(b, d)
+	hostWork := func(d time.Duration) func() error {
+		return func() error { busy(d); return nil }
+	}
+	// handBack is the time from the end of host work the stream's
+	// goroutine ran to the return of the Synchronize that waited for it.
+	var handBack time.Duration
 	for _, c := range []struct {
 		name string
 		op   func() error
@@ -28,14 +39,53 @@ func BenchmarkCUDAStreamHostCost(b *testing.B) {
 		{"hostfunc-then-synchronize", func() error {
 			return errors.Join(s.HostFunc(func() error { return nil }), s.Synchronize())
 		}},
-		// Host work long enough that the stream's goroutine has started it
-		// when Synchronize comes (a stream-ordered MPI_Recv waiting for its
-		// message): its time above 20 µs is the hand-over back to the caller.
-		{"hostfunc-of-20us-then-synchronize", func() error {
-			return errors.Join(s.HostFunc(func() error { busy(20 * time.Microsecond); return nil }), s.Synchronize())
+		// Host work of a stream-ordered 8-byte MPI_Send waited for at once
+		// (c.Send(...); s.Synchronize()): the caller should run it itself,
+		// so the time above 1 µs is the stream's own cost, no hand-back.
+		{"hostfunc-of-1us-then-synchronize", func() error {
+			return errors.Join(s.HostFunc(hostWork(time.Microsecond)), s.Synchronize())
+		}},
+		// The same with 2 µs of the caller's own work between the two calls
+		// (a backend's bookkeeping after it queued the call): the stream's
+		// goroutine may have woken by the time Synchronize comes.
+		{"hostfunc-of-1us-2us-then-synchronize", func() error {
+			err := s.HostFunc(hostWork(time.Microsecond))
+			busy(2 * time.Microsecond)
+			return errors.Join(err, s.Synchronize())
+		}},
+		// The same with 10 µs of the caller's own work after it (waiting
+		// for the peer's reply in a ping-pong): the stream's goroutine has
+		// ended by the next HostFunc, which starts another. The time above
+		// 11 µs includes that start.
+		{"hostfunc-of-1us-then-synchronize-each-10us", func() error {
+			err := errors.Join(s.HostFunc(hostWork(time.Microsecond)), s.Synchronize())
+			busy(10 * time.Microsecond)
+			return err
+		}},
+		// Host work of 20 µs that the stream's goroutine has started when
+		// Synchronize comes (a stream-ordered MPI_Recv waiting for its
+		// message, with the caller busy meanwhile): the hand-back-ns/op
+		// metric is the time from its end to Synchronize's return.
+		{"hostfunc-of-20us-started-then-synchronize", func() error {
+			var started atomic.Bool
+			var ended time.Time
+			err := s.HostFunc(func() error {
+				started.Store(true)
+				busy(20 * time.Microsecond)
+				ended = time.Now()
+				return nil
+			})
+			for !started.Load() {
+				runtime.Gosched()
+			}
+			err = errors.Join(err, s.Synchronize())
+			handBack += time.Since(ended) // ended is written before Synchronize returns
+			return err
 		}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
+			handBack = 0
+			before := cs.handBacks.Load()
 			i := 0
 			for b.Loop() {
 				must(b, c.op())
@@ -44,6 +94,10 @@ func BenchmarkCUDAStreamHostCost(b *testing.B) {
 				}
 			}
 			must(b, s.Synchronize())
+			b.ReportMetric(float64(cs.handBacks.Load()-before)/float64(b.N), "hand-backs/op")
+			if handBack > 0 {
+				b.ReportMetric(float64(handBack.Nanoseconds())/float64(b.N), "hand-back-ns/op")
+			}
 		})
 	}
 }
