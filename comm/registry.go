@@ -27,6 +27,12 @@ type Options struct {
 	// ChunkBytes is the pipelining chunk of host-staged transfers; 0 picks
 	// the backend's default (GPUCOMM_CHUNK_BYTES).
 	ChunkBytes int
+	// NodeBytes is the size from which the host-staged backend moves a
+	// point-to-point message between two ranks of one node through pinned
+	// memory the two processes share, instead of through MPI; 0 picks the
+	// backend's default and -1 sends every message through MPI
+	// (GPUCOMM_NODE_BYTES: a size such as 64K, or "off").
+	NodeBytes int
 }
 
 // Option changes Options.
@@ -44,8 +50,12 @@ func WithDebug(on bool) Option { return func(o *Options) { o.Debug = on } }
 // WithChunkBytes sets the pipelining chunk of host-staged transfers.
 func WithChunkBytes(n int) Option { return func(o *Options) { o.ChunkBytes = n } }
 
-// DefaultOptions reads GPUCOMM_DEVICE, GPUCOMM_TIMEOUT, GPUCOMM_DEBUG and
-// GPUCOMM_CHUNK_BYTES. A malformed value is an error rather than ignored.
+// WithNodeBytes sets the size from which host-staged point-to-point
+// messages within a node go through shared pinned memory; -1 turns that off.
+func WithNodeBytes(n int) Option { return func(o *Options) { o.NodeBytes = n } }
+
+// DefaultOptions reads GPUCOMM_DEVICE, GPUCOMM_TIMEOUT, GPUCOMM_DEBUG,
+// GPUCOMM_CHUNK_BYTES and GPUCOMM_NODE_BYTES. A malformed value is an error rather than ignored.
 func DefaultOptions() (Options, error) {
 	var o Options
 	o.Device = os.Getenv("GPUCOMM_DEVICE")
@@ -74,6 +84,15 @@ func DefaultOptions() (Options, error) {
 			return o, fmt.Errorf("GPUCOMM_CHUNK_BYTES=%q: want a positive byte count such as 1048576, 512K or 4M: %w", v, ErrInvalidArgument)
 		}
 		o.ChunkBytes = n
+	}
+	if v := os.Getenv("GPUCOMM_NODE_BYTES"); v != "" {
+		if t := strings.ToLower(strings.TrimSpace(v)); t == "off" || t == "-1" {
+			o.NodeBytes = -1
+		} else if n, err := parseBytes(v); err == nil && n > 0 {
+			o.NodeBytes = n
+		} else {
+			return o, fmt.Errorf("GPUCOMM_NODE_BYTES=%q: want a positive byte count such as 65536 or 64K, or off: %w", v, ErrInvalidArgument)
+		}
 	}
 	return o, nil
 }

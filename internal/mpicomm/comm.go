@@ -93,6 +93,14 @@ type Comm struct {
 	peerMu  sync.Mutex
 	sendSeq []uint64 // messages sent to each peer, for their tags
 	recvSeq []uint64 // messages received from each peer
+
+	// The node path (node.go): the smallest message it takes (0: off, as
+	// the ranks agreed), which ranks share this rank's node, and the links
+	// made so far (under peerMu).
+	nodeMin           int
+	onNode            []bool
+	outLinks, inLinks map[int]*link
+	nodeSent, nodeGot atomic.Int64 // messages that went the node path
 }
 
 var _ comm.Communicator = (*Comm)(nil)
@@ -176,20 +184,47 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 		return c, err
 	}
 	c.localRank, c.localSize = node.Rank(), node.Size()
-	if err := node.Free(); err != nil {
-		return c, err
+	mates, err := mpi.AllgatherValues(node, []int64{int64(c.rank)})
+	if err != nil {
+		return c, errors.Join(err, node.Free())
+	}
+	c.onNode = make([]bool, c.size)
+	for _, r := range mates {
+		c.onNode[r] = true
 	}
 
 	o := cfg.Options
 	localErr := c.setUpLocal(o, parent)
+	nodeMin := o.NodeBytes
+	if nodeMin == 0 {
+		nodeMin = defaultNodeBytes
+	}
+	if parent != nil {
+		nodeMin = parent.nodeMin
+	}
+	// Whether the ranks of the node can map each other's pinned memory:
+	// every rank of the node takes part (the condition is the same on all
+	// of them), set up or not, node path wanted or not.
+	if cfg.Mode == Staged && c.localSize > 1 && (parent == nil || parent.nodeMin > 0) {
+		if err := c.probeNode(node, localErr == nil && nodeMin > 0); err != nil {
+			nodeMin = 0
+		}
+	} else {
+		nodeMin = 0
+	}
+	if err := node.Free(); err != nil {
+		return c, errors.Join(localErr, err)
+	}
 	chunk := o.ChunkBytes
 	if chunk == 0 {
 		chunk = DefaultChunkBytes
 	}
 	// The ranks must agree on the chunk (message boundaries), on Debug
 	// (collectives on ctl) and on announcing (messages on ctl), and on
-	// whether every rank is ready; one Allreduce(max) settles all four.
-	v := []int64{0, 0, 0, -int64(chunk)}
+	// whether every rank is ready, and on the node path (off on every rank
+	// if off on one, else the largest threshold); one Allreduce(max)
+	// settles all six.
+	v := []int64{0, 0, 0, -int64(chunk), b2i(nodeMin <= 0), int64(max(nodeMin, 0))}
 	if localErr != nil {
 		v[0] = 1
 	}
@@ -212,6 +247,9 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 		return c, fmt.Errorf("another rank failed to set up its side of the communicator: %w", comm.ErrUnsupported)
 	}
 	c.debug, c.announce, c.chunk = v[1] != 0, v[2] != 0, int(-v[3])
+	if v[4] == 0 {
+		c.nodeMin = int(v[5])
+	}
 	c.pool.base = max(c.chunk, 8) // room for one element of any type, and a widened byte
 	c.timeout = o.Timeout
 	if parent != nil {
@@ -280,6 +318,7 @@ func (c *Comm) teardown(failed bool) error {
 	if c.ann != nil {
 		errs = append(errs, c.ann.stop())
 	}
+	errs = append(errs, c.closeLinks())
 	if c.pool != nil {
 		errs = append(errs, c.pool.close())
 	}

@@ -297,15 +297,51 @@ func TestMismatchNamesEveryRankThatDiffers(t *testing.T) {
 
 func TestTagsNumberMessagesPerPeerAndDirection(t *testing.T) {
 	c := &Comm{size: 3, sendSeq: make([]uint64, 3), recvSeq: make([]uint64, 3)}
-	got := c.takeTags([]comm.P2P{{Kind: comm.SendKind, Peer: 1}, {Kind: comm.SendKind, Peer: 1}, {Kind: comm.RecvKind, Peer: 1},
+	got, _ := c.takeTags([]comm.P2P{{Kind: comm.SendKind, Peer: 1}, {Kind: comm.SendKind, Peer: 1}, {Kind: comm.RecvKind, Peer: 1},
 		{Kind: comm.SendKind, Peer: 2}})
-	got = append(got, c.takeTags([]comm.P2P{{Kind: comm.SendKind, Peer: 1}, {Kind: comm.RecvKind, Peer: 1}})...)
+	more, _ := c.takeTags([]comm.P2P{{Kind: comm.SendKind, Peer: 1}, {Kind: comm.RecvKind, Peer: 1}})
+	got = append(got, more...)
 	if want := []int{0, 1, 0, 0, 2, 1}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("tags %v, want %v", got, want)
 	}
 	c.sendSeq[0] = tagSpace - 1
-	if got := c.takeTags([]comm.P2P{{Kind: comm.SendKind, Peer: 0}, {Kind: comm.SendKind, Peer: 0}}); got[0] != tagSpace-1 || got[1] != 0 {
+	if got, _ := c.takeTags([]comm.P2P{{Kind: comm.SendKind, Peer: 0}, {Kind: comm.SendKind, Peer: 0}}); got[0] != tagSpace-1 || got[1] != 0 {
 		t.Errorf("tags past MPI's guaranteed bound: %v", got)
+	}
+}
+
+// Messages of at least nodeMin bytes to or from a rank of the node get
+// tickets on that pair's link, one count per direction; others, and every
+// message when the node path is off, get none.
+func TestNodeTicketsPerPeerDirectionAndSize(t *testing.T) {
+	c := &Comm{mode: Staged, size: 3, rank: 0, nodeMin: 100, onNode: []bool{true, true, false},
+		sendSeq: make([]uint64, 3), recvSeq: make([]uint64, 3)}
+	big := func(k comm.P2PKind, peer int) comm.P2P { return comm.P2P{Kind: k, Peer: peer, Count: 25, DType: comm.Float32} }
+	small := comm.P2P{Kind: comm.SendKind, Peer: 1, Count: 24, DType: comm.Int32}
+	_, turns := c.takeTags([]comm.P2P{big(comm.SendKind, 1), small, big(comm.SendKind, 1), big(comm.RecvKind, 1), big(comm.SendKind, 2)})
+	type got struct {
+		on     bool
+		send   bool
+		ticket uint64
+	}
+	var g []got
+	for _, tr := range turns {
+		if tr.link == nil {
+			g = append(g, got{})
+			continue
+		}
+		g = append(g, got{true, tr.link.send, tr.ticket})
+	}
+	want := []got{{true, true, 0}, {}, {true, true, 1}, {true, false, 0}, {}}
+	if fmt.Sprint(g) != fmt.Sprint(want) {
+		t.Errorf("turns %v, want %v", g, want)
+	}
+	if turns[0].link != turns[2].link || turns[0].link == turns[3].link {
+		t.Errorf("sends to rank 1 share a link, its receives have their own")
+	}
+	c.nodeMin = 0
+	if _, turns := c.takeTags([]comm.P2P{big(comm.SendKind, 1)}); turns[0].link != nil {
+		t.Errorf("node path off, still a ticket")
 	}
 }
 

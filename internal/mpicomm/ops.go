@@ -223,7 +223,7 @@ func (c *Comm) pointToPoint(call comm.Call, ps []comm.P2P) error {
 	if err := c.check(call); err != nil {
 		return err
 	}
-	tags := c.takeTags(ps)
+	tags, turns := c.takeTags(ps)
 	return c.enqueue(call, 0, func() error {
 		if err := c.begin(); err != nil {
 			return c.wrap(call.Operation, err)
@@ -237,7 +237,7 @@ func (c *Comm) pointToPoint(call comm.Call, ps []comm.P2P) error {
 		if c.mode == Direct {
 			err = c.directP2P(o, ps, tags)
 		} else {
-			err = c.stagedP2P(o, ps, tags)
+			err = c.stagedP2P(o, ps, tags, turns)
 		}
 		return c.finish(o, err)
 	})
@@ -246,12 +246,17 @@ func (c *Comm) pointToPoint(call comm.Call, ps []comm.P2P) error {
 // takeTags gives each transfer the next message number between this rank
 // and its peer, in that direction; the number is its tag, so the k-th
 // receive from a peer matches the k-th send, in whatever order the two
-// sides' goroutines reach MPI.
-func (c *Comm) takeTags(ps []comm.P2P) []int {
+// sides' goroutines reach MPI. A message that goes the node path also gets
+// its turn on the pair's ring, in the same order on both sides.
+func (c *Comm) takeTags(ps []comm.P2P) ([]int, []nodeTurn) {
 	tags := make([]int, len(ps))
+	turns := make([]nodeTurn, len(ps))
 	c.peerMu.Lock()
 	defer c.peerMu.Unlock()
 	for i, p := range ps {
+		if l, t, ok := c.nodeTicket(p); ok {
+			turns[i] = nodeTurn{l, t}
+		}
 		seq := &c.recvSeq[p.Peer]
 		if p.Kind == comm.SendKind {
 			seq = &c.sendSeq[p.Peer]
@@ -259,7 +264,13 @@ func (c *Comm) takeTags(ps []comm.P2P) []int {
 		tags[i] = int(*seq % tagSpace)
 		*seq++
 	}
-	return tags
+	return tags, turns
+}
+
+// nodeTurn is a message's place on its pair's node ring; link nil: none.
+type nodeTurn struct {
+	link   *link
+	ticket uint64
 }
 
 // either runs call as a collective through direct (device pointers to MPI)

@@ -197,6 +197,10 @@ type transfer struct {
 	dt    comm.DType
 	on    *mpi.Comm
 	tag   int
+	// link, when set, moves the message through the node path (node.go)
+	// as the pair's message ticket.
+	link   *link
+	ticket uint64
 }
 
 func (t transfer) String() string {
@@ -228,6 +232,15 @@ func (c *Comm) move(o *op, ts []transfer) error {
 }
 
 func (c *Comm) moveOne(o *op, t transfer) error {
+	if t.link != nil {
+		var err error
+		if t.send {
+			err = c.nodeSend(o, t)
+		} else {
+			err = c.nodeRecv(o, t)
+		}
+		return c.explainTimeout(o, t, err)
+	}
 	p := c.pipe(t.bytes, t.dt.Size())
 	p.atLeastOne = true
 	if t.send {
@@ -257,7 +270,11 @@ func (c *Comm) moveOne(o *op, t transfer) error {
 		}
 		p.out = copyOut(t.buf, 0)
 	}
-	err := c.run(o, p)
+	return c.explainTimeout(o, t, c.run(o, p))
+}
+
+// explainTimeout says which peer a point-to-point transfer waited for.
+func (c *Comm) explainTimeout(o *op, t transfer, err error) error {
 	if err != nil && errors.Is(err, comm.ErrTimeout) && o.seq == 0 {
 		who := fmt.Sprintf("rank %d never received it", t.peers[0])
 		if len(t.peers) > 1 {
@@ -273,10 +290,11 @@ func (c *Comm) moveOne(o *op, t transfer) error {
 
 // stagedP2P runs the user's sends and receives on the point-to-point
 // communicator, each tagged with its message number.
-func (c *Comm) stagedP2P(o *op, ps []comm.P2P, tags []int) error {
+func (c *Comm) stagedP2P(o *op, ps []comm.P2P, tags []int, tickets []nodeTurn) error {
 	ts := make([]transfer, len(ps))
 	for i, p := range ps {
-		ts[i] = transfer{send: p.Kind == comm.SendKind, peers: []int{p.Peer}, buf: p.Buf, bytes: p.Count * p.DType.Size(), dt: p.DType, on: c.p2p, tag: tags[i]}
+		ts[i] = transfer{send: p.Kind == comm.SendKind, peers: []int{p.Peer}, buf: p.Buf, bytes: p.Count * p.DType.Size(), dt: p.DType, on: c.p2p, tag: tags[i],
+			link: tickets[i].link, ticket: tickets[i].ticket}
 	}
 	return c.move(o, ts)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -439,4 +440,148 @@ func Timeout(t *testing.T, backend string) {
 		}
 	}
 	c.Close() // ends the job on the ranks that timed out
+}
+
+// NodePath moves point-to-point messages between the ranks of one node (all
+// of a test job's) through the node path: a ring of rank r to r+1 of
+// several sizes (one chunk, many chunks, more chunks than the ring has
+// slots, not a whole number of chunks), three messages after each other to
+// one peer in one GroupP2P, stream-ordered sends, receives whose count
+// differs from the sender's (ErrMismatch, the buffer untouched, the ring
+// still in step for the next message), and the node path turned off by one
+// rank's option, which turns it off on every rank.
+func NodePath(t *testing.T, backend string) {
+	RankOnly(t)
+	const chunk, nodeMin = 4096, 1000
+	c := open(t, backend, comm.WithChunkBytes(chunk), comm.WithNodeBytes(nodeMin))
+	defer func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	mc := c.(*mpicomm.Comm)
+	if got := mc.NodeBytes(); got != nodeMin {
+		t.Fatalf("NodeBytes() = %d on a job of one node, want %d", got, nodeMin)
+	}
+	p, r := c.Size(), c.Rank()
+	next, prev := (r+1)%p, (r+p-1)%p
+	poison := func(n int) devmem.Slice[float64] {
+		v := make([]float64, n)
+		for i := range v {
+			v[i] = -7.25
+		}
+		return upload(t, c, v)
+	}
+	allPoison := func(what string, s devmem.Slice[float64]) {
+		t.Helper()
+		expect(t, what, s, slices.Repeat([]float64{-7.25}, s.Len()))
+	}
+	// Sizes in float64s: below nodeMin (MPI), one chunk, a chunk and a
+	// bit, exactly the four slots, and 11.5 rings' worth.
+	for _, n := range []int{100, 512, 513, 4 * 512, 23*256 + 3, 46 * 512} {
+		send := upload(t, c, values(r*1000+n, n))
+		recv := poison(n)
+		err := c.GroupP2P([]comm.P2P{comm.SendSlice(next, send), comm.RecvSlice(prev, recv)}, nil)
+		if err != nil {
+			t.Fatalf("ring exchange of %d float64s: %v", n, err)
+		}
+		expect(t, fmt.Sprintf("%d float64s from rank %d", n, prev), recv, values(prev*1000+n, n))
+		send.Free()
+		recv.Free()
+	}
+	// Three messages to one peer, in one call, and a stream-ordered send
+	// behind a host function that holds its stream.
+	sizes := []int{3000, 130, 9000}
+	var ps []comm.P2P
+	var recvs []devmem.Slice[float64]
+	for i, n := range sizes {
+		ps = append(ps, comm.SendSlice(next, upload(t, c, values(r*77+i, n))))
+		recvs = append(recvs, poison(n))
+		ps = append(ps, comm.RecvSlice(prev, recvs[i]))
+	}
+	if err := c.GroupP2P(ps, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range sizes {
+		expect(t, fmt.Sprintf("message %d of the group from rank %d", i, prev), recvs[i], values(prev*77+i, n))
+	}
+	s, err := c.Device().NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	const ns = 7000
+	data := upload(t, c, values(r+5000, ns))
+	later := upload(t, c, values(r+6000, ns))
+	recv := poison(ns)
+	gate := make(chan struct{})
+	if err := s.HostFunc(func() error { <-gate; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.GroupP2P([]comm.P2P{comm.SendSlice(next, data), comm.RecvSlice(prev, recv)}, s); err != nil {
+		t.Fatal(err)
+	}
+	// Overwritten after the send on the same stream: the send must have read first.
+	if err := devmem.Copy(data.Buffer(), later.Buffer(), s); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "stream-ordered receive", recv, values(prev+5000, ns))
+
+	// Counts that differ: rank 0 sends 3000 float64s to rank 1, which
+	// expects 3500 (both the node path), then 100 (MPI) where rank 1
+	// expects 2000 (the node path); then a matching message still arrives.
+	if p >= 2 && r < 2 {
+		type step struct{ sent, expected int }
+		for _, st := range []step{{3000, 3500}, {100, 2000}, {2500, 2500}} {
+			if r == 0 {
+				buf := upload(t, c, values(11, st.sent))
+				if err := comm.Send(c, buf, 1, nil); err != nil {
+					t.Errorf("send of %d float64s: %v", st.sent, err)
+				}
+				buf.Free()
+				continue
+			}
+			buf := poison(st.expected)
+			err := comm.Recv(c, buf, 0, nil)
+			if st.sent == st.expected {
+				if err != nil {
+					t.Errorf("receive after the mismatches: %v", err)
+				}
+				expect(t, "receive after the mismatches", buf, values(11, st.sent))
+			} else {
+				if !errors.Is(err, comm.ErrMismatch) {
+					t.Errorf("receive of %d float64s where %d were sent: %v, want ErrMismatch", st.expected, st.sent, err)
+				}
+				allPoison(fmt.Sprintf("buffer of a refused receive (%d sent, %d expected)", st.sent, st.expected), buf)
+			}
+			buf.Free()
+		}
+	}
+	sent, got := mc.NodeMessages()
+	if sent < 8 || got < 8 {
+		t.Errorf("rank %d sent %d and received %d messages through the node path, want at least 8 each", r, sent, got)
+	}
+
+	// One rank turns the node path off: every rank's is off.
+	opt := comm.WithNodeBytes(nodeMin)
+	if r == p-1 {
+		opt = comm.WithNodeBytes(-1)
+	}
+	off := open(t, backend, comm.WithChunkBytes(chunk), opt)
+	defer off.Close()
+	if got := off.(*mpicomm.Comm).NodeBytes(); got != 0 {
+		t.Errorf("NodeBytes() = %d with the node path off on rank %d", got, p-1)
+	}
+	a, b := upload(t, off, values(r, 5000)), upload(t, off, slices.Repeat([]float64{-7.25}, 5000))
+	if err := off.GroupP2P([]comm.P2P{comm.SendSlice(next, a), comm.RecvSlice(prev, b)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "exchange with the node path off", b, values(prev, 5000))
+	if s, g := off.(*mpicomm.Comm).NodeMessages(); s != 0 || g != 0 {
+		t.Errorf("node path off, yet %d sent and %d received through it", s, g)
+	}
 }

@@ -1,7 +1,8 @@
 // Command pingpong measures the host-staged MPI backend against plain MPI in
-// the same run: point-to-point ping-pong between device buffers (pipelined,
-// and with the whole message as one chunk) beside MPI between pinned host
-// buffers, AllReduce beside MPI_Allreduce on host buffers, and, with -chunks,
+// the same run: point-to-point ping-pong between device buffers (as the
+// backend moves them, with large messages through the node path; pipelined
+// through MPI with the node path off; and through MPI with the whole message
+// as one chunk) beside MPI between pinned host buffers, AllReduce beside MPI_Allreduce on host buffers, and, with -chunks,
 // the copy and MPI bandwidth of each chunk size that the default is chosen
 // from. With -cudaaware it adds the CUDA-aware backend (on no stream and
 // stream-ordered) and MPI called on the same device buffers; -copies times

@@ -109,7 +109,12 @@ func run() error {
 		return err
 	}
 	defer staged.Close()
-	whole, err := comm.Open("mpi", comm.WithChunkBytes(max(largest, 1)))
+	viaMPI, err := comm.Open("mpi", comm.WithNodeBytes(-1))
+	if err != nil {
+		return err
+	}
+	defer viaMPI.Close()
+	whole, err := comm.Open("mpi", comm.WithChunkBytes(max(largest, 1)), comm.WithNodeBytes(-1))
 	if err != nil {
 		return err
 	}
@@ -127,10 +132,10 @@ func run() error {
 	}
 	defer host.Free()
 	if staged.Rank() == 0 {
-		fmt.Printf("%s, %d ranks, device %v, chunk %d bytes, MPI thread level %v\n\n",
-			firstLine(mpi.Version()), staged.Size(), staged.Device(), stagedChunk(staged), mpi.ThreadLevel())
+		fmt.Printf("%s, %d ranks, device %v, chunk %d bytes, node path from %d bytes, MPI thread level %v\n\n",
+			firstLine(mpi.Version()), staged.Size(), staged.Device(), stagedChunk(staged), nodeBytes(staged), mpi.ThreadLevel())
 	}
-	if err := pingPongTable(cfg, host, staged, whole, direct); err != nil {
+	if err := pingPongTable(cfg, host, staged, viaMPI, whole, direct); err != nil {
 		return err
 	}
 	if err := allReduceTable(cfg, host, staged, direct); err != nil {
@@ -160,6 +165,13 @@ func firstLine(s string) string {
 func stagedChunk(c comm.Communicator) int {
 	if cc, ok := c.(interface{ ChunkBytes() int }); ok {
 		return cc.ChunkBytes()
+	}
+	return 0
+}
+
+func nodeBytes(c comm.Communicator) int {
+	if cc, ok := c.(interface{ NodeBytes() int }); ok {
+		return cc.NodeBytes()
 	}
 	return 0
 }
@@ -344,7 +356,7 @@ func median(ds []time.Duration) time.Duration {
 
 func gbps(n int, oneWay time.Duration) float64 { return float64(n) / oneWay.Seconds() / 1e9 }
 
-func pingPongTable(cfg config, host *mpi.Comm, staged, whole, direct comm.Communicator) error {
+func pingPongTable(cfg config, host *mpi.Comm, staged, viaMPI, whole, direct comm.Communicator) error {
 	maxN := 0
 	for _, n := range cfg.sizes {
 		maxN = max(maxN, n)
@@ -358,7 +370,7 @@ func pingPongTable(cfg config, host *mpi.Comm, staged, whole, direct comm.Commun
 		name     string
 		c        comm.Communicator
 		onStream bool
-	}{{"staged", staged, false}, {"unpipelined", whole, false}, {"cudaaware", direct, false}, {"cudaaware on a stream", direct, true}} {
+	}{{"staged", staged, false}, {"staged via MPI", viaMPI, false}, {"unpipelined", whole, false}, {"cudaaware", direct, false}, {"cudaaware on a stream", direct, true}} {
 		if b.c == nil {
 			continue
 		}

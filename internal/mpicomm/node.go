@@ -1,0 +1,550 @@
+package mpicomm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/mpi"
+)
+
+// The node path: a staged point-to-point message of at least nodeMin bytes
+// between two ranks of one node does not go through MPI's own shared-memory
+// copies. The sender copies it from its device, chunk by chunk, into a ring
+// of pinned slots in memory both processes map (devmem.AllocPinnedShared),
+// and the receiver copies each chunk from there to its device: two copies
+// by the GPUs' copy engines, where the MPI path has those two plus MPI's two
+// memcpys through its own shared segment. MPI carries one small header a
+// message, on the point-to-point communicator with the message's own tag,
+// so that the k-th receive from a peer still matches the k-th send to it.
+//
+// Each ordered pair of ranks has one ring, made by the sender at its first
+// such message and opened by the receiver from the header's IPC handle. Two
+// counters at the ring's start say how many chunks the sender has put there
+// (ready) and how many the receiver has taken out (done), over the ring's
+// life; slot i%slots holds chunk i. The messages of a pair take the ring in
+// the order they were called (their ticket, given with their tag), one at a
+// time on each side; a message's chunks follow the previous message's
+// without a gap.
+
+const (
+	// defaultNodeBytes is where the node path starts when no option says:
+	// from there up a message is worth its header round.
+	defaultNodeBytes = 64 << 10
+	// ringSlots is how many chunks a ring holds: one being copied in, one
+	// being copied out, and two in between.
+	ringSlots = 4
+	// ringCtlBytes is the page before the slots: the two counters, each on
+	// a cache line of its own, and the sender's outgoing header.
+	ringCtlBytes = 4096
+	ringReadyOff = 0
+	ringDoneOff  = 128
+	ringHdrOff   = 1024
+
+	hdrMagic = 0x676370636e6f6465 // "gcpcnode"
+	hdrLen   = 5*8 + devmem.HandleSize
+	// hdrRoom is the receive buffer for a header: larger than one, so that
+	// a short message sent through MPI (the sender's count differs) comes
+	// whole and is reported as a mismatch rather than truncated.
+	hdrRoom = 4096
+)
+
+// link is one direction of one pair's node path, as this rank sees it.
+type link struct {
+	peer int
+	send bool
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	next    uint64 // tickets handed out (under Comm.peerMu)
+	serving uint64 // the ticket whose turn it is
+	broken  error  // a message failed half way: the counters are out of step
+
+	// Touched only by the message whose turn it is.
+	chunks    uint64        // chunks through the ring so far
+	ring      devmem.Buffer // the whole ring: own (send) or opened (receive)
+	handle    devmem.IPCHandle
+	slots     int
+	slotBytes int
+	hdr       devmem.Buffer // receive: pinned room for incoming headers
+	ev        []*devmem.Event
+}
+
+func (l *link) counter(off int) *atomic.Uint64 {
+	b, _ := l.ring.Bytes()
+	return (*atomic.Uint64)(unsafe.Pointer(&b[off]))
+}
+
+func (l *link) slot(seq uint64, n int) devmem.Buffer {
+	s, _ := l.ring.Slice(ringCtlBytes+int(seq%uint64(l.slots))*l.slotBytes, n)
+	return s
+}
+
+// linkTo returns the link to (send) or from peer, made on first use.
+func (c *Comm) linkTo(peer int, send bool) *link {
+	m := &c.inLinks
+	if send {
+		m = &c.outLinks
+	}
+	if *m == nil {
+		*m = map[int]*link{}
+	}
+	l := (*m)[peer]
+	if l == nil {
+		l = &link{peer: peer, send: send}
+		l.cond = sync.NewCond(&l.mu)
+		(*m)[peer] = l
+	}
+	return l
+}
+
+// nodeTicket says whether p goes the node path and, if so, takes its turn
+// on the pair's link. Called in call order, under peerMu.
+func (c *Comm) nodeTicket(p comm.P2P) (*link, uint64, bool) {
+	if c.mode != Staged || c.nodeMin <= 0 || p.Peer == c.rank || !c.onNode[p.Peer] || p.Count*p.DType.Size() < c.nodeMin {
+		return nil, 0, false
+	}
+	l := c.linkTo(p.Peer, p.Kind == comm.SendKind)
+	l.mu.Lock()
+	t := l.next
+	l.next++
+	l.mu.Unlock()
+	return l, t, true
+}
+
+// awaitTurn waits until ticket t may use the link.
+func (l *link) awaitTurn(o *op, t uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !o.deadline.IsZero() {
+		stop := time.AfterFunc(time.Until(o.deadline), func() {
+			l.mu.Lock()
+			l.cond.Broadcast()
+			l.mu.Unlock()
+		})
+		defer stop.Stop()
+	}
+	for l.serving != t && l.broken == nil {
+		if !o.deadline.IsZero() && !time.Now().Before(o.deadline) {
+			return fmt.Errorf("waited for %d earlier messages to rank %d to leave the node path: %w", t-l.serving, l.peer, comm.ErrTimeout)
+		}
+		l.cond.Wait()
+	}
+	if l.broken != nil {
+		return fmt.Errorf("the node path with rank %d is broken by an earlier failure: %w", l.peer, l.broken)
+	}
+	return nil
+}
+
+// done passes the turn on; err, when the ring's counters may be out of step,
+// breaks the link for every later message.
+func (l *link) done(err error) {
+	l.mu.Lock()
+	if err != nil && l.broken == nil {
+		l.broken = err
+	}
+	l.serving++
+	l.cond.Broadcast()
+	l.mu.Unlock()
+}
+
+func (l *link) release() error {
+	var errs []error
+	for _, e := range l.ev {
+		errs = append(errs, e.Destroy())
+	}
+	if !l.ring.IsZero() {
+		if l.send {
+			errs = append(errs, l.ring.Free())
+		} else {
+			errs = append(errs, l.ring.CloseIPC())
+		}
+	}
+	if !l.hdr.IsZero() {
+		errs = append(errs, l.hdr.Free())
+	}
+	return errors.Join(errs...)
+}
+
+// closeLinks releases every link's ring; nothing runs any more.
+func (c *Comm) closeLinks() error {
+	var errs []error
+	for _, m := range []map[int]*link{c.outLinks, c.inLinks} {
+		for _, l := range m {
+			errs = append(errs, l.release())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Comm) newEvents(n int) ([]*devmem.Event, error) {
+	evs := make([]*devmem.Event, 0, n)
+	for range n {
+		e, err := c.dev.NewEvent()
+		if err != nil {
+			for _, e := range evs {
+				e.Destroy()
+			}
+			return nil, err
+		}
+		evs = append(evs, e)
+	}
+	return evs, nil
+}
+
+// makeRing gives a send link its ring, on its first message.
+func (c *Comm) makeRing(l *link) error {
+	if !l.ring.IsZero() {
+		return nil
+	}
+	slotBytes := c.chunk
+	ring, err := c.dev.AllocPinnedShared(ringCtlBytes + ringSlots*slotBytes)
+	if err != nil {
+		return err
+	}
+	h, err := ring.Export()
+	if err != nil {
+		return errors.Join(err, ring.Free())
+	}
+	ev, err := c.newEvents(ringSlots)
+	if err != nil {
+		return errors.Join(err, ring.Free())
+	}
+	l.ring, l.handle, l.slots, l.slotBytes, l.ev = ring, h, ringSlots, slotBytes, ev
+	return nil
+}
+
+// poll waits until cond holds, spinning first (a chunk is tens of µs away),
+// then sleeping a little longer each time, up to the deadline.
+func poll(o *op, cond func() bool, what func() string) error {
+	const spin = 200 * time.Microsecond
+	start := time.Now()
+	sleep := 10 * time.Microsecond
+	for i := 0; ; i++ {
+		if cond() {
+			return nil
+		}
+		if i%32 != 31 {
+			runtime.Gosched()
+			continue
+		}
+		now := time.Now()
+		if !o.deadline.IsZero() && !now.Before(o.deadline) {
+			return fmt.Errorf("%s: %w", what(), comm.ErrTimeout)
+		}
+		if now.Sub(start) > spin {
+			time.Sleep(sleep)
+			sleep = min(2*sleep, time.Millisecond)
+		}
+	}
+}
+
+// chunksOf is how many slots a message of n bytes takes.
+func chunksOf(n, slotBytes int) int { return (n + slotBytes - 1) / slotBytes }
+
+// nodeSend sends t's bytes through the pair's ring.
+func (c *Comm) nodeSend(o *op, t transfer) (err error) {
+	l := t.link
+	if err := l.awaitTurn(o, t.ticket); err != nil {
+		return err
+	}
+	inStep := true // the counters agree with the receiver's
+	defer func() {
+		if err != nil && !inStep {
+			l.done(err)
+			return
+		}
+		l.done(nil)
+	}()
+	if err := c.makeRing(l); err != nil {
+		return err
+	}
+	b, _ := l.ring.Bytes()
+	h := b[ringHdrOff : ringHdrOff+hdrLen]
+	binary.LittleEndian.PutUint64(h[0:], hdrMagic)
+	binary.LittleEndian.PutUint64(h[8:], l.chunks)
+	binary.LittleEndian.PutUint64(h[16:], uint64(t.bytes))
+	binary.LittleEndian.PutUint64(h[24:], uint64(l.slots))
+	binary.LittleEndian.PutUint64(h[32:], uint64(l.slotBytes))
+	raw, _ := l.handle.MarshalBinary()
+	copy(h[40:], raw)
+	req, err := t.on.Isend(l.ring.Addr()+ringHdrOff, hdrLen, mpi.Byte, t.peers[0], t.tag)
+	if err != nil {
+		return err
+	}
+	inStep = false // from here the receiver may be taking chunks
+	ready, done := l.counter(ringReadyOff), l.counter(ringDoneOff)
+	base := l.chunks
+	k := chunksOf(t.bytes, l.slotBytes)
+	// A goroutine publishes each chunk once its copy is done, in order.
+	copied := make(chan uint64, k)
+	pubErr := make(chan error, 1)
+	go func() {
+		for range k {
+			seq, ok := <-copied
+			if !ok {
+				pubErr <- nil
+				return
+			}
+			if err := l.ev[seq%uint64(l.slots)].Synchronize(); err != nil {
+				pubErr <- err
+				return
+			}
+			ready.Store(seq + 1)
+		}
+		pubErr <- nil
+	}()
+	var loopErr error
+	for j := range k {
+		seq := base + uint64(j)
+		if err := poll(o, func() bool { return seq-done.Load() < uint64(l.slots) }, func() string {
+			return fmt.Sprintf("rank %d has taken %d of the message's %d chunks out of the node ring", t.peers[0], done.Load()-min(done.Load(), base), k)
+		}); err != nil {
+			loopErr = err
+			break
+		}
+		off := j * l.slotBytes
+		n := min(l.slotBytes, t.bytes-off)
+		src, err := t.buf.Slice(off, n)
+		if err == nil {
+			err = devmem.CopyN(l.slot(seq, n), src, n, c.d2h)
+		}
+		if err == nil {
+			err = l.ev[seq%uint64(l.slots)].Record(c.d2h)
+		}
+		if err != nil {
+			loopErr = err
+			break
+		}
+		copied <- seq
+	}
+	close(copied)
+	perr := <-pubErr
+	if err := errors.Join(loopErr, perr); err != nil {
+		return err
+	}
+	if err := c.wait(o, []*mpi.Request{req}); err != nil {
+		return err
+	}
+	l.chunks = base + uint64(k)
+	inStep = true
+	c.nodeSent.Add(1)
+	return nil
+}
+
+// nodeRecv receives t's bytes through the sender's ring.
+func (c *Comm) nodeRecv(o *op, t transfer) (err error) {
+	l := t.link
+	if err := l.awaitTurn(o, t.ticket); err != nil {
+		return err
+	}
+	inStep := true
+	defer func() {
+		if err != nil && !inStep {
+			l.done(err)
+			return
+		}
+		l.done(nil)
+	}()
+	if l.hdr.IsZero() {
+		if l.hdr, err = c.dev.AllocPinned(hdrRoom); err != nil {
+			return err
+		}
+	}
+	req, err := t.on.Irecv(l.hdr.Addr(), hdrRoom, mpi.Byte, t.peers[0], t.tag)
+	if err != nil {
+		return err
+	}
+	if err := c.wait(o, []*mpi.Request{req}); err != nil {
+		// The header receive is still posted: whatever comes next from the
+		// peer with this tag would land in it.
+		inStep = false
+		return err
+	}
+	h, _ := l.hdr.Bytes()
+	if got := req.Status().Count; got != hdrLen || binary.LittleEndian.Uint64(h) != hdrMagic {
+		return fmt.Errorf("%v: rank %d sent a message of %d bytes through MPI, not through the node path; the sender's count differs: %w",
+			t, t.peers[0], got, comm.ErrMismatch)
+	}
+	from := binary.LittleEndian.Uint64(h[8:])
+	bytes := int(binary.LittleEndian.Uint64(h[16:]))
+	slots := int(binary.LittleEndian.Uint64(h[24:]))
+	slotBytes := int(binary.LittleEndian.Uint64(h[32:]))
+	var handle devmem.IPCHandle
+	if err := handle.UnmarshalBinary(h[40:hdrLen]); err != nil {
+		inStep = false
+		return fmt.Errorf("%v: node path header from rank %d: %w", t, t.peers[0], err)
+	}
+	if from != l.chunks || slots <= 0 || slotBytes <= 0 || bytes < 0 || handle.Size() != ringCtlBytes+slots*slotBytes {
+		inStep = false
+		return fmt.Errorf("%v: node path header from rank %d out of step (its chunks start at %d, this rank has taken %d; %d slots of %d bytes in %d): %w",
+			t, t.peers[0], from, l.chunks, slots, slotBytes, handle.Size(), comm.ErrMismatch)
+	}
+	if l.ring.IsZero() || l.handle != handle {
+		if !l.ring.IsZero() {
+			inStep = false
+			return fmt.Errorf("%v: rank %d's node ring changed: %w", t, t.peers[0], comm.ErrMismatch)
+		}
+		ring, err := c.dev.OpenIPC(handle)
+		if err != nil {
+			inStep = false
+			return fmt.Errorf("%v: opening rank %d's node ring: %w", t, t.peers[0], err)
+		}
+		ev, err := c.newEvents(slots)
+		if err != nil {
+			inStep = false
+			return errors.Join(err, ring.CloseIPC())
+		}
+		l.ring, l.handle, l.slots, l.slotBytes, l.ev = ring, handle, slots, slotBytes, ev
+	}
+	inStep = false
+	// A sender whose count differs still sends its chunks: take them out
+	// without copying any, so that the ring stays in step, and say so.
+	mismatch := bytes != t.bytes
+	ready, done := l.counter(ringReadyOff), l.counter(ringDoneOff)
+	base := l.chunks
+	k := chunksOf(bytes, l.slotBytes)
+	copied := make(chan uint64, k)
+	relErr := make(chan error, 1)
+	go func() {
+		for range k {
+			seq, ok := <-copied
+			if !ok {
+				relErr <- nil
+				return
+			}
+			if !mismatch {
+				if err := l.ev[seq%uint64(l.slots)].Synchronize(); err != nil {
+					relErr <- err
+					return
+				}
+			}
+			done.Store(seq + 1)
+		}
+		relErr <- nil
+	}()
+	var loopErr error
+	for j := range k {
+		seq := base + uint64(j)
+		if err := poll(o, func() bool { return ready.Load() > seq }, func() string {
+			return fmt.Sprintf("rank %d has put %d of the message's %d chunks into the node ring", t.peers[0], ready.Load()-min(ready.Load(), base), k)
+		}); err != nil {
+			loopErr = err
+			break
+		}
+		if !mismatch {
+			off := j * l.slotBytes
+			n := min(l.slotBytes, bytes-off)
+			dst, err := t.buf.Slice(off, n)
+			if err == nil {
+				err = devmem.CopyN(dst, l.slot(seq, n), n, c.h2d)
+			}
+			if err == nil {
+				err = l.ev[seq%uint64(l.slots)].Record(c.h2d)
+			}
+			if err != nil {
+				loopErr = err
+				break
+			}
+		}
+		copied <- seq
+	}
+	close(copied)
+	rerr := <-relErr
+	if err := errors.Join(loopErr, rerr); err != nil {
+		return err
+	}
+	l.chunks = base + uint64(k)
+	inStep = true
+	if mismatch {
+		return fmt.Errorf("%v: rank %d sent %d bytes; the sender's count differs: %w", t, t.peers[0], bytes, comm.ErrMismatch)
+	}
+	c.nodeGot.Add(1)
+	return nil
+}
+
+// NodeBytes is the size from which point-to-point messages to and from the
+// ranks of this node go the node path, as the ranks agreed; 0 when they
+// all go through MPI.
+func (c *Comm) NodeBytes() int { return c.nodeMin }
+
+// NodeMessages counts the messages this rank has sent and received through
+// the node path.
+func (c *Comm) NodeMessages() (sent, received int64) { return c.nodeSent.Load(), c.nodeGot.Load() }
+
+// probeNode checks, once at Open, that every rank of the node can map every
+// other's AllocPinnedShared memory (processes of one user, in one PID
+// namespace): each exports a page holding its local rank, and each opens
+// and reads the others'. Every rank of node calls it; one that does not want
+// the node path (or could not set up) takes part with no page. An error on
+// any rank turns the node path off there; build's Allreduce then turns it
+// off everywhere.
+func (c *Comm) probeNode(node *mpi.Comm, want bool) error {
+	var mine []byte
+	var page devmem.Buffer
+	if want {
+		var err error
+		if page, err = c.dev.AllocPinnedShared(1); err == nil {
+			b, _ := page.Bytes()
+			b[0] = byte(node.Rank())
+			var h devmem.IPCHandle
+			if h, err = page.Export(); err == nil {
+				mine, _ = h.MarshalBinary()
+			}
+		}
+		if err != nil && !page.IsZero() {
+			page.Free()
+			page = devmem.Buffer{}
+		}
+	}
+	all, err := mpi.AllgatherBytes(node, mine)
+	if err == nil {
+		for r, raw := range all {
+			if r == node.Rank() {
+				continue
+			}
+			if err = c.probeOpen(raw, r); err != nil {
+				break
+			}
+		}
+	}
+	if mine == nil && err == nil {
+		err = errors.New("node path not wanted here")
+	}
+	// No rank frees its page before every rank has read the others'.
+	err = errors.Join(err, node.Barrier())
+	if !page.IsZero() {
+		err = errors.Join(err, page.Free())
+	}
+	return err
+}
+
+func (c *Comm) probeOpen(raw []byte, r int) error {
+	if len(raw) == 0 {
+		return fmt.Errorf("local rank %d has no page", r)
+	}
+	var h devmem.IPCHandle
+	if err := h.UnmarshalBinary(raw); err != nil {
+		return err
+	}
+	v, err := c.dev.OpenIPC(h)
+	if err != nil {
+		return err
+	}
+	b, _ := v.Bytes()
+	got := b[0]
+	if err := v.CloseIPC(); err != nil {
+		return err
+	}
+	if int(got) != r%256 {
+		return fmt.Errorf("local rank %d's page reads %d", r, got)
+	}
+	return nil
+}
