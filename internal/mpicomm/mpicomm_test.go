@@ -316,7 +316,9 @@ func TestTagsNumberMessagesPerPeerAndDirection(t *testing.T) {
 func TestNodeTicketsPerPeerDirectionAndSize(t *testing.T) {
 	c := &Comm{mode: Staged, size: 3, rank: 0, nodeMin: 100, onNode: []bool{true, true, false},
 		sendSeq: make([]uint64, 3), recvSeq: make([]uint64, 3)}
-	big := func(k comm.P2PKind, peer int) comm.P2P { return comm.P2P{Kind: k, Peer: peer, Count: 25, DType: comm.Float32} }
+	big := func(k comm.P2PKind, peer int) comm.P2P {
+		return comm.P2P{Kind: k, Peer: peer, Count: 25, DType: comm.Float32}
+	}
 	small := comm.P2P{Kind: comm.SendKind, Peer: 1, Count: 24, DType: comm.Int32}
 	_, turns := c.takeTags([]comm.P2P{big(comm.SendKind, 1), small, big(comm.SendKind, 1), big(comm.RecvKind, 1), big(comm.SendKind, 2)})
 	type got struct {
