@@ -564,9 +564,8 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
 }
 `
 
-// Host work runs when nobody synchronizes the stream: a drain goroutine
-// that gives a coming Synchronize a grace before it takes the work must
-// still take it, in order, with the copies queued behind it, and the error
+// Host work runs when nobody synchronizes the stream: the drain goroutine
+// takes it, in order, with the copies queued behind it, and the error
 // it meets waits for the next Synchronize, which reports it once. A
 // Destroy right after a HostFunc runs it once. (Against the fake, through
 // TestCUDADriverOnAFakeLibrary, as well as on a GPU.)
@@ -613,7 +612,7 @@ func TestCUDAOnGPUHostWorkRunsWithoutSynchronize(t *testing.T) {
 	if err := s2.Destroy(); !errors.Is(err, sentinel) {
 		t.Errorf("Destroy right after a failing HostFunc returned %v, want its error", err)
 	}
-	time.Sleep(20 * time.Millisecond) // a drain goroutine still in its grace must find nothing
+	time.Sleep(20 * time.Millisecond) // a drain goroutine still running must find nothing
 	if r := runs.Load(); r != 1 {
 		t.Errorf("a host function queued before Destroy ran %d times, want once", r)
 	}

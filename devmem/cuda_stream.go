@@ -5,7 +5,6 @@ package devmem
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,11 +36,9 @@ type cudaStream struct {
 
 	// flushing counts the goroutines inside flush (under mu): each runs the
 	// queue until it is empty, so a drain goroutine leaves the queue to them.
-	// flushes counts calls of flush, for a drain goroutine to see one come;
 	// handBacks counts flush's sleeps on an item another goroutine ran (the
 	// stream benchmark reports them).
 	flushing  int
-	flushes   atomic.Uint64
 	handBacks atomic.Uint64
 
 	issued atomic.Uint64 // work handed to CUDA on h
@@ -134,28 +131,15 @@ func (s *cudaStream) runNextLocked() {
 	s.cond.Broadcast()
 }
 
-// hostWorkGrace is how long a drain goroutine leaves host work it finds to
-// a Synchronize that may be coming before it runs the work itself. A caller
-// that synchronizes right after queueing (a stream-ordered MPI call waited
-// for at once) then runs the work on its own goroutine; had the drain
-// goroutine started it first, the caller would sleep until it was done and
-// pay a wake-up of microseconds. Host work that nobody waits for starts up
-// to this much later.
-const hostWorkGrace = 10 * time.Microsecond
-
 // drain runs the queue in order until it is empty, or until a flush has
-// taken it over. Before its first item it gives a flush hostWorkGrace to
-// come, again each time one came and left work behind; items queued once
-// it has run one (a busy stream's) it runs at once.
+// taken it over. (Giving a Synchronize that may be coming a few µs to take
+// the work first was tried on the H200 and gained nothing measurable: the
+// cost of a stream-ordered call over a plain one is in starting this
+// goroutine, not in which goroutine runs the work; docs/PERFORMANCE.md.)
 func (s *cudaStream) drain() {
 	s.mu.Lock()
-	ran := false
 	for s.drainableLocked() {
-		if !ran && s.flushCameLocked() {
-			continue
-		}
 		s.runNextLocked()
-		ran = true
 	}
 	s.drainer = false
 	s.mu.Unlock()
@@ -168,20 +152,6 @@ func (s *cudaStream) drainableLocked() bool {
 	return len(s.queue) > 0 && !s.running && s.flushing == 0
 }
 
-// flushCameLocked waits, with s.mu released, up to hostWorkGrace for a
-// flush to begin, and reports whether one did. It polls: a sleeping
-// goroutine would take longer than that to wake. Gosched lets a goroutine
-// waiting for this one's processor run, the one about to synchronize among
-// them (always so with GOMAXPROCS=1).
-func (s *cudaStream) flushCameLocked() bool {
-	n := s.flushes.Load()
-	s.mu.Unlock()
-	for start := time.Now(); s.flushes.Load() == n && time.Since(start) < hostWorkGrace; {
-		runtime.Gosched()
-	}
-	s.mu.Lock()
-	return s.flushes.Load() != n
-}
 
 // hostFunc queues fn: the stream's goroutine waits for the work issued
 // before it, runs fn, and then issues what was queued after it. It returns
@@ -220,7 +190,6 @@ func (s *cudaStream) idle() error {
 func (s *cudaStream) flush() error {
 	s.mu.Lock()
 	s.flushing++
-	s.flushes.Add(1)
 	for s.busyLocked() {
 		if !s.running {
 			s.runNextLocked()
