@@ -152,7 +152,6 @@ func (s *cudaStream) drainableLocked() bool {
 	return len(s.queue) > 0 && !s.running && s.flushing == 0
 }
 
-
 // hostFunc queues fn: the stream's goroutine waits for the work issued
 // before it, runs fn, and then issues what was queued after it. It returns
 // at once; fn's error is returned by the next synchronize.
