@@ -31,7 +31,7 @@ GPUCOMM_* environment variables in effect. The exit status is 1 when a
 setting is malformed or a section cannot be gathered.`
 
 // knobs are the environment variables every gpucomm program reads.
-var knobs = []string{"GPUCOMM_BACKEND", "GPUCOMM_DEVICE", "GPUCOMM_TIMEOUT", "GPUCOMM_DEBUG", "GPUCOMM_CHUNK_BYTES"}
+var knobs = []string{"GPUCOMM_BACKEND", "GPUCOMM_DEVICE", "GPUCOMM_TIMEOUT", "GPUCOMM_DEBUG", "GPUCOMM_CHUNK_BYTES", "GPUCOMM_NODE_BYTES"}
 
 // infoReport is what info gathers; the text and JSON outputs both render it,
 // so they cannot disagree.
@@ -192,6 +192,14 @@ func knobEffect(name, value string, opts comm.Options, optsErr error) (effect, p
 			return "each backend's default pipelining chunk", ""
 		}
 		return fmt.Sprintf("host-staged transfers move %d-byte chunks", opts.ChunkBytes), ""
+	case "GPUCOMM_NODE_BYTES":
+		switch {
+		case opts.NodeBytes < 0:
+			return "host-staged point-to-point messages all go through MPI", ""
+		case opts.NodeBytes == 0:
+			return "host-staged point-to-point messages within a node from the default size go through shared pinned memory", ""
+		}
+		return fmt.Sprintf("host-staged point-to-point messages within a node from %d bytes go through shared pinned memory", opts.NodeBytes), ""
 	}
 	return "", ""
 }

@@ -14,6 +14,9 @@
 #   bash .gpupack/run.sh gomax   # issue 5: the stream-ordered call with GOMAXPROCS=1
 #   bash .gpupack/run.sh final   # a short re-run of the pipeline's tests and figures
 #   bash .gpupack/run.sh diag    # copy latencies, chunk sizes, the solver with overlap
+#   bash .gpupack/run.sh node    # issue 4: the node path against MPI's path, slot sizes, 4 ranks, MPS
+#   bash .gpupack/run.sh aware5  # issue 5: A/B of the stream queue against the *-old binaries in .gpu-extra
+#   bash .gpupack/run.sh last    # the tests, then the node path's and CUDA-aware MPI's key figures
 # Each step has its own time limit; everything goes to $OUT/log-PART.txt and
 # one line per step to $OUT/summary-PART.txt.
 set -u
@@ -51,7 +54,7 @@ tests() {
   step internal-nvrtc 40 $B/nvrtc.test -test.run GPU -test.v
   step internal-nccl 40 $B/nccl.test -test.run GPU -test.v
   step kernels 60 $B/kernels.test -test.v
-  step devmem 120 $B/devmem.test -test.run 'CUDA|IPC|NodeShared' -test.v
+  step devmem 120 $B/devmem.test -test.run 'CUDA|IPC|NodeShared|PinnedShared' -test.v
   step solver 90 $B/solver.test -test.run GPU -test.v
   export GPUCOMM_DEVICE=cuda
   step comm-mpi 200 $B/comm_mpi.test -test.v
@@ -275,6 +278,75 @@ final() {
   cuda_mpi
   step comm-cudaaware 120 $B/comm_cudaaware.test -test.v
   step comm-nccl 120 $B/comm_nccl.test -test.v
+}
+
+node() { # issue 4: the node path (staged) against MPI's path (staged via MPI), host MPI and unpipelined staging; slot sizes; 4 ranks; MPS; the solver's halos
+  export GPUCOMM_DEVICE=cuda
+  step pingpong 150 mpirun $NB -np 2 $B/pingpong -rounds 3 -budget 256M -sizes 8,32K,64K,512K,2M,4M,8M,16M,32M,64M,256M
+  for ch in 256K 512K 2M 4M; do
+    step pingpong-chunk-$ch 50 mpirun $NB -x GPUCOMM_CHUNK_BYTES=$ch -np 2 $B/pingpong -rounds 3 -sizes 512K,4M,16M,64M -budget 128M
+  done
+  step pingpong-np4 60 mpirun $NB -np 4 $B/pingpong -rounds 3 -budget 128M -sizes 4M,32M
+  step memload 60 mpirun $NB -np 2 $B/pingpong -rounds 1 -sizes 1M,4M,16M -budget 256M -memload
+  step bench-mpi 60 mpirun $NB -np 2 $B/gpucomm bench -backend mpi -op pingpong,bw,allreduce -b 8 -e 64M -f 8 -noprogress
+  for np in 2 4; do
+    for nb in default off; do
+      step heat-mpi-np$np-node-$nb 40 mpirun $NB -x GPUCOMM_NODE_BYTES=$([ $nb = off ] && echo off || echo 64K) -np $np $B/gpucomm heat -backend mpi -n 8192 -steps 200 -progress=false
+    done
+  done
+  if mps_on; then
+    step mps-pingpong 90 mpirun $NB -x CUDA_MPS_PIPE_DIRECTORY -np 2 $B/pingpong -rounds 3 -sizes 8,32K,512K,4M,8M,16M,32M,64M -budget 256M
+    step mps-heat-np4 40 mpirun $NB -x CUDA_MPS_PIPE_DIRECTORY -np 4 $B/gpucomm heat -backend mpi -n 8192 -steps 200 -progress=false
+    mps_off
+  fi
+}
+
+aware5() { # issue 5: the stream queue as built here against the *-old binaries (the build before the drain goroutine's grace), each in turn
+  export GPUCOMM_DEVICE=cuda
+  [ -x $B/pingpong-old ] || { echo "no -old binaries carried" | tee -a "$SUM"; return; }
+  for v in devmem devmem-old; do
+    step host-cost-$v 60 $B/$v.test -test.run XXX -test.bench StreamHostCost -test.benchtime 20000x
+  done
+  cuda_mpi
+  X="-x LD_LIBRARY_PATH -x GPUCOMM_DEVICE"
+  for r in 1 2; do
+    for v in pingpong pingpong-old; do
+      step $v-$r 60 mpirun $NB $X -np 2 $B/$v -cudaaware -rounds 5 -sizes 8,4K -budget 16M
+    done
+    for v in gpucomm gpucomm-old; do
+      step wall-$v-$r 60 mpirun $NB $X -np 2 $B/$v bench -backend cudaaware -op pingpong,bw -b 8 -e 4K -f 8 -wall -noprogress
+    done
+  done
+  step pingpong-gomaxprocs1 60 mpirun $NB $X -x GOMAXPROCS=1 -np 2 $B/pingpong -cudaaware -rounds 5 -sizes 8,4K -budget 16M
+  sys_mpi
+  if mps_on; then
+    cuda_mpi
+    X="$X -x CUDA_MPS_PIPE_DIRECTORY"
+    for v in pingpong pingpong-old; do
+      step mps-$v 60 mpirun $NB $X -np 2 $B/$v -cudaaware -rounds 5 -sizes 8,4K -budget 16M
+    done
+    for v in gpucomm gpucomm-old; do
+      step mps-wall-$v 60 mpirun $NB $X -np 2 $B/$v bench -backend cudaaware -op pingpong,bw -b 8 -e 4K -f 8 -wall -noprogress
+    done
+    sys_mpi
+    mps_off
+  fi
+}
+
+last() { # every GPU test, then the key figures of issues 4 and 5, from one build
+  tests
+  export GPUCOMM_DEVICE=cuda
+  step pingpong 150 mpirun $NB -np 2 $B/pingpong -rounds 3 -budget 256M -sizes 8,64K,512K,2M,4M,8M,16M,32M,64M,256M
+  if mps_on; then
+    cuda_mpi
+    X="-x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -x CUDA_MPS_PIPE_DIRECTORY"
+    for r in 1 2; do
+      step mps-pingpong-cudaaware-$r 60 mpirun $NB $X -np 2 $B/pingpong -cudaaware -rounds 5 -sizes 8,4K,64M -budget 64M
+    done
+    step mps-bench-cudaaware-wall 90 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw -b 8 -e 64M -f 8 -wall -noprogress
+    sys_mpi
+    mps_off
+  fi
 }
 
 diag() {
