@@ -303,10 +303,6 @@ func (b Buffer) Export() (IPCHandle, error) {
 	if err := b.Check("devmem: export", nil, 0); err != nil {
 		return IPCHandle{}, err
 	}
-	pinned := b.a.pinned
-	if pinned && b.a.shared == nil {
-		return IPCHandle{}, fmt.Errorf("devmem: export of pinned host memory from AllocPinned or RegisterHost (allocate it with AllocPinnedShared to share it): %w", ErrInvalidArgument)
-	}
 	node, err := localNode()
 	if err != nil {
 		return IPCHandle{}, err
@@ -318,6 +314,10 @@ func (b Buffer) Export() (IPCHandle, error) {
 		f.off += uint64(b.off)
 		f.size = uint64(b.n)
 		return f.seal(), nil
+	}
+	pinned := b.a.pinned
+	if pinned && b.a.shared == nil {
+		return IPCHandle{}, fmt.Errorf("devmem: export of pinned host memory from AllocPinned or RegisterHost (allocate it with AllocPinnedShared to share it): %w", ErrInvalidArgument)
 	}
 	e := exports[b.a]
 	if e == nil {

@@ -78,6 +78,9 @@ func TestPinnedSharedOpenInExporterAndCopy(t *testing.T) {
 	if v.Addr() != buf.Addr() || !v.Pinned() || v.Len() != n {
 		t.Fatalf("view at %#x (pinned %v, %d bytes), memory at %#x", v.Addr(), v.Pinned(), v.Len(), buf.Addr())
 	}
+	if again, err := v.Export(); err != nil || again != h {
+		t.Errorf("Export of the opened view = %v, %v; want the handle it was opened from", again, err)
+	}
 	dev, err := d.Alloc(n)
 	if err != nil {
 		t.Fatal(err)

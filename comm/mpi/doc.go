@@ -64,7 +64,13 @@
 // that they can map each other's pinned memory (one user, one PID
 // namespace); where they cannot, every message goes through MPI. A receive
 // whose count differs from the send's is comm.ErrMismatch, its buffer
-// untouched, and the ring stays in step for the next message. The ring costs
+// untouched; when both sides took the node path, or the sender's message
+// went through MPI whole, the pair stays in step for the next message. When
+// the sender took the node path and the receive, too small for it, went
+// through MPI, the sender's chunks are left in its ring: the communicator is
+// then broken, and Close ends the job with the reason rather than let the
+// pair hang at its next message. A node path message that stops half way
+// (a timeout, a failed copy) breaks the communicator the same way. The ring costs
 // four chunks of pinned memory per pair and direction that uses it. Like
 // MPI's rendezvous, a large Send waits for its receive: two ranks that
 // each Send to the other on one stream before they Recv wait for each

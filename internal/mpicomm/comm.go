@@ -151,6 +151,10 @@ func checkOptions(o comm.Options) error {
 		return fmt.Errorf("chunk of %d bytes: want a positive size, or 0 for the default: %w", o.ChunkBytes, comm.ErrInvalidArgument)
 	case o.ChunkBytes > math.MaxInt32:
 		return fmt.Errorf("chunk of %d bytes: MPI counts stop at %d: %w", o.ChunkBytes, math.MaxInt32, comm.ErrInvalidArgument)
+	case o.NodeBytes < -1:
+		return fmt.Errorf("node path from %d bytes: want a positive size, 0 for the default or -1 for off: %w", o.NodeBytes, comm.ErrInvalidArgument)
+	case o.NodeBytes > math.MaxInt32:
+		return fmt.Errorf("node path from %d bytes: want at most %d: %w", o.NodeBytes, math.MaxInt32, comm.ErrInvalidArgument)
 	case o.Timeout < 0:
 		return fmt.Errorf("timeout %v: want 0 (none) or more: %w", o.Timeout, comm.ErrInvalidArgument)
 	}

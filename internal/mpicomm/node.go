@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -50,11 +51,16 @@ const (
 
 	hdrMagic = 0x676370636e6f6465 // "gcpcnode"
 	hdrLen   = 5*8 + devmem.HandleSize
-	// hdrRoom is the receive buffer for a header: larger than one, so that
-	// a short message sent through MPI (the sender's count differs) comes
-	// whole and is reported as a mismatch rather than truncated.
-	hdrRoom = 4096
 )
+
+// isHeader reports whether b (hdrLen bytes) is a node path header.
+func isHeader(b []byte) bool { return binary.LittleEndian.Uint64(b) == hdrMagic }
+
+// hdrRoom is the receive buffer for a header: larger than one, and than
+// the first chunk of any message below the node path's size, so that a
+// message the sender sent through MPI (its count differs) arrives whole
+// and is reported as a mismatch rather than truncated.
+func (c *Comm) hdrRoom() int { return max(hdrLen+1, 4096, min(c.nodeMin, c.chunk)) }
 
 // link is one direction of one pair's node path, as this rank sees it.
 type link struct {
@@ -143,6 +149,22 @@ func (l *link) awaitTurn(o *op, t uint64) error {
 	return nil
 }
 
+// abandon breaks the links of turns whose messages will never run (their
+// operation failed before it started), so that later messages on those
+// links fail instead of waiting for a turn that never comes.
+func abandon(turns []nodeTurn, cause error) {
+	for _, t := range turns {
+		if t.link != nil {
+			t.link.mu.Lock()
+			if t.link.broken == nil {
+				t.link.broken = fmt.Errorf("an earlier message never ran: %w", cause)
+			}
+			t.link.cond.Broadcast()
+			t.link.mu.Unlock()
+		}
+	}
+}
+
 // done passes the turn on; err, when the ring's counters may be out of step,
 // breaks the link for every later message.
 func (l *link) done(err error) {
@@ -222,13 +244,15 @@ func (c *Comm) makeRing(l *link) error {
 }
 
 // poll waits until cond holds, spinning first (a chunk is tens of µs away),
-// then sleeping a little longer each time, up to the deadline.
-func poll(o *op, cond func() bool, what func() string) error {
+// then sleeping a little longer each time, up to the deadline. failed stops
+// it early (a helper goroutine failed: the caller collects its error);
+// progress, when set, runs between sleeps (driving MPI on a request).
+func poll(o *op, cond func() bool, failed *atomic.Bool, progress func(), what func() string) error {
 	const spin = 200 * time.Microsecond
 	start := time.Now()
 	sleep := 10 * time.Microsecond
 	for i := 0; ; i++ {
-		if cond() {
+		if cond() || failed.Load() {
 			return nil
 		}
 		if i%32 != 31 {
@@ -240,14 +264,76 @@ func poll(o *op, cond func() bool, what func() string) error {
 			return fmt.Errorf("%s: %w", what(), comm.ErrTimeout)
 		}
 		if now.Sub(start) > spin {
+			if progress != nil {
+				progress()
+			}
 			time.Sleep(sleep)
 			sleep = min(2*sleep, time.Millisecond)
 		}
 	}
 }
 
+// outOfStep breaks the communicator when a node path message stopped half
+// way: the peer may wait on the ring for chunks or room that never come,
+// and Close then ends the job rather than hang.
+func (c *Comm) outOfStep(t transfer, err error) {
+	c.setBroken(fmt.Errorf("%v stopped half way through the node path: %w", t, err))
+}
+
 // chunksOf is how many slots a message of n bytes takes.
 func chunksOf(n, slotBytes int) int { return (n + slotBytes - 1) / slotBytes }
+
+// pump moves the chunks of a message of bytes bytes through the link's ring, from
+// chunk base: for each in turn it waits until may (room in the ring for it,
+// or it in the ring), queues copy of its bytes [off, off+n) to or from its
+// slot on st (copy nil: nothing to copy, the chunk is only passed on) and
+// records the slot's event; a goroutine waits for each chunk's copy, in
+// order, and then publishes seq+1 (the count of chunks put in, or taken
+// out). It returns once every chunk is published, or at the first error.
+func (c *Comm) pump(o *op, l *link, base uint64, bytes int, st *devmem.Stream, may func(seq uint64) bool,
+	copy func(off, n int, slot devmem.Buffer) error, publish func(uint64), progress func(), what func() string) error {
+	k := chunksOf(bytes, l.slotBytes)
+	queued := make(chan uint64, l.slots)
+	helperErr := make(chan error, 1)
+	var failed atomic.Bool
+	go func() {
+		for range k {
+			seq, ok := <-queued
+			if !ok {
+				break
+			}
+			if copy != nil {
+				if err := l.ev[seq%uint64(l.slots)].Synchronize(); err != nil {
+					failed.Store(true)
+					helperErr <- err
+					return
+				}
+			}
+			publish(seq + 1)
+		}
+		helperErr <- nil
+	}()
+	var loopErr error
+	for j := range k {
+		seq := base + uint64(j)
+		if loopErr = poll(o, func() bool { return may(seq) }, &failed, progress, what); loopErr != nil || failed.Load() {
+			break
+		}
+		if copy != nil {
+			off := j * l.slotBytes
+			n := min(l.slotBytes, bytes-off)
+			if loopErr = copy(off, n, l.slot(seq, n)); loopErr == nil {
+				loopErr = l.ev[seq%uint64(l.slots)].Record(st)
+			}
+			if loopErr != nil {
+				break
+			}
+		}
+		queued <- seq
+	}
+	close(queued)
+	return errors.Join(loopErr, <-helperErr)
+}
 
 // nodeSend sends t's bytes through the pair's ring.
 func (c *Comm) nodeSend(o *op, t transfer) (err error) {
@@ -259,6 +345,7 @@ func (c *Comm) nodeSend(o *op, t transfer) (err error) {
 	defer func() {
 		if err != nil && !inStep {
 			l.done(err)
+			c.outOfStep(t, err)
 			return
 		}
 		l.done(nil)
@@ -283,51 +370,22 @@ func (c *Comm) nodeSend(o *op, t transfer) (err error) {
 	ready, done := l.counter(ringReadyOff), l.counter(ringDoneOff)
 	base := l.chunks
 	k := chunksOf(t.bytes, l.slotBytes)
-	// A goroutine publishes each chunk once its copy is done, in order.
-	copied := make(chan uint64, k)
-	pubErr := make(chan error, 1)
-	go func() {
-		for range k {
-			seq, ok := <-copied
-			if !ok {
-				pubErr <- nil
-				return
+	err = c.pump(o, l, base, t.bytes, c.d2h,
+		func(seq uint64) bool { return seq-done.Load() < uint64(l.slots) },
+		func(off, n int, slot devmem.Buffer) error {
+			src, err := t.buf.Slice(off, n)
+			if err != nil {
+				return err
 			}
-			if err := l.ev[seq%uint64(l.slots)].Synchronize(); err != nil {
-				pubErr <- err
-				return
-			}
-			ready.Store(seq + 1)
-		}
-		pubErr <- nil
-	}()
-	var loopErr error
-	for j := range k {
-		seq := base + uint64(j)
-		if err := poll(o, func() bool { return seq-done.Load() < uint64(l.slots) }, func() string {
+			return devmem.CopyN(slot, src, n, c.d2h)
+		},
+		ready.Store,
+		// Below MPI_THREAD_MULTIPLE nothing else drives the header's send.
+		func() { mpi.Testall([]*mpi.Request{req}) },
+		func() string {
 			return fmt.Sprintf("rank %d has taken %d of the message's %d chunks out of the node ring", t.peers[0], done.Load()-min(done.Load(), base), k)
-		}); err != nil {
-			loopErr = err
-			break
-		}
-		off := j * l.slotBytes
-		n := min(l.slotBytes, t.bytes-off)
-		src, err := t.buf.Slice(off, n)
-		if err == nil {
-			err = devmem.CopyN(l.slot(seq, n), src, n, c.d2h)
-		}
-		if err == nil {
-			err = l.ev[seq%uint64(l.slots)].Record(c.d2h)
-		}
-		if err != nil {
-			loopErr = err
-			break
-		}
-		copied <- seq
-	}
-	close(copied)
-	perr := <-pubErr
-	if err := errors.Join(loopErr, perr); err != nil {
+		})
+	if err != nil {
 		return err
 	}
 	if err := c.wait(o, []*mpi.Request{req}); err != nil {
@@ -349,27 +407,36 @@ func (c *Comm) nodeRecv(o *op, t transfer) (err error) {
 	defer func() {
 		if err != nil && !inStep {
 			l.done(err)
+			c.outOfStep(t, err)
 			return
 		}
 		l.done(nil)
 	}()
+	room := c.hdrRoom()
 	if l.hdr.IsZero() {
-		if l.hdr, err = c.dev.AllocPinned(hdrRoom); err != nil {
+		if l.hdr, err = c.dev.AllocPinned(room); err != nil {
 			return err
 		}
 	}
-	req, err := t.on.Irecv(l.hdr.Addr(), hdrRoom, mpi.Byte, t.peers[0], t.tag)
+	req, err := t.on.Irecv(l.hdr.Addr(), room, mpi.Byte, t.peers[0], t.tag)
 	if err != nil {
 		return err
 	}
 	if err := c.wait(o, []*mpi.Request{req}); err != nil {
-		// The header receive is still posted: whatever comes next from the
-		// peer with this tag would land in it.
-		inStep = false
+		if errors.Is(err, comm.ErrTimeout) {
+			// The header receive is still posted: whatever comes next from
+			// the peer with this tag would land in it.
+			inStep = false
+		}
 		return err
 	}
 	h, _ := l.hdr.Bytes()
-	if got := req.Status().Count; got != hdrLen || binary.LittleEndian.Uint64(h) != hdrMagic {
+	if got := req.Status().Count; got != hdrLen || !isHeader(h) {
+		if got+16 > c.chunk { // the first of several chunks: the chunk in whole elements
+			// A message of more than one chunk through MPI: its later
+			// chunks wait for receives that will not come.
+			inStep = false
+		}
 		return fmt.Errorf("%v: rank %d sent a message of %d bytes through MPI, not through the node path; the sender's count differs: %w",
 			t, t.peers[0], got, comm.ErrMismatch)
 	}
@@ -382,7 +449,8 @@ func (c *Comm) nodeRecv(o *op, t transfer) (err error) {
 		inStep = false
 		return fmt.Errorf("%v: node path header from rank %d: %w", t, t.peers[0], err)
 	}
-	if from != l.chunks || slots <= 0 || slotBytes <= 0 || bytes < 0 || handle.Size() != ringCtlBytes+slots*slotBytes {
+	if from != l.chunks || slots != ringSlots || slotBytes != c.chunk || bytes < 0 || bytes > math.MaxInt/2 ||
+		!handle.Pinned() || handle.Offset() != 0 || handle.Size() != ringCtlBytes+slots*slotBytes {
 		inStep = false
 		return fmt.Errorf("%v: node path header from rank %d out of step (its chunks start at %d, this rank has taken %d; %d slots of %d bytes in %d): %w",
 			t, t.peers[0], from, l.chunks, slots, slotBytes, handle.Size(), comm.ErrMismatch)
@@ -411,54 +479,23 @@ func (c *Comm) nodeRecv(o *op, t transfer) (err error) {
 	ready, done := l.counter(ringReadyOff), l.counter(ringDoneOff)
 	base := l.chunks
 	k := chunksOf(bytes, l.slotBytes)
-	copied := make(chan uint64, k)
-	relErr := make(chan error, 1)
-	go func() {
-		for range k {
-			seq, ok := <-copied
-			if !ok {
-				relErr <- nil
-				return
-			}
-			if !mismatch {
-				if err := l.ev[seq%uint64(l.slots)].Synchronize(); err != nil {
-					relErr <- err
-					return
-				}
-			}
-			done.Store(seq + 1)
-		}
-		relErr <- nil
-	}()
-	var loopErr error
-	for j := range k {
-		seq := base + uint64(j)
-		if err := poll(o, func() bool { return ready.Load() > seq }, func() string {
-			return fmt.Sprintf("rank %d has put %d of the message's %d chunks into the node ring", t.peers[0], ready.Load()-min(ready.Load(), base), k)
-		}); err != nil {
-			loopErr = err
-			break
-		}
-		if !mismatch {
-			off := j * l.slotBytes
-			n := min(l.slotBytes, bytes-off)
+	var copyOut func(off, n int, slot devmem.Buffer) error
+	if !mismatch {
+		copyOut = func(off, n int, slot devmem.Buffer) error {
 			dst, err := t.buf.Slice(off, n)
-			if err == nil {
-				err = devmem.CopyN(dst, l.slot(seq, n), n, c.h2d)
-			}
-			if err == nil {
-				err = l.ev[seq%uint64(l.slots)].Record(c.h2d)
-			}
 			if err != nil {
-				loopErr = err
-				break
+				return err
 			}
+			return devmem.CopyN(dst, slot, n, c.h2d)
 		}
-		copied <- seq
 	}
-	close(copied)
-	rerr := <-relErr
-	if err := errors.Join(loopErr, rerr); err != nil {
+	err = c.pump(o, l, base, bytes, c.h2d,
+		func(seq uint64) bool { return ready.Load() > seq },
+		copyOut, done.Store, nil,
+		func() string {
+			return fmt.Sprintf("rank %d has put %d of the message's %d chunks into the node ring", t.peers[0], ready.Load()-min(ready.Load(), base), k)
+		})
+	if err != nil {
 		return err
 	}
 	l.chunks = base + uint64(k)

@@ -224,12 +224,16 @@ func (c *Comm) pointToPoint(call comm.Call, ps []comm.P2P) error {
 		return err
 	}
 	tags, turns := c.takeTags(ps)
-	return c.enqueue(call, 0, func() error {
+	var ran atomic.Bool
+	err := c.enqueue(call, 0, func() error {
+		ran.Store(true)
 		if err := c.begin(); err != nil {
+			abandon(turns, err)
 			return c.wrap(call.Operation, err)
 		}
 		defer c.end()
 		if err := c.brokenErr(); err != nil {
+			abandon(turns, err)
 			return c.wrap(call.Operation, err)
 		}
 		o := c.newOp(call, 0)
@@ -241,6 +245,10 @@ func (c *Comm) pointToPoint(call comm.Call, ps []comm.P2P) error {
 		}
 		return c.finish(o, err)
 	})
+	if err != nil && !ran.Load() {
+		abandon(turns, err) // never queued: its turns on the node path never come
+	}
+	return err
 }
 
 // takeTags gives each transfer the next message number between this rank

@@ -138,7 +138,7 @@ type pipeline struct {
 	// and before the next chunk's are waited for: a receive shorter than
 	// expected must stop the pipeline before it waits for a receive that
 	// no send will ever match.
-	check func(off, n int, reqs []*mpi.Request) error
+	check func(s *slot, off, n int, reqs []*mpi.Request) error
 	post  func(s *slot, off, n int, reqs []*mpi.Request) error
 	out   copyStage
 }
@@ -278,7 +278,7 @@ waits:
 		}
 		if p.check != nil {
 			off, n := span(j)
-			if err := p.check(off, n, reqs[j%nSlots]); err != nil {
+			if err := p.check(slots[j%nSlots], off, n, reqs[j%nSlots]); err != nil {
 				fail(err)
 				break
 			}
@@ -348,7 +348,7 @@ func (c *Comm) runOne(o *op, p pipeline, s *slot, reqs *[]*mpi.Request) error {
 			return err
 		}
 		if p.check != nil {
-			if err := p.check(0, n, r); err != nil {
+			if err := p.check(s, 0, n, r); err != nil {
 				return err
 			}
 		}

@@ -1,6 +1,7 @@
 package mpicomm
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -258,11 +259,27 @@ func (c *Comm) moveOne(o *op, t transfer) error {
 		}
 	} else {
 		p.receives = true
-		p.mpi = func(s *slot, _, n int) ([]*mpi.Request, error) {
-			return one(t.on.Irecv(s.buf.Addr(), n, mpi.Byte, t.peers[0], t.tag))
+		// From a rank of the node, the sender may have taken the node path
+		// (its count differs): the first chunk's receive has room for the
+		// header, which is then told from data by its length and magic.
+		header := c.nodeMin > 0 && t.on == c.p2p && c.onNode[t.peers[0]]
+		p.mpi = func(s *slot, off, n int) ([]*mpi.Request, error) {
+			room := n
+			if header && off == 0 && s.buf.Len() >= hdrLen {
+				room = max(n, hdrLen)
+			}
+			return one(t.on.Irecv(s.buf.Addr(), room, mpi.Byte, t.peers[0], t.tag))
 		}
-		p.check = func(off, n int, reqs []*mpi.Request) error {
-			if got := reqs[0].Status().Count; got != n {
+		p.check = func(s *slot, off, n int, reqs []*mpi.Request) error {
+			got := reqs[0].Status().Count
+			if header && off == 0 && got == hdrLen && isHeader(slotBytes(s, hdrLen)) {
+				err := fmt.Errorf("%v: rank %d sent %d bytes through the node path; the sender's count differs: %w",
+					t, t.peers[0], binary.LittleEndian.Uint64(slotBytes(s, hdrLen)[16:]), comm.ErrMismatch)
+				// Its chunks wait in its ring for a receive that will not come.
+				c.setBroken(err)
+				return err
+			}
+			if got != n {
 				return fmt.Errorf("%v: bytes [%d, %d) came as a message of %d bytes; the sender's count differs: %w",
 					t, off, off+n, got, comm.ErrMismatch)
 			}

@@ -394,7 +394,7 @@ func ReceiveOfAnotherSizeIsAMismatch(t *testing.T, backend string) {
 // BadOptions fail on the rank that gives them, before MPI, changing nothing.
 func BadOptions(t *testing.T, backend string) {
 	RankOnly(t)
-	for _, o := range []comm.Option{comm.WithChunkBytes(-1), comm.WithChunkBytes(1 << 31), comm.WithTimeout(-time.Second)} {
+	for _, o := range []comm.Option{comm.WithChunkBytes(-1), comm.WithChunkBytes(1 << 31), comm.WithTimeout(-time.Second), comm.WithNodeBytes(-2)} {
 		c, err := comm.Open(backend, o)
 		var ce *comm.Error
 		if c != nil || !errors.Is(err, comm.ErrInvalidArgument) || !errors.As(err, &ce) || ce.Backend != backend {
@@ -414,6 +414,10 @@ func Timeout(t *testing.T, backend string) {
 	scenario := Scenario()
 	if scenario == "" {
 		t.Skip("ends the job on purpose: run by TestUnderLauncher...Timeout")
+	}
+	if scenario == "node-mismatch" {
+		nodeMismatch(t, backend)
+		return
 	}
 	c := open(t, backend, comm.WithTimeout(2*time.Second))
 	last := c.Size() - 1
@@ -440,6 +444,38 @@ func Timeout(t *testing.T, backend string) {
 		}
 	}
 	c.Close() // ends the job on the ranks that timed out
+}
+
+// nodeMismatch: rank 0 sends 3000 float64s through the node path, the last
+// rank receives 100 through MPI (its count is below the node path's). The
+// receive is ErrMismatch with its buffer untouched, the sender's chunks are
+// left in its ring, so the communicator is broken, and closing it ends the
+// job with the reason, instead of the pair hanging at its next message.
+func nodeMismatch(t *testing.T, backend string) {
+	c := open(t, backend, comm.WithNodeBytes(1000), comm.WithTimeout(5*time.Second))
+	last := c.Size() - 1
+	switch c.Rank() {
+	case 0:
+		x := upload(t, c, values(0, 3000))
+		if err := comm.Send(c, x, last, nil); err != nil {
+			fmt.Fprintf(os.Stderr, "rank 0: the send failed: %v\n", err)
+		}
+	case last:
+		x := upload(t, c, slices.Repeat([]float64{-7.25}, 100))
+		err := comm.Recv(c, x, 0, nil)
+		if !errors.Is(err, comm.ErrMismatch) {
+			fmt.Fprintf(os.Stderr, "rank %d: want ErrMismatch, got %v\n", c.Rank(), err)
+		}
+		got, herr := x.ToHost(nil)
+		if herr != nil || !slices.Equal(got, slices.Repeat([]float64{-7.25}, 100)) {
+			fmt.Fprintf(os.Stderr, "rank %d: the refused receive changed its buffer (%v)\n", c.Rank(), herr)
+		}
+		fmt.Fprintf(os.Stderr, "rank %d mismatch: %v\n", c.Rank(), err)
+		if next := comm.Recv(c, x, 0, nil); next == nil {
+			fmt.Fprintf(os.Stderr, "rank %d: a receive on the broken communicator succeeded\n", c.Rank())
+		}
+	}
+	c.Close() // ends the job on the last rank
 }
 
 // NodePath moves point-to-point messages between the ranks of one node (all

@@ -229,6 +229,28 @@ func ExpectTimeoutEndsTheJob(t *testing.T, j Job, want string) {
 	t.Logf("job ended with status %d after %v", exit.ExitCode(), j.Elapsed.Round(time.Millisecond))
 }
 
+// ExpectAbortNaming fails t unless the job ended by MPI_Abort with a failure
+// status, its output holding every one of want and no line a rank writes
+// when something it checks went wrong ("want ", "changed", "succeeded",
+// "failed:").
+func ExpectAbortNaming(t *testing.T, j Job, want ...string) {
+	t.Helper()
+	var exit *exec.ExitError
+	if !j.Orphaned && (!errors.As(j.Err, &exit) || exit.ExitCode() == 0) {
+		t.Fatalf("launcher returned %v; want the job ended by MPI_Abort with a failure status; output:\n%s", j.Err, j.Output)
+	}
+	for _, w := range want {
+		if !strings.Contains(j.Output, w) {
+			t.Fatalf("the job's output does not say %q; output:\n%s", w, j.Output)
+		}
+	}
+	for _, bad := range []string{": want ", "changed its buffer", "succeeded", "the send failed:"} {
+		if strings.Contains(j.Output, bad) {
+			t.Fatalf("a rank reported %q; output:\n%s", bad, j.Output)
+		}
+	}
+}
+
 // BuildCommand builds the gpucomm command with this binary's MPI build tag
 // into a temporary directory and returns its path.
 func BuildCommand(t *testing.T) string {
@@ -296,5 +318,11 @@ func UnderLauncher(t *testing.T, backend string, np int, recvGap string) {
 		j := RunRanks(t, 3, "^TestRankTimeout$", time.Minute, ScenarioEnv+"=recv")
 		ExpectTimeoutEndsTheJob(t, j, recvGap)
 	})
+	if backend == "mpi" {
+		t.Run("NodePathMismatchEndsTheJob", func(t *testing.T) {
+			j := RunRanks(t, 2, "^TestRankTimeout$", time.Minute, ScenarioEnv+"=node-mismatch")
+			ExpectAbortNaming(t, j, "rank 1 mismatch:", "sent 24000 bytes through the node path; the sender's count differs")
+		})
+	}
 	t.Run("GpucommCheckPasses", func(t *testing.T) { CheckCommand(t, np, backend) })
 }
