@@ -42,6 +42,8 @@
 //   - AllGather, Gather, Scatter, AllToAll: block by block as point-to-point
 //     transfers, each block chunked and pipelined on its own (all blocks at
 //     once); a rank's own block is a device-to-device copy, none in place.
+//     Blocks to and from ranks of the node take the node path below, on
+//     rings of their own.
 //
 // # The node path
 //

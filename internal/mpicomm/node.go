@@ -93,36 +93,44 @@ func (l *link) slot(seq uint64, n int) devmem.Buffer {
 	return s
 }
 
-// linkTo returns the link to (send) or from peer, made on first use.
-func (c *Comm) linkTo(peer int, send bool) *link {
-	m := &c.inLinks
-	if send {
-		m = &c.outLinks
+// linkKey names a link: its peer, its direction, and whether it carries
+// the user's messages (on the point-to-point communicator) or those of
+// collectives (AllGather, Gather, Scatter and AllToAll are built from
+// messages), whose turns are taken in different orders.
+type linkKey struct {
+	peer       int
+	send, coll bool
+}
+
+// linkTo returns the link of k, made on first use. Under peerMu.
+func (c *Comm) linkTo(k linkKey) *link {
+	if c.links == nil {
+		c.links = map[linkKey]*link{}
 	}
-	if *m == nil {
-		*m = map[int]*link{}
-	}
-	l := (*m)[peer]
+	l := c.links[k]
 	if l == nil {
-		l = &link{peer: peer, send: send}
+		l = &link{peer: k.peer, send: k.send}
 		l.cond = sync.NewCond(&l.mu)
-		(*m)[peer] = l
+		c.links[k] = l
 	}
 	return l
 }
 
-// nodeTicket says whether p goes the node path and, if so, takes its turn
-// on the pair's link. Called in call order, under peerMu.
-func (c *Comm) nodeTicket(p comm.P2P) (*link, uint64, bool) {
-	if c.mode != Staged || c.nodeMin <= 0 || p.Peer == c.rank || !c.onNode[p.Peer] || p.Count*p.DType.Size() < c.nodeMin {
-		return nil, 0, false
+// nodeTurnFor says whether a message of bytes bytes to (send) or from peer
+// goes the node path and, if so, takes its turn on the pair's link. Called
+// in the order the messages were called: under peerMu, for the user's
+// messages at the call; for a collective's, in its body, which every rank
+// runs in ticket order.
+func (c *Comm) nodeTurnFor(peer int, send, coll bool, bytes int) (nodeTurn, bool) {
+	if c.mode != Staged || c.nodeMin <= 0 || peer == c.rank || !c.onNode[peer] || bytes < c.nodeMin {
+		return nodeTurn{}, false
 	}
-	l := c.linkTo(p.Peer, p.Kind == comm.SendKind)
+	l := c.linkTo(linkKey{peer, send, coll})
 	l.mu.Lock()
 	t := l.next
 	l.next++
 	l.mu.Unlock()
-	return l, t, true
+	return nodeTurn{l, t}, true
 }
 
 // awaitTurn waits until ticket t may use the link.
@@ -198,10 +206,8 @@ func (l *link) release() error {
 // closeLinks releases every link's ring; nothing runs any more.
 func (c *Comm) closeLinks() error {
 	var errs []error
-	for _, m := range []map[int]*link{c.outLinks, c.inLinks} {
-		for _, l := range m {
-			errs = append(errs, l.release())
-		}
+	for _, l := range c.links {
+		errs = append(errs, l.release())
 	}
 	return errors.Join(errs...)
 }

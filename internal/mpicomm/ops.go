@@ -262,9 +262,7 @@ func (c *Comm) takeTags(ps []comm.P2P) ([]int, []nodeTurn) {
 	c.peerMu.Lock()
 	defer c.peerMu.Unlock()
 	for i, p := range ps {
-		if l, t, ok := c.nodeTicket(p); ok {
-			turns[i] = nodeTurn{l, t}
-		}
+		turns[i], _ = c.nodeTurnFor(p.Peer, p.Kind == comm.SendKind, false, p.Count*p.DType.Size())
 		seq := &c.recvSeq[p.Peer]
 		if p.Kind == comm.SendKind {
 			seq = &c.sendSeq[p.Peer]

@@ -392,5 +392,35 @@ func (c *Comm) stagedBlocks(o *op) error {
 	if len(ts) == 0 {
 		return selfErr
 	}
-	return errors.Join(selfErr, c.move(o, ts))
+	return errors.Join(selfErr, c.move(o, c.nodeBlocks(ts)))
+}
+
+// nodeBlocks gives a collective's transfers to and from ranks of the node
+// their turns on the node path (where their blocks are large enough),
+// splitting a send to several peers into one send a node peer beside one
+// through MPI to the rest. Every rank makes its transfers in the same order
+// within the collective, and runs its collectives one at a time in ticket
+// order, so both sides of a pair take their turns in the same order.
+func (c *Comm) nodeBlocks(ts []transfer) []transfer {
+	c.peerMu.Lock()
+	defer c.peerMu.Unlock()
+	var out []transfer
+	for _, t := range ts {
+		var rest []int
+		for _, peer := range t.peers {
+			turn, ok := c.nodeTurnFor(peer, t.send, true, t.bytes)
+			if !ok {
+				rest = append(rest, peer)
+				continue
+			}
+			one := t
+			one.peers, one.link, one.ticket = []int{peer}, turn.link, turn.ticket
+			out = append(out, one)
+		}
+		if len(rest) > 0 {
+			t.peers = rest
+			out = append(out, t)
+		}
+	}
+	return out
 }

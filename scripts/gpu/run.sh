@@ -17,6 +17,7 @@
 #   bash .gpupack/run.sh node    # issue 4: the node path against MPI's path, slot sizes, 4 ranks, MPS
 #   bash .gpupack/run.sh aware5  # issue 5: A/B of the stream queue against the *-old binaries in .gpu-extra
 #   bash .gpupack/run.sh last    # the tests, then the node path's and CUDA-aware MPI's key figures
+#   bash .gpupack/run.sh coll    # the host-staged backend's tests, and its collectives with the node path on and off
 # Each step has its own time limit; everything goes to $OUT/log-PART.txt and
 # one line per step to $OUT/summary-PART.txt.
 set -u
@@ -347,6 +348,20 @@ last() { # every GPU test, then the key figures of issues 4 and 5, from one buil
     sys_mpi
     mps_off
   fi
+}
+
+coll() { # the host-staged backend's tests, then AllGather and AllToAll with the node path on and off
+  export GPUCOMM_DEVICE=cuda
+  step comm-mpi 200 $B/comm_mpi.test -test.v
+  step check-mpi-np4 60 mpirun $NB -np 4 $B/gpucomm check -backend mpi
+  mpich
+  step mpich-comm-mpi 300 $B/comm_mpi-mpich.test -test.v -test.short
+  sys_mpi
+  for np in 2 4; do
+    for nb in 64K off; do
+      step bench-coll-np$np-node-$nb 60 mpirun $NB -x GPUCOMM_NODE_BYTES=$nb -np $np $B/gpucomm bench -backend mpi -op allgather,alltoall -b 64K -e 64M -f 8 -noprogress
+    done
+  done
 }
 
 diag() {

@@ -602,6 +602,53 @@ func NodePath(t *testing.T, backend string) {
 		t.Errorf("rank %d sent %d and received %d messages through the node path, want at least 8 each", r, sent, got)
 	}
 
+	// Collectives built from messages take the node path too: blocks of
+	// 700 float64s (5600 bytes, two chunks) to and from every other rank.
+	const nb = 700
+	block := func(seed int) []float64 { return values(seed, nb) }
+	concat := func(seed func(q int) int) []float64 {
+		var v []float64
+		for q := range p {
+			v = append(v, block(seed(q))...)
+		}
+		return v
+	}
+	mine := upload(t, c, block(r+900))
+	all := poison(nb * p)
+	if err := comm.AllGather(c, mine, all, nil); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "AllGather through the node path", all, concat(func(q int) int { return q + 900 }))
+	a2aSend, a2aRecv := upload(t, c, concat(func(q int) int { return 100*r + q })), poison(nb*p)
+	if err := comm.AllToAll(c, a2aSend, a2aRecv, nil); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "AllToAll through the node path", a2aRecv, concat(func(q int) int { return 100*q + r }))
+	gathered := poison(nb * p)
+	if err := comm.Gather(c, mine, gathered, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r == 0 {
+		expect(t, "Gather through the node path", gathered, concat(func(q int) int { return q + 900 }))
+	}
+	scattered := poison(nb)
+	if err := comm.Scatter(c, a2aSend, scattered, p-1, nil); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, "Scatter through the node path", scattered, block(100*(p-1)+r))
+	// AllGather sends p-1 blocks, AllToAll p-1, Gather one (not from the
+	// root), Scatter p-1 at its root; and receives as many.
+	wantSent := int64(2 * (p - 1))
+	if r != 0 {
+		wantSent++
+	}
+	if r == p-1 {
+		wantSent += int64(p - 1)
+	}
+	if s2, _ := mc.NodeMessages(); s2-sent != wantSent {
+		t.Errorf("rank %d sent %d collective blocks through the node path, want %d", r, s2-sent, wantSent)
+	}
+
 	// One rank turns the node path off: every rank's is off.
 	opt := comm.WithNodeBytes(nodeMin)
 	if r == p-1 {
