@@ -97,9 +97,9 @@ type Comm struct {
 	// The node path (node.go): the smallest message it takes (0: off, as
 	// the ranks agreed), which ranks share this rank's node, and the links
 	// made so far (under peerMu).
-	nodeMin int
-	onNode  []bool
-	links   map[linkKey]*link
+	nodeMin           int
+	onNode            []bool
+	links             map[linkKey]*link
 	nodeSent, nodeGot atomic.Int64 // messages that went the node path
 }
 
