@@ -379,6 +379,26 @@ func handleText(t *testing.T, h IPCHandle) string {
 	return string(txt)
 }
 
+// childWritesView has a child open h, a view of buf (which holds
+// fill(seed, total)), check that it reads the view's bytes, and write
+// fill(wseed, wlen) at byte woff of it; then buf must hold both.
+func childWritesView(t *testing.T, buf Buffer, h IPCHandle, seed uint64, total, woff, wlen int, wseed uint64) {
+	t.Helper()
+	c := startChild(t, "ipc-check-write", map[string]string{
+		"HANDLE": handleText(t, h), "SEED": strconv.FormatUint(seed, 10), "TOTAL": strconv.Itoa(total),
+		"WSEED": strconv.FormatUint(wseed, 10), "WOFF": strconv.Itoa(woff), "WLEN": strconv.Itoa(wlen),
+	}, false)
+	c.wait(t)
+	want := fill(seed, total)
+	copy(want[h.Offset()+woff:], fill(wseed, wlen))
+	got, _ := buf.Bytes()
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("byte %d = %#x after the child wrote, want %#x", i, got[i], want[i])
+		}
+	}
+}
+
 func TestIPCChildReadsViewAndWritesIntoIt(t *testing.T) {
 	const total, seed = 1<<20 + 13, 11
 	d := NewHostDevice()
@@ -395,21 +415,7 @@ func TestIPCChildReadsViewAndWritesIntoIt(t *testing.T) {
 	if h.Offset() != 4096+7 || h.Size() != 300_001 || h.Kind() != Host || h.PID() != os.Getpid() || h.DeviceUUID() != d.UUID() {
 		t.Fatalf("handle says %v, uuid %x", h, h.DeviceUUID())
 	}
-	const woff, wlen, wseed = 1000, 5003, 77
-	c := startChild(t, "ipc-check-write", map[string]string{
-		"HANDLE": handleText(t, h), "SEED": strconv.Itoa(seed), "TOTAL": strconv.Itoa(total),
-		"WSEED": strconv.Itoa(wseed), "WOFF": strconv.Itoa(woff), "WLEN": strconv.Itoa(wlen),
-	}, false)
-	c.wait(t)
-
-	want := fill(seed, total)
-	copy(want[4096+7+woff:], fill(wseed, wlen))
-	got, _ := buf.Bytes()
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("byte %d = %#x after the child wrote, want %#x", i, got[i], want[i])
-		}
-	}
+	childWritesView(t, buf, h, seed, total, 1000, 5003, 77)
 }
 
 func TestIPCFourChildrenWriteDisjointSlices(t *testing.T) {

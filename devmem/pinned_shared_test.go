@@ -5,7 +5,6 @@ import (
 	"errors"
 	"hash/crc32"
 	"os"
-	"strconv"
 	"testing"
 )
 
@@ -44,20 +43,7 @@ func TestPinnedSharedChildReadsAndWrites(t *testing.T) {
 	if !h.Pinned() || h.Offset() != 100 || h.Size() != total-200 || h.Kind() != Host {
 		t.Fatalf("handle says %v, pinned %v", h, h.Pinned())
 	}
-	const woff, wlen, wseed = 999, 4000, 31
-	c := startChild(t, "ipc-check-write", map[string]string{
-		"HANDLE": handleText(t, h), "SEED": strconv.Itoa(seed), "TOTAL": strconv.Itoa(total),
-		"WSEED": strconv.Itoa(wseed), "WOFF": strconv.Itoa(woff), "WLEN": strconv.Itoa(wlen),
-	}, false)
-	c.wait(t)
-	want := fill(seed, total)
-	copy(want[100+woff:], fill(wseed, wlen))
-	got, _ := buf.Bytes()
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("byte %d = %#x after the child wrote, want %#x", i, got[i], want[i])
-		}
-	}
+	childWritesView(t, buf, h, seed, total, 999, 4000, 31)
 }
 
 // Opened in the exporting process, the view is the memory itself, pinned,

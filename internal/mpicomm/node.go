@@ -341,13 +341,15 @@ func (c *Comm) pump(o *op, l *link, base uint64, bytes int, st *devmem.Stream, m
 	return errors.Join(loopErr, <-helperErr)
 }
 
-// nodeSend sends t's bytes through the pair's ring.
-func (c *Comm) nodeSend(o *op, t transfer) (err error) {
+// nodeMove waits for t's turn on its link, moves t through the ring, and
+// passes the turn on; a failure after which the two sides' counters may
+// disagree (inStep false) breaks the link and the communicator.
+func (c *Comm) nodeMove(o *op, t transfer) (err error) {
 	l := t.link
 	if err := l.awaitTurn(o, t.ticket); err != nil {
 		return err
 	}
-	inStep := true // the counters agree with the receiver's
+	inStep := true
 	defer func() {
 		if err != nil && !inStep {
 			l.done(err)
@@ -356,6 +358,15 @@ func (c *Comm) nodeSend(o *op, t transfer) (err error) {
 		}
 		l.done(nil)
 	}()
+	if t.send {
+		return c.nodeSend(o, t, &inStep)
+	}
+	return c.nodeRecv(o, t, &inStep)
+}
+
+// nodeSend sends t's bytes through the pair's ring.
+func (c *Comm) nodeSend(o *op, t transfer, inStep *bool) (err error) {
+	l := t.link
 	if err := c.makeRing(l); err != nil {
 		return err
 	}
@@ -372,7 +383,7 @@ func (c *Comm) nodeSend(o *op, t transfer) (err error) {
 	if err != nil {
 		return err
 	}
-	inStep = false // from here the receiver may be taking chunks
+	*inStep = false // from here the receiver may be taking chunks
 	ready, done := l.counter(ringReadyOff), l.counter(ringDoneOff)
 	base := l.chunks
 	k := chunksOf(t.bytes, l.slotBytes)
@@ -398,26 +409,14 @@ func (c *Comm) nodeSend(o *op, t transfer) (err error) {
 		return err
 	}
 	l.chunks = base + uint64(k)
-	inStep = true
+	*inStep = true
 	c.nodeSent.Add(1)
 	return nil
 }
 
 // nodeRecv receives t's bytes through the sender's ring.
-func (c *Comm) nodeRecv(o *op, t transfer) (err error) {
+func (c *Comm) nodeRecv(o *op, t transfer, inStep *bool) (err error) {
 	l := t.link
-	if err := l.awaitTurn(o, t.ticket); err != nil {
-		return err
-	}
-	inStep := true
-	defer func() {
-		if err != nil && !inStep {
-			l.done(err)
-			c.outOfStep(t, err)
-			return
-		}
-		l.done(nil)
-	}()
 	room := c.hdrRoom()
 	if l.hdr.IsZero() {
 		if l.hdr, err = c.dev.AllocPinned(room); err != nil {
@@ -432,7 +431,7 @@ func (c *Comm) nodeRecv(o *op, t transfer) (err error) {
 		if errors.Is(err, comm.ErrTimeout) {
 			// The header receive is still posted: whatever comes next from
 			// the peer with this tag would land in it.
-			inStep = false
+			*inStep = false
 		}
 		return err
 	}
@@ -441,7 +440,7 @@ func (c *Comm) nodeRecv(o *op, t transfer) (err error) {
 		if got+16 > c.chunk { // the first of several chunks: the chunk in whole elements
 			// A message of more than one chunk through MPI: its later
 			// chunks wait for receives that will not come.
-			inStep = false
+			*inStep = false
 		}
 		return fmt.Errorf("%v: rank %d sent a message of %d bytes through MPI, not through the node path; the sender's count differs: %w",
 			t, t.peers[0], got, comm.ErrMismatch)
@@ -452,33 +451,33 @@ func (c *Comm) nodeRecv(o *op, t transfer) (err error) {
 	slotBytes := int(binary.LittleEndian.Uint64(h[32:]))
 	var handle devmem.IPCHandle
 	if err := handle.UnmarshalBinary(h[40:hdrLen]); err != nil {
-		inStep = false
+		*inStep = false
 		return fmt.Errorf("%v: node path header from rank %d: %w", t, t.peers[0], err)
 	}
 	if from != l.chunks || slots != ringSlots || slotBytes != c.chunk || bytes < 0 || bytes > math.MaxInt/2 ||
 		!handle.Pinned() || handle.Offset() != 0 || handle.Size() != ringCtlBytes+slots*slotBytes {
-		inStep = false
+		*inStep = false
 		return fmt.Errorf("%v: node path header from rank %d out of step (its chunks start at %d, this rank has taken %d; %d slots of %d bytes in %d): %w",
 			t, t.peers[0], from, l.chunks, slots, slotBytes, handle.Size(), comm.ErrMismatch)
 	}
 	if l.ring.IsZero() || l.handle != handle {
 		if !l.ring.IsZero() {
-			inStep = false
+			*inStep = false
 			return fmt.Errorf("%v: rank %d's node ring changed: %w", t, t.peers[0], comm.ErrMismatch)
 		}
 		ring, err := c.dev.OpenIPC(handle)
 		if err != nil {
-			inStep = false
+			*inStep = false
 			return fmt.Errorf("%v: opening rank %d's node ring: %w", t, t.peers[0], err)
 		}
 		ev, err := c.newEvents(slots)
 		if err != nil {
-			inStep = false
+			*inStep = false
 			return errors.Join(err, ring.CloseIPC())
 		}
 		l.ring, l.handle, l.slots, l.slotBytes, l.ev = ring, handle, slots, slotBytes, ev
 	}
-	inStep = false
+	*inStep = false
 	// A sender whose count differs still sends its chunks: take them out
 	// without copying any, so that the ring stays in step, and say so.
 	mismatch := bytes != t.bytes
@@ -505,7 +504,7 @@ func (c *Comm) nodeRecv(o *op, t transfer) (err error) {
 		return err
 	}
 	l.chunks = base + uint64(k)
-	inStep = true
+	*inStep = true
 	if mismatch {
 		return fmt.Errorf("%v: rank %d sent %d bytes; the sender's count differs: %w", t, t.peers[0], bytes, comm.ErrMismatch)
 	}

@@ -234,13 +234,7 @@ func (c *Comm) move(o *op, ts []transfer) error {
 
 func (c *Comm) moveOne(o *op, t transfer) error {
 	if t.link != nil {
-		var err error
-		if t.send {
-			err = c.nodeSend(o, t)
-		} else {
-			err = c.nodeRecv(o, t)
-		}
-		return c.explainTimeout(o, t, err)
+		return c.explainTimeout(o, t, c.nodeMove(o, t))
 	}
 	p := c.pipe(t.bytes, t.dt.Size())
 	p.atLeastOne = true
