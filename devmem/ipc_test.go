@@ -637,10 +637,9 @@ func TestIPCInProcessViewKeepsMemoryAfterFree(t *testing.T) {
 	}
 }
 
-func TestIPCMisuseIsAnError(t *testing.T) {
-	d := NewHostDevice()
-	buf := exportFilled(t, d, 1, 256)
-	defer buf.Free()
+// exportOpen exports buf and opens the handle on d.
+func exportOpen(t *testing.T, d *Device, buf Buffer) (IPCHandle, Buffer) {
+	t.Helper()
 	h, err := buf.Export()
 	if err != nil {
 		t.Fatal(err)
@@ -649,6 +648,14 @@ func TestIPCMisuseIsAnError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return h, v
+}
+
+func TestIPCMisuseIsAnError(t *testing.T) {
+	d := NewHostDevice()
+	buf := exportFilled(t, d, 1, 256)
+	defer buf.Free()
+	h, v := exportOpen(t, d, buf)
 	sub, _ := v.Slice(0, 10)
 	if err := sub.CloseIPC(); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("CloseIPC of part of a view = %v", err)

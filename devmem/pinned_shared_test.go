@@ -53,14 +53,7 @@ func TestPinnedSharedOpenInExporterAndCopy(t *testing.T) {
 	d := NewHostDevice()
 	buf := allocPinnedSharedFilled(t, d, 3, n)
 	defer buf.Free()
-	h, err := buf.Export()
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := d.OpenIPC(h)
-	if err != nil {
-		t.Fatal(err)
-	}
+	h, v := exportOpen(t, d, buf)
 	if v.Addr() != buf.Addr() || !v.Pinned() || v.Len() != n {
 		t.Fatalf("view at %#x (pinned %v, %d bytes), memory at %#x", v.Addr(), v.Pinned(), v.Len(), buf.Addr())
 	}

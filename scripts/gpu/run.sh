@@ -89,6 +89,12 @@ bench() { # host-staged MPI, the kernels and the solver: issues 4 and 7
   for n in 4M 16M; do
     step trace-$n 40 mpirun $NB -x GPUCOMM_TRACE_PIPELINE=30,4 -np 2 $B/pingpong -rounds 1 -sizes $n -budget 256M
   done
+  bench_mpi_and_heat_overlap
+}
+
+# bench_mpi_and_heat_overlap: the host-staged bench, and the heat solver with
+# overlap on and off on 2 and 4 ranks.
+bench_mpi_and_heat_overlap() {
   step bench-mpi 60 mpirun $NB -np 2 $B/gpucomm bench -backend mpi -op allreduce,pingpong,bw -b 8 -e 64M -f 8 -noprogress
   for np in 2 4; do
     for ov in true false; do
@@ -159,12 +165,7 @@ pipeline() { # issue 4: the staged pipeline's traces and figures, against a vari
     [ -x $B/pingpong-variant ] && step pingpong-variant-$r 150 mpirun $NB -np 2 $B/pingpong-variant -rounds 3 -budget 256M -sizes 512K,2M,4M,8M,16M,32M,64M,256M
   done
   step trace-4M-256K 40 mpirun $NB -x GPUCOMM_CHUNK_BYTES=256K -x GPUCOMM_TRACE_PIPELINE=30,2 -np 2 $B/pingpong -rounds 1 -sizes 4M -budget 256M
-  step bench-mpi 60 mpirun $NB -np 2 $B/gpucomm bench -backend mpi -op allreduce,pingpong,bw -b 8 -e 64M -f 8 -noprogress
-  for np in 2 4; do
-    for ov in true false; do
-      step heat-mpi-np$np-overlap-$ov 40 mpirun $NB -np $np $B/gpucomm heat -backend mpi -n 8192 -steps 200 -overlap=$ov -progress=false
-    done
-  done
+  bench_mpi_and_heat_overlap
 }
 
 aware() { # issue 5: CUDA-aware MPI against MPI on the same buffers, stream-ordered or not, with and without MPS
@@ -268,12 +269,7 @@ final() {
   step solver-bench 60 $B/solver.test -test.run XXX -test.bench StepOnAGPU -test.benchtime 200x
   step pingpong 120 mpirun $NB -np 2 $B/pingpong -budget 512M -sizes 8,32K,512K,2M,4M,8M,16M,32M,64M,128M,256M
   step pingpong-bound 60 mpirun -np 2 $B/pingpong -sizes 8,32K,4M,32M -budget 256M
-  step bench-mpi 60 mpirun $NB -np 2 $B/gpucomm bench -backend mpi -op allreduce,pingpong,bw -b 8 -e 64M -f 8 -noprogress
-  for np in 2 4; do
-    for ov in true false; do
-      step heat-mpi-np$np-overlap-$ov 40 mpirun $NB -np $np $B/gpucomm heat -backend mpi -n 8192 -steps 200 -overlap=$ov -progress=false
-    done
-  done
+  bench_mpi_and_heat_overlap
   mpich
   step mpich-comm-mpi 120 $B/comm_mpi-mpich.test -test.v -test.short
   cuda_mpi
