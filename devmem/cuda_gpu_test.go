@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"regexp"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -383,6 +385,92 @@ func TestCUDAOnGPUHostFuncQueuesLaterWork(t *testing.T) {
 	cudaSameBytes(t, "copied through the queued work", h, bytes.Repeat([]byte{7}, n))
 	must(t, ev.Synchronize())
 	must(t, errors.Join(s1.Synchronize(), s2.Synchronize()))
+}
+
+// goid is the calling goroutine's number, read off its stack trace.
+func goid() int64 {
+	var b [64]byte
+	f := strings.Fields(string(b[:runtime.Stack(b[:], false)]))
+	id, _ := strconv.ParseInt(f[1], 10, 64)
+	return id
+}
+
+// Deferred host work starts no goroutine: the next Synchronize runs it, on
+// its own goroutine, and returns its error; work queued behind it starts
+// it, in order; nobody waiting for it, the sweep starts it; Destroy runs it
+// once. Query says whether a stream holds anything not done.
+func TestCUDAOnGPUDeferredHostWork(t *testing.T) {
+	d := needCUDA(t)
+	cudaNoLeaks(t, d)
+	s := mustStream(t, d)
+	if done, err := s.Query(); err != nil || !done {
+		t.Errorf("Query of a new stream = %v, %v; want done", done, err)
+	}
+
+	sentinel := errors.New("from deferred work")
+	var ranOn atomic.Int64
+	swept := sweep.started.Load()
+	must(t, s.HostFuncDeferred(func() error { ranOn.Store(goid()); return sentinel }))
+	if done, err := s.Query(); err != nil || done {
+		t.Errorf("Query with deferred work queued = %v, %v; want not done", done, err)
+	}
+	if err := s.Synchronize(); !errors.Is(err, sentinel) {
+		t.Errorf("Synchronize after deferred work that failed returned %v, want its error", err)
+	}
+	if g := ranOn.Load(); g != goid() && sweep.started.Load() == swept {
+		t.Errorf("deferred work ran on goroutine %d, not on the one that synchronized (%d), and the sweep did not start it", g, goid())
+	}
+	if done, err := s.Query(); err != nil || !done {
+		t.Errorf("Query after Synchronize = %v, %v; want done", done, err)
+	}
+
+	const n = 4096
+	src := mustAlloc(t, d, n, false)
+	pin := mustAlloc(t, d, n, true)
+	must(t, Memset(src, 5, nil))
+	must(t, Memset(pin, 0, nil))
+	h, _ := pin.Bytes()
+	var order []string // written by host functions only, which run one at a time
+	done := make(chan struct{})
+	must(t, s.HostFuncDeferred(func() error { order = append(order, "deferred"); return nil }))
+	must(t, CopyN(pin, src, n, s))
+	must(t, s.HostFunc(func() error {
+		if h[0] == 5 && h[n-1] == 5 {
+			order = append(order, "after the copy")
+		}
+		close(done)
+		return nil
+	}))
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("work queued behind deferred work did not run without a Synchronize")
+	}
+	if want := []string{"deferred", "after the copy"}; !slices.Equal(order, want) {
+		t.Errorf("host work ran as %q, want %q", order, want)
+	}
+	must(t, s.Synchronize())
+
+	unwatched := make(chan struct{})
+	must(t, s.HostFuncDeferred(func() error { close(unwatched); return nil }))
+	select {
+	case <-unwatched:
+	case <-time.After(30 * time.Second):
+		t.Fatal("deferred work that nobody waits for never ran")
+	}
+	must(t, s.Synchronize())
+
+	s2, err := d.NewStream()
+	must(t, err)
+	var runs atomic.Int64
+	must(t, s2.HostFuncDeferred(func() error { runs.Add(1); return sentinel }))
+	if err := s2.Destroy(); !errors.Is(err, sentinel) {
+		t.Errorf("Destroy right after failing deferred work returned %v, want its error", err)
+	}
+	time.Sleep(5 * sweepEvery) // a sweep must find nothing left to start
+	if r := runs.Load(); r != 1 {
+		t.Errorf("deferred work queued before Destroy ran %d times, want once", r)
+	}
 }
 
 // Synchronize runs queued host work itself when no goroutine is running it.

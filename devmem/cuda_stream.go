@@ -43,6 +43,11 @@ type cudaStream struct {
 
 	issued atomic.Uint64 // work handed to CUDA on h
 	synced atomic.Uint64 // issued as it was when h was last found idle
+
+	// deferred counts the hostFuncDeferred calls that found no goroutine
+	// to run the queue (under mu); the sweep starts a drain for a stream
+	// whose count has not moved while its queue waited a whole sweep.
+	deferred uint64
 }
 
 func (c *cudaDriver) newStream() (streamImpl, error) {
@@ -95,6 +100,130 @@ func (s *cudaStream) issue(fn func(h cuda.Stream) error, ev *cudaEvent) error {
 	})
 	s.mu.Unlock()
 	return nil
+}
+
+// hostFuncDeferred queues fn like hostFunc, but starts no goroutine for it:
+// the next synchronize runs it, or the drain that later work starts, or
+// the sweep, which starts a drain for work left waiting a whole sweep.
+func (s *cudaStream) hostFuncDeferred(fn func() error) error {
+	s.mu.Lock()
+	s.queue = append(s.queue, func() error {
+		if err := s.idle(); err != nil {
+			return err
+		}
+		return safely(fn)
+	})
+	left := !s.running && !s.drainer && s.flushing == 0
+	if left {
+		s.deferred++
+	}
+	s.mu.Unlock()
+	if left {
+		sweep.add(s) // outside s.mu: the sweep takes its lock, then s.mu
+	}
+	return nil
+}
+
+// query reports whether the stream holds no host work and its CUDA work is
+// done; cuStreamQuery is skipped when nothing was issued since h was last
+// found idle.
+func (s *cudaStream) query() (bool, error) {
+	s.mu.Lock()
+	busy := s.busyLocked()
+	s.mu.Unlock()
+	if busy {
+		return false, nil
+	}
+	n := s.issued.Load()
+	if s.synced.Load() == n {
+		return true, nil
+	}
+	var done bool
+	err := s.c.do(func() error {
+		var err error
+		done, err = cuda.StreamQuery(s.h)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("devmem: querying a stream of %v: %w", s.c.dev, err)
+	}
+	if done {
+		s.synced.Store(n)
+	}
+	return done, nil
+}
+
+// startDeferred starts a drain for work deferred at the sweep before this
+// one (count seen then) and still not taken by anyone.
+func (s *cudaStream) startDeferred(seen uint64) (waiting bool, count uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) == 0 || s.running || s.drainer || s.flushing > 0 {
+		return false, 0
+	}
+	if s.deferred == seen {
+		s.drainer = true
+		sweep.started.Add(1)
+		go s.drain()
+		return false, 0
+	}
+	return true, s.deferred
+}
+
+// sweep starts the work deferred on streams and left there: a goroutine of
+// its own wakes every sweepEvery while some stream has deferred work, and
+// a little longer, so that a program that defers work all the time does
+// not start the sweep's goroutine each time.
+var sweep sweeper
+
+const (
+	sweepEvery = time.Millisecond // what time.Sleep gives for less on Linux
+	sweepIdle  = 16               // empty sweeps before the goroutine ends
+)
+
+type sweeper struct {
+	mu      sync.Mutex
+	streams map[*cudaStream]uint64 // deferred count seen at the last sweep
+	running bool
+	started atomic.Uint64 // drains the sweep started (the tests read it)
+}
+
+func (w *sweeper) add(s *cudaStream) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.streams == nil {
+		w.streams = map[*cudaStream]uint64{}
+	}
+	if _, ok := w.streams[s]; !ok {
+		w.streams[s] = 0 // no count is 0 here: the next sweep only notes it
+	}
+	if !w.running {
+		w.running = true
+		go w.loop()
+	}
+}
+
+func (w *sweeper) loop() {
+	idle := 0
+	for {
+		time.Sleep(sweepEvery)
+		w.mu.Lock()
+		for s, seen := range w.streams {
+			if waiting, count := s.startDeferred(seen); waiting {
+				w.streams[s] = count
+			} else {
+				delete(w.streams, s)
+			}
+		}
+		if len(w.streams) > 0 {
+			idle = 0
+		} else if idle++; idle >= sweepIdle {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+	}
 }
 
 // busyLocked reports whether host work is queued or running: later work

@@ -17,6 +17,8 @@ type driver interface {
 
 type streamImpl interface {
 	hostFunc(fn func() error) error
+	hostFuncDeferred(fn func() error) error
+	query() (bool, error)
 	synchronize() error
 	waitEvent(e eventImpl) error
 	destroy() error

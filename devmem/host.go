@@ -171,6 +171,21 @@ func (s *hostStream) synchronize() error {
 	return err
 }
 
+// hostFuncDeferred is hostFunc: every task here has its own goroutine.
+func (s *hostStream) hostFuncDeferred(fn func() error) error { return s.hostFunc(fn) }
+
+func (s *hostStream) query() (bool, error) {
+	s.mu.Lock()
+	tail := s.tail
+	s.mu.Unlock()
+	select {
+	case <-tail:
+		return true, nil
+	default:
+		return false, nil
+	}
+}
+
 func (s *hostStream) waitEvent(e eventImpl) error {
 	m := e.(*hostEvent).last()
 	return s.hostFunc(func() error { <-m.done; return nil })

@@ -93,6 +93,52 @@ func TestStreamRunsWorkInOrderAndReportsErrors(t *testing.T) {
 	}
 }
 
+// Query says whether a stream holds work not done; deferred host work runs
+// in order and its error is the next Synchronize's.
+func TestStreamQueryAndDeferredWork(t *testing.T) {
+	d := NewHostDevice()
+	s, _ := d.NewStream()
+	if done, err := s.Query(); err != nil || !done {
+		t.Errorf("Query of a new stream = %v, %v; want done", done, err)
+	}
+	var nilStream *Stream
+	if done, err := nilStream.Query(); err != nil || !done {
+		t.Errorf("Query of the nil stream = %v, %v; want done", done, err)
+	}
+	gate := make(chan struct{})
+	var order []string
+	s.HostFunc(func() error { <-gate; order = append(order, "gated"); return nil })
+	boom := errors.New("boom")
+	if err := s.HostFuncDeferred(func() error { order = append(order, "deferred"); return boom }); err != nil {
+		t.Fatal(err)
+	}
+	if done, err := s.Query(); err != nil || done {
+		t.Errorf("Query with work held = %v, %v; want not done", done, err)
+	}
+	close(gate)
+	if err := s.Synchronize(); !errors.Is(err, boom) {
+		t.Errorf("Synchronize = %v, want the deferred work's error", err)
+	}
+	if len(order) != 2 || order[0] != "gated" || order[1] != "deferred" {
+		t.Errorf("work ran as %q, want gated then deferred", order)
+	}
+	if done, err := s.Query(); err != nil || !done {
+		t.Errorf("Query after Synchronize = %v, %v; want done", done, err)
+	}
+	if err := nilStream.HostFuncDeferred(func() error { return boom }); !errors.Is(err, boom) {
+		t.Errorf("HostFuncDeferred on the nil stream = %v, want its function's error at once", err)
+	}
+	if err := s.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Query(); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("Query of a destroyed stream = %v, want ErrInvalidArgument", err)
+	}
+	if err := s.HostFuncDeferred(func() error { return nil }); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("HostFuncDeferred on a destroyed stream = %v, want ErrInvalidArgument", err)
+	}
+}
+
 func TestEventsOrderStreamsAndTime(t *testing.T) {
 	d := NewHostDevice()
 	a, _ := d.NewStream()

@@ -62,6 +62,35 @@ func (s *Stream) HostFunc(fn func() error) error {
 	return s.impl.hostFunc(fn)
 }
 
+// HostFuncDeferred is HostFunc for work that nothing needs to start before
+// the stream's next Synchronize, such as waiting for MPI requests already
+// posted: on the cuda driver, fn runs on the goroutine of that Synchronize
+// (no goroutine has to start for it), or on the stream's goroutine as soon
+// as later work is queued on s, and in any case within about two
+// milliseconds (a sweep starts work deferred that long), so that it never
+// waits on the host for a call that may not come. Elsewhere it is HostFunc.
+func (s *Stream) HostFuncDeferred(fn func() error) error {
+	if s == nil {
+		return fn()
+	}
+	if err := s.check(nil); err != nil {
+		return err
+	}
+	return s.impl.hostFuncDeferred(fn)
+}
+
+// Query reports whether all work queued on s so far is done, host work
+// included, without waiting. A nil stream has none.
+func (s *Stream) Query() (bool, error) {
+	if s == nil {
+		return true, nil
+	}
+	if err := s.check(nil); err != nil {
+		return false, err
+	}
+	return s.impl.query()
+}
+
 // Synchronize waits for all work queued on s and returns the first error that
 // work met since the last Synchronize.
 func (s *Stream) Synchronize() error {

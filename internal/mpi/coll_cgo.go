@@ -208,7 +208,7 @@ func (c *Comm) Allreduce(send, recv uintptr, count int, dt Datatype, op Op) erro
 // collectives. MPI must be up.
 func ReduceLocal(in, inout uintptr, count int, dt Datatype, op Op) error {
 	const name = "ReduceLocal"
-	if err := upError("mpi: " + name); err != nil {
+	if err := upError(name); err != nil {
 		return err
 	}
 	if err := checkReduction(name, dt, op); err != nil {

@@ -578,12 +578,15 @@ int gc_send(uintptr_t buf, int n, int dt, int dest, int tag, MPI_Comm c) {
 	return MPI_Send(PTR(buf), n, gc_type(dt), gc_peer(dest), tag, c);
 }
 
-int gc_recv(uintptr_t buf, int n, int dt, int src, int tag, MPI_Comm c, gc_status *st) {
+gc_result gc_recv(uintptr_t buf, int n, int dt, int src, int tag, MPI_Comm c) {
 	MPI_Status s;
-	int rc = MPI_Recv(PTR(buf), n, gc_type(dt), gc_peer(src), gc_tag(tag), c, &s);
-	if (rc == MPI_SUCCESS)
-		gc_fill_status(&s, dt, st);
-	return rc;
+	gc_result r = {0};
+	r.rc = MPI_Recv(PTR(buf), n, gc_type(dt), gc_peer(src), gc_tag(tag), c, &s);
+	if (r.rc == MPI_SUCCESS) {
+		s.MPI_ERROR = MPI_SUCCESS;
+		gc_fill_status(&s, dt, &r.st);
+	}
+	return r;
 }
 
 int gc_sendrecv(uintptr_t sb, int sn, int dest, int stag, uintptr_t rb, int rn, int src, int rtag, int dt,
@@ -651,3 +654,27 @@ int gc_testall(int n, MPI_Request *reqs, const int *dts, int *flag, gc_status *o
 }
 
 int gc_cancel(MPI_Request *req) { return MPI_Cancel(req); }
+
+// One request, completed or tested without the arrays of gc_waitall.
+gc_result gc_wait1(MPI_Request *req, int dt) {
+	MPI_Status s;
+	gc_result r = {0};
+	r.rc = MPI_Wait(req, &s);
+	r.flag = 1;
+	if (r.rc == MPI_SUCCESS) {
+		s.MPI_ERROR = MPI_SUCCESS;
+		gc_fill_status(&s, dt, &r.st);
+	}
+	return r;
+}
+
+gc_result gc_test1(MPI_Request *req, int dt) {
+	MPI_Status s;
+	gc_result r = {0};
+	r.rc = MPI_Test(req, &r.flag, &s);
+	if (r.rc == MPI_SUCCESS && r.flag) {
+		s.MPI_ERROR = MPI_SUCCESS;
+		gc_fill_status(&s, dt, &r.st);
+	}
+	return r;
+}

@@ -39,6 +39,15 @@ typedef struct {
 	int error;
 } gc_status;
 
+// A call's return code, its completion flag (tests) and status, returned by
+// value so that Go passes no pointer for them (which would put them on the
+// heap).
+typedef struct {
+	int rc;
+	int flag;
+	gc_status st;
+} gc_result;
+
 // Lifecycle.
 int gc_init(int level, int *provided, int *owned);
 int gc_finalize(int *called);
@@ -88,7 +97,7 @@ int gc_allgatherv_go(void *s, int n, void *r, int *counts, int *displs, MPI_Comm
 
 // Point to point.
 int gc_send(uintptr_t buf, int n, int dt, int dest, int tag, MPI_Comm c);
-int gc_recv(uintptr_t buf, int n, int dt, int src, int tag, MPI_Comm c, gc_status *st);
+gc_result gc_recv(uintptr_t buf, int n, int dt, int src, int tag, MPI_Comm c);
 int gc_sendrecv(uintptr_t s, int sn, int dest, int stag, uintptr_t r, int rn, int src, int rtag, int dt,
 		MPI_Comm c, gc_status *st);
 
@@ -101,5 +110,7 @@ int gc_iallreduce(uintptr_t s, uintptr_t r, int n, int dt, int op, int inplace, 
 int gc_waitall(int n, MPI_Request *reqs, const int *dts, gc_status *out);
 int gc_testall(int n, MPI_Request *reqs, const int *dts, int *flag, gc_status *out);
 int gc_cancel(MPI_Request *req);
+gc_result gc_wait1(MPI_Request *req, int dt);
+gc_result gc_test1(MPI_Request *req, int dt);
 
 #endif

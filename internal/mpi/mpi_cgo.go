@@ -341,14 +341,17 @@ func argError(name, format string, args ...any) error {
 	return fmt.Errorf("mpi: %s: %s: %w", name, fmt.Sprintf(format, args...), errs.ErrInvalidArgument)
 }
 
+// upError says why MPI cannot be called now (nil when it is up); name is
+// the Go call's, without the package prefix, so that the hot path builds
+// no string.
 func upError(name string) error {
 	switch state.Load() {
 	case stateUp:
 		return nil
 	case stateFinalized:
-		return fmt.Errorf("%s: %w", name, errFinalized)
+		return fmt.Errorf("mpi: %s: %w", name, errFinalized)
 	}
-	return fmt.Errorf("%s: %w", name, errNotInitialized)
+	return fmt.Errorf("mpi: %s: %w", name, errNotInitialized)
 }
 
 // Comm is a communicator. The zero value is not usable: get one from World,
@@ -390,7 +393,7 @@ func (c *Comm) ready(name string) error {
 	if c == nil {
 		return argError(name, "nil communicator")
 	}
-	if err := upError("mpi: " + name); err != nil {
+	if err := upError(name); err != nil {
 		return err
 	}
 	if c.freed.Load() {
@@ -532,7 +535,7 @@ func mpiTypeInfo(dt Datatype) (name string, size int, err error) {
 	if !dt.Valid() {
 		return "", 0, argError("mpiTypeInfo", "invalid datatype %v", dt)
 	}
-	if err := upError("mpi: mpiTypeInfo"); err != nil {
+	if err := upError("mpiTypeInfo"); err != nil {
 		return "", 0, err
 	}
 	buf := make([]byte, C.MPI_MAX_OBJECT_NAME)

@@ -61,11 +61,12 @@ func (c *Comm) Recv(buf uintptr, count int, dt Datatype, src, tag int) (Status, 
 	if err := c.checkP2P("Recv", buf, count, dt, src, tag, true); err != nil {
 		return Status{}, err
 	}
-	var st C.gc_status
+	var r C.gc_result
 	err := call("MPI_Recv", func() C.int {
-		return C.gc_recv(addr(buf), C.int(count), C.int(dt), C.int(src), C.int(tag), c.h, &st)
+		r = C.gc_recv(addr(buf), C.int(count), C.int(dt), C.int(src), C.int(tag), c.h)
+		return r.rc
 	})
-	return toStatus(st), err
+	return toStatus(r.st), err
 }
 
 // Sendrecv is MPI_Sendrecv with one datatype for both sides: the halo
@@ -142,10 +143,31 @@ func (r *Request) Status() Status {
 }
 
 // Wait blocks until r completes.
-func (r *Request) Wait() error { return Waitall([]*Request{r}) }
+func (r *Request) Wait() error {
+	if r.Done() {
+		return nil
+	}
+	if err := upError("Wait"); err != nil {
+		return err
+	}
+	enter()
+	defer leave()
+	return r.complete1("MPI_Wait", C.gc_wait1(&r.h, C.int(r.dt)))
+}
 
 // Test reports whether r has completed, without blocking.
-func (r *Request) Test() (bool, error) { return Testall([]*Request{r}) }
+func (r *Request) Test() (bool, error) {
+	if r.Done() {
+		return true, nil
+	}
+	if err := upError("Test"); err != nil {
+		return false, err
+	}
+	enter()
+	defer leave()
+	err := r.complete1("MPI_Test", C.gc_test1(&r.h, C.int(r.dt)))
+	return err == nil && r.done, err
+}
 
 // Cancel is MPI_Cancel: it asks MPI to cancel a pending receive. The request
 // must still be completed (Wait); its Status then says whether it was
@@ -154,10 +176,34 @@ func (r *Request) Cancel() error {
 	if r == nil || r.done {
 		return nil
 	}
-	if err := upError("mpi: Cancel"); err != nil {
+	if err := upError("Cancel"); err != nil {
 		return err
 	}
 	return call("MPI_Cancel", func() C.int { return C.gc_cancel(&r.h) })
+}
+
+// single is the one request of reqs not yet complete, when there is exactly
+// one: Waitall and Testall then call MPI_Wait or MPI_Test on it, with no
+// arrays to allocate.
+func single(reqs []*Request) (*Request, bool) {
+	var one *Request
+	for _, r := range reqs {
+		if r != nil && !r.done {
+			if one != nil {
+				return nil, false
+			}
+			one = r
+		}
+	}
+	return one, one != nil
+}
+
+// complete1 records what MPI_Wait or MPI_Test reported of r.
+func (r *Request) complete1(name string, res C.gc_result) error {
+	if res.rc == C.MPI_SUCCESS && res.flag != 0 {
+		r.done, r.status = true, toStatus(res.st)
+	}
+	return check(name, res.rc)
 }
 
 // pendingHandles copies the handles of the requests not yet complete, so
@@ -198,8 +244,13 @@ func finish(name string, rc C.int, complete bool, live []*Request, hs []C.MPI_Re
 // Waitall blocks until every request in reqs has completed (MPI_Waitall).
 // nil entries are ignored.
 func Waitall(reqs []*Request) error {
-	if err := upError("mpi: Waitall"); err != nil {
+	if err := upError("Waitall"); err != nil {
 		return err
+	}
+	if r, ok := single(reqs); ok {
+		enter()
+		defer leave()
+		return r.complete1("MPI_Wait", C.gc_wait1(&r.h, C.int(r.dt)))
 	}
 	live, hs, dts, sts := pendingHandles(reqs)
 	if len(live) == 0 {
@@ -214,8 +265,14 @@ func Waitall(reqs []*Request) error {
 // Testall reports whether every request in reqs has completed
 // (MPI_Testall), without blocking. nil entries are ignored.
 func Testall(reqs []*Request) (bool, error) {
-	if err := upError("mpi: Testall"); err != nil {
+	if err := upError("Testall"); err != nil {
 		return false, err
+	}
+	if r, ok := single(reqs); ok {
+		enter()
+		defer leave()
+		err := r.complete1("MPI_Test", C.gc_test1(&r.h, C.int(r.dt)))
+		return err == nil && r.done, err
 	}
 	live, hs, dts, sts := pendingHandles(reqs)
 	if len(live) == 0 {

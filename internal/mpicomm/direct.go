@@ -3,6 +3,7 @@ package mpicomm
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gpucomm/gpucomm/comm"
@@ -17,97 +18,107 @@ import (
 // aside and gives up at the deadline.
 
 func (c *Comm) directAllReduce(o *op) error {
-	call := o.call
-	err := c.block(o, func() error {
-		return c.coll.Allreduce(call.Send.Addr(), call.Recv.Addr(), call.Count, mpiType(call.DType), mpiOp(call.Op))
-	})
-	if err != nil {
+	if err := c.blockOp(o, (*Comm).mpiAllreduce); err != nil {
 		return err
 	}
-	return c.divideOnHost(o, call.Recv)
+	return c.divideOnHost(o, o.call.Recv)
 }
 
 func (c *Comm) directReduce(o *op) error {
-	call := o.call
-	err := c.block(o, func() error {
-		return c.coll.Reduce(call.Send.Addr(), call.Recv.Addr(), call.Count, mpiType(call.DType), mpiOp(call.Op), call.Root)
-	})
-	if err != nil || c.rank != call.Root {
+	if err := c.blockOp(o, (*Comm).mpiReduce); err != nil || c.rank != o.call.Root {
 		return err
 	}
-	return c.divideOnHost(o, call.Recv)
+	return c.divideOnHost(o, o.call.Recv)
 }
 
 func (c *Comm) directBroadcast(o *op) error {
-	call := o.call
+	call := &o.call
 	if c.rank == call.Root && call.Send.Addr() != call.Recv.Addr() {
 		// MPI_Bcast has one buffer: the root's data goes to its recv first.
 		if err := devmem.CopyN(call.Recv, call.Send, call.Count*call.DType.Size(), nil); err != nil {
 			return err
 		}
 	}
-	return c.block(o, func() error {
-		return c.coll.Bcast(call.Recv.Addr(), call.Count, mpiType(call.DType), call.Root)
-	})
+	return c.blockOp(o, (*Comm).mpiBcast)
 }
 
-func (c *Comm) directAllGather(o *op) error {
-	call := o.call
-	return c.block(o, func() error {
-		return c.coll.Allgather(call.Send.Addr(), call.Recv.Addr(), call.Count, mpiType(call.DType))
-	})
-}
+func (c *Comm) directAllGather(o *op) error { return c.blockOp(o, (*Comm).mpiAllgather) }
 
 // directReduceScatter in place (recv is this rank's block of send, NCCL's
 // form) reduces into a scratch device buffer and copies the block back:
 // MPI_IN_PLACE would leave the result in the first block, and CUDA-aware Open
 // MPI 4.1 got in-place reduce-scatter of device memory wrong on an H200.
 func (c *Comm) directReduceScatter(o *op) error {
-	call := o.call
-	dt, red := mpiType(call.DType), mpiOp(call.Op)
+	call := &o.call
 	n := call.Count * call.DType.Size()
-	recv := call.Recv
+	o.recv = call.Recv
 	if call.Send.Overlaps(call.Recv) {
 		tmp, err := c.dev.Alloc(n)
 		if err != nil {
 			return err
 		}
 		defer tmp.Free()
-		recv = tmp
+		o.recv = tmp
 	}
-	err := c.block(o, func() error {
-		return c.coll.ReduceScatterBlock(call.Send.Addr(), recv.Addr(), call.Count, dt, red)
-	})
-	if err != nil {
+	if err := c.blockOp(o, (*Comm).mpiReduceScatter); err != nil {
 		return err
 	}
-	if !recv.Same(call.Recv) {
-		if err := devmem.CopyN(call.Recv, recv, n, nil); err != nil {
+	if !o.recv.Same(call.Recv) {
+		if err := devmem.CopyN(call.Recv, o.recv, n, nil); err != nil {
 			return err
 		}
 	}
 	return c.divideOnHost(o, call.Recv)
 }
 
-func (c *Comm) directAllToAll(o *op) error {
-	call := o.call
-	return c.block(o, func() error {
-		return c.coll.Alltoall(call.Send.Addr(), call.Recv.Addr(), call.Count, mpiType(call.DType))
-	})
+func (c *Comm) directAllToAll(o *op) error { return c.blockOp(o, (*Comm).mpiAlltoall) }
+
+func (c *Comm) directGather(o *op) error { return c.blockOp(o, (*Comm).mpiGather) }
+
+func (c *Comm) directScatter(o *op) error { return c.blockOp(o, (*Comm).mpiScatter) }
+
+// The blocking MPI calls of the direct collectives, on the call's device
+// pointers; method expressions of these go to blockOp, so that a call makes
+// no closure.
+
+func (c *Comm) mpiAllreduce(o *op) error {
+	call := &o.call
+	return c.coll.Allreduce(call.Send.Addr(), call.Recv.Addr(), call.Count, mpiType(call.DType), mpiOp(call.Op))
 }
 
-func (c *Comm) directGather(o *op) error {
-	call := o.call
-	return c.block(o, func() error {
-		return c.coll.Gather(call.Send.Addr(), call.Recv.Addr(), call.Count, mpiType(call.DType), call.Root)
-	})
+func (c *Comm) mpiReduce(o *op) error {
+	call := &o.call
+	return c.coll.Reduce(call.Send.Addr(), call.Recv.Addr(), call.Count, mpiType(call.DType), mpiOp(call.Op), call.Root)
 }
 
-func (c *Comm) directScatter(o *op) error {
-	call := o.call
-	return c.block(o, func() error {
-		return c.coll.Scatter(call.Send.Addr(), call.Recv.Addr(), call.Count, mpiType(call.DType), call.Root)
-	})
+func (c *Comm) mpiBcast(o *op) error {
+	call := &o.call
+	return c.coll.Bcast(call.Recv.Addr(), call.Count, mpiType(call.DType), call.Root)
+}
+
+func (c *Comm) mpiAllgather(o *op) error {
+	call := &o.call
+	return c.coll.Allgather(call.Send.Addr(), call.Recv.Addr(), call.Count, mpiType(call.DType))
+}
+
+func (c *Comm) mpiReduceScatter(o *op) error {
+	call := &o.call
+	return c.coll.ReduceScatterBlock(call.Send.Addr(), o.recv.Addr(), call.Count, mpiType(call.DType), mpiOp(call.Op))
+}
+
+func (c *Comm) mpiAlltoall(o *op) error {
+	call := &o.call
+	return c.coll.Alltoall(call.Send.Addr(), call.Recv.Addr(), call.Count, mpiType(call.DType))
+}
+
+func (c *Comm) mpiGather(o *op) error {
+	call := &o.call
+	return c.coll.Gather(call.Send.Addr(), call.Recv.Addr(), call.Count, mpiType(call.DType), call.Root)
+}
+
+func (c *Comm) mpiScatter(o *op) error {
+	call := &o.call
+	return c.coll.Scatter(call.Send.Addr(), call.Recv.Addr(), call.Count, mpiType(call.DType), call.Root)
 }
 
 // divideOnHost finishes an Avg: MPI summed into buf on the device, and MPI
@@ -129,23 +140,28 @@ func (c *Comm) divideOnHost(o *op, buf devmem.Buffer) error {
 // without a timeout is MPI's blocking call, as a C program makes it (0.2-0.5
 // µs less than Isend/Irecv and Waitall at 8 B, docs/PERFORMANCE.md), where
 // MPI lets other goroutines call it meanwhile.
-func (c *Comm) directP2P(o *op, ps []comm.P2P, tags []int) (err error) {
+func (c *Comm) directP2P(o *op, ps []comm.P2P, tags []int) error {
 	if len(ps) == 1 && o.deadline.IsZero() && c.multiple {
 		return c.blockingP2P(ps[0], tags[0])
 	}
+	reqs, err := c.postP2P(o, ps, tags)
+	if err != nil {
+		return err
+	}
+	return c.completeP2P(o, ps, tags, reqs)
+}
+
+// postP2P posts every receive, then every send. When a post fails, those
+// posted before it are left to MPI: unless they have completed, the ranks
+// are out of step and the communicator is broken.
+func (c *Comm) postP2P(o *op, ps []comm.P2P, tags []int) ([]*mpi.Request, error) {
 	reqs := make([]*mpi.Request, len(ps))
-	defer func() {
-		if err != nil && !errors.Is(err, comm.ErrTimeout) {
-			if done, terr := mpi.Testall(reqs); terr != nil || !done {
-				c.setBroken(fmt.Errorf("%v failed with MPI requests pending: %w", o.call.Operation, err))
-			}
-		}
-	}()
 	for _, recvs := range []bool{true, false} {
 		for i, p := range ps {
 			if (p.Kind == comm.RecvKind) != recvs {
 				continue
 			}
+			var err error
 			dt := mpiType(p.DType)
 			if recvs {
 				reqs[i], err = c.p2p.Irecv(p.Buf.Addr(), p.Count, dt, p.Peer, tags[i])
@@ -153,12 +169,31 @@ func (c *Comm) directP2P(o *op, ps []comm.P2P, tags []int) (err error) {
 				reqs[i], err = c.p2p.Isend(p.Buf.Addr(), p.Count, dt, p.Peer, tags[i])
 			}
 			if err != nil {
-				return err
+				c.leaveRequests(o, reqs, err)
+				return nil, err
 			}
 		}
 	}
+	return reqs, nil
+}
+
+// leaveRequests breaks the communicator when an operation that failed with
+// err leaves MPI requests pending (a timeout says so itself).
+func (c *Comm) leaveRequests(o *op, reqs []*mpi.Request, err error) {
+	if errors.Is(err, comm.ErrTimeout) {
+		return
+	}
+	if done, terr := mpi.Testall(reqs); terr != nil || !done {
+		c.setBroken(fmt.Errorf("%v failed with MPI requests pending: %w", o.call.Operation, err))
+	}
+}
+
+// completeP2P waits for posted transfers (within the operation's deadline)
+// and checks what the receives got.
+func (c *Comm) completeP2P(o *op, ps []comm.P2P, tags []int, reqs []*mpi.Request) error {
 	if err := c.wait(o, reqs); err != nil {
 		if !errors.Is(err, comm.ErrTimeout) {
+			c.leaveRequests(o, reqs, err)
 			return err
 		}
 		var who []string
@@ -174,10 +209,98 @@ func (c *Comm) directP2P(o *op, ps []comm.P2P, tags []int) (err error) {
 		}
 		return fmt.Errorf("%v: no progress after %v; %s: %w", o.call.Operation, c.timeout, strings.Join(who, "; "), comm.ErrTimeout)
 	}
+	return receivedCounts(ps, reqs)
+}
+
+// receivedCounts checks that each completed receive got the count it asked
+// for.
+func receivedCounts(ps []comm.P2P, reqs []*mpi.Request) error {
 	for i, p := range ps {
 		if p.Kind == comm.RecvKind && reqs[i].Status().Count != p.Count {
 			return receivedOtherCount(p, reqs[i].Status().Count)
 		}
+	}
+	return nil
+}
+
+// deferBytes bounds the pending receives of a call that p2pNow posted and
+// leaves for the stream's next Synchronize to complete: messages this small
+// go eagerly (Open MPI's shared-memory eager limit is 4 KiB, MPICH's larger),
+// so the sender finishes without this rank's progress, and no goroutine needs
+// to wait for them in the meantime.
+const deferBytes = 4096
+
+// p2pNow runs a stream-ordered Send, Recv or GroupP2P of Direct mode at
+// once, on the calling goroutine, when the stream has nothing pending (no
+// queued host work, its GPU work done), so that no goroutine of the stream's
+// has to start for it: it posts the transfers (MPI's nonblocking calls, so
+// that the call never waits for a peer) and tests them once. Transfers not
+// complete then are waited for in stream order: small receives by the
+// stream's next Synchronize, or by later work queued on the stream
+// (devmem.Stream.HostFuncDeferred), the rest by the stream's goroutine. An
+// error is, as for a queued call, the next Synchronize's. It reports false,
+// having done nothing, where the call must be queued instead (a busy stream,
+// a timeout to honour, the host-staged mode, a closed or broken
+// communicator, whose error the queued call reports).
+func (c *Comm) p2pNow(call comm.Call, ps []comm.P2P, tags []int) (bool, error) {
+	if c.mode != Direct || c.timeout > 0 {
+		return false, nil
+	}
+	if idle, err := call.Stream.Query(); err != nil || !idle {
+		return false, nil
+	}
+	if c.beginUnbroken() != nil {
+		return false, nil
+	}
+	o := op{call: call}
+	reqs, err := c.postP2P(&o, ps, tags)
+	if err == nil {
+		var done bool
+		switch done, err = mpi.Testall(reqs); {
+		case err != nil:
+			c.leaveRequests(&o, reqs, err)
+		case done:
+			err = receivedCounts(ps, reqs)
+		default:
+			return true, c.waitLater(o, slices.Clone(ps), slices.Clone(tags), reqs)
+		}
+	}
+	c.end()
+	if err != nil {
+		err = c.finish(&o, err)
+		return true, call.Stream.HostFunc(func() error { return err })
+	}
+	return true, nil
+}
+
+// waitLater queues the completion of posted transfers on the call's stream;
+// c.end is its, once they are done.
+func (c *Comm) waitLater(o op, ps []comm.P2P, tags []int, reqs []*mpi.Request) error {
+	rest := func() error {
+		defer c.end()
+		return c.finish(&o, c.completeP2P(&o, ps, tags, reqs))
+	}
+	pending := 0
+	for i, p := range ps {
+		if !reqs[i].Done() {
+			pending += p.Count * p.DType.Size()
+			if p.Kind == comm.SendKind {
+				pending += deferBytes + 1 // a send not done at once waits for the peer
+			}
+		}
+	}
+	s := o.call.Stream
+	var err error
+	if pending <= deferBytes {
+		err = s.HostFuncDeferred(rest)
+	} else {
+		err = s.HostFunc(rest)
+	}
+	if err != nil {
+		// The stream went away under the call (destroyed meanwhile): the
+		// posted transfers still complete here, so that MPI keeps no
+		// requests into the user's buffers.
+		return errors.Join(c.wrap(o.call.Operation, err), rest())
 	}
 	return nil
 }

@@ -298,14 +298,14 @@ func TestMismatchNamesEveryRankThatDiffers(t *testing.T) {
 func TestTagsNumberMessagesPerPeerAndDirection(t *testing.T) {
 	c := &Comm{size: 3, sendSeq: make([]uint64, 3), recvSeq: make([]uint64, 3)}
 	got, _ := c.takeTags([]comm.P2P{{Kind: comm.SendKind, Peer: 1}, {Kind: comm.SendKind, Peer: 1}, {Kind: comm.RecvKind, Peer: 1},
-		{Kind: comm.SendKind, Peer: 2}})
-	more, _ := c.takeTags([]comm.P2P{{Kind: comm.SendKind, Peer: 1}, {Kind: comm.RecvKind, Peer: 1}})
+		{Kind: comm.SendKind, Peer: 2}}, nil, nil)
+	more, _ := c.takeTags([]comm.P2P{{Kind: comm.SendKind, Peer: 1}, {Kind: comm.RecvKind, Peer: 1}}, nil, nil)
 	got = append(got, more...)
 	if want := []int{0, 1, 0, 0, 2, 1}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("tags %v, want %v", got, want)
 	}
 	c.sendSeq[0] = tagSpace - 1
-	if got, _ := c.takeTags([]comm.P2P{{Kind: comm.SendKind, Peer: 0}, {Kind: comm.SendKind, Peer: 0}}); got[0] != tagSpace-1 || got[1] != 0 {
+	if got, _ := c.takeTags([]comm.P2P{{Kind: comm.SendKind, Peer: 0}, {Kind: comm.SendKind, Peer: 0}}, nil, nil); got[0] != tagSpace-1 || got[1] != 0 {
 		t.Errorf("tags past MPI's guaranteed bound: %v", got)
 	}
 }
@@ -320,7 +320,7 @@ func TestNodeTicketsPerPeerDirectionAndSize(t *testing.T) {
 		return comm.P2P{Kind: k, Peer: peer, Count: 25, DType: comm.Float32}
 	}
 	small := comm.P2P{Kind: comm.SendKind, Peer: 1, Count: 24, DType: comm.Int32}
-	_, turns := c.takeTags([]comm.P2P{big(comm.SendKind, 1), small, big(comm.SendKind, 1), big(comm.RecvKind, 1), big(comm.SendKind, 2)})
+	_, turns := c.takeTags([]comm.P2P{big(comm.SendKind, 1), small, big(comm.SendKind, 1), big(comm.RecvKind, 1), big(comm.SendKind, 2)}, nil, nil)
 	type got struct {
 		on     bool
 		send   bool
@@ -342,7 +342,7 @@ func TestNodeTicketsPerPeerDirectionAndSize(t *testing.T) {
 		t.Errorf("sends to rank 1 share a link, its receives have their own")
 	}
 	c.nodeMin = 0
-	if _, turns := c.takeTags([]comm.P2P{big(comm.SendKind, 1)}); turns[0].link != nil {
+	if _, turns := c.takeTags([]comm.P2P{big(comm.SendKind, 1)}, nil, nil); turns[0].link != nil {
 		t.Errorf("node path off, still a ticket")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -15,8 +16,9 @@ import (
 // op is one running operation.
 type op struct {
 	call     comm.Call
-	seq      uint64    // the collective's ticket; 0 for point-to-point
-	deadline time.Time // zero: no timeout
+	seq      uint64        // the collective's ticket; 0 for point-to-point
+	deadline time.Time     // zero: no timeout
+	recv     devmem.Buffer // where a direct ReduceScatter has MPI write
 }
 
 func (c *Comm) newOp(call comm.Call, seq uint64) *op {
@@ -93,6 +95,21 @@ func (c *Comm) begin() error {
 	return nil
 }
 
+// beginUnbroken is begin, failing also on a broken communicator, under one
+// lock.
+func (c *Comm) beginUnbroken() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return fmt.Errorf("communicator was closed before the operation ran: %w", comm.ErrClosed)
+	case c.broken != nil:
+		return fmt.Errorf("communicator is broken by an earlier failure: %w", c.broken)
+	}
+	c.running++
+	return nil
+}
+
 func (c *Comm) end() {
 	c.mu.Lock()
 	c.running--
@@ -161,31 +178,39 @@ func (c *Comm) enqueue(call comm.Call, seq uint64, fn func() error) error {
 	return err
 }
 
-// collective takes the call's ticket now and runs body in stream order, in
-// ticket order, after the Timeout announcement and the Debug check.
-func (c *Comm) collective(call comm.Call, body func(o *op) error) error {
+// collective takes the call's ticket now and runs body in stream order (on
+// no stream at once, on the calling goroutine), in ticket order, after the
+// Timeout announcement and the Debug check. body is a method expression, so
+// that no closure is made per call.
+func (c *Comm) collective(call comm.Call, body func(*Comm, *op) error) error {
 	if err := c.check(call); err != nil {
 		return err
 	}
 	seq := c.tickets.Add(1)
-	return c.enqueue(call, seq, func() error {
-		if err := c.begin(); err != nil {
-			return c.wrap(call.Operation, err)
-		}
-		defer c.end()
-		if err := c.awaitTurn(seq); err != nil {
-			return c.wrap(call.Operation, err)
-		}
-		defer c.passTurn(seq)
-		if err := c.brokenErr(); err != nil {
-			return c.wrap(call.Operation, err)
-		}
-		o := c.newOp(call, seq)
-		return c.finish(o, c.runCollective(o, body))
-	})
+	if call.Stream == nil {
+		return c.runTicket(call, seq, body)
+	}
+	return c.enqueue(call, seq, func() error { return c.runTicket(call, seq, body) })
 }
 
-func (c *Comm) runCollective(o *op, body func(o *op) error) error {
+// runTicket runs collective seq once the one before it has finished.
+func (c *Comm) runTicket(call comm.Call, seq uint64, body func(*Comm, *op) error) error {
+	if err := c.begin(); err != nil {
+		return c.wrap(call.Operation, err)
+	}
+	defer c.end()
+	if err := c.awaitTurn(seq); err != nil {
+		return c.wrap(call.Operation, err)
+	}
+	defer c.passTurn(seq)
+	if err := c.brokenErr(); err != nil {
+		return c.wrap(call.Operation, err)
+	}
+	o := c.newOp(call, seq)
+	return c.finish(o, c.runCollective(o, body))
+}
+
+func (c *Comm) runCollective(o *op, body func(*Comm, *op) error) error {
 	if c.announce {
 		if err := c.ann.enter(o); err != nil {
 			return err
@@ -199,7 +224,7 @@ func (c *Comm) runCollective(o *op, body func(o *op) error) error {
 	if o.call.Count == 0 && o.call.Operation != comm.OpBarrier {
 		return nil // every rank gave count 0 (Debug checks it): nothing moves
 	}
-	return body(o)
+	return body(c, o)
 }
 
 // finish turns a timeout into the error that names who never arrived and
@@ -218,56 +243,74 @@ func (c *Comm) finish(o *op, err error) error {
 }
 
 // pointToPoint numbers the transfers now, in call order, and runs them in
-// stream order.
+// stream order: on no stream at once, on the calling goroutine; on a stream
+// with nothing pending, in Direct mode, posted at once (p2pNow); else queued
+// on the stream.
 func (c *Comm) pointToPoint(call comm.Call, ps []comm.P2P) error {
 	if err := c.check(call); err != nil {
 		return err
 	}
-	tags, turns := c.takeTags(ps)
+	// One transfer, the common case, numbers itself in arrays of the stack.
+	var tag1 [1]int
+	var turn1 [1]nodeTurn
+	tags, turns := tag1[:0], turn1[:0]
+	if len(ps) > 1 {
+		tags, turns = make([]int, 0, len(ps)), make([]nodeTurn, 0, len(ps))
+	}
+	tags, turns = c.takeTags(ps, tags, turns)
+	if call.Stream == nil {
+		return c.runP2P(call, ps, tags, turns)
+	}
+	if handled, err := c.p2pNow(call, ps, tags); handled {
+		return err
+	}
+	// The queued call outlives this frame (and the caller's slice).
+	qps, qtags, qturns := slices.Clone(ps), slices.Clone(tags), slices.Clone(turns)
 	var ran atomic.Bool
 	err := c.enqueue(call, 0, func() error {
 		ran.Store(true)
-		if err := c.begin(); err != nil {
-			abandon(turns, err)
-			return c.wrap(call.Operation, err)
-		}
-		defer c.end()
-		if err := c.brokenErr(); err != nil {
-			abandon(turns, err)
-			return c.wrap(call.Operation, err)
-		}
-		o := c.newOp(call, 0)
-		var err error
-		if c.mode == Direct {
-			err = c.directP2P(o, ps, tags)
-		} else {
-			err = c.stagedP2P(o, ps, tags, turns)
-		}
-		return c.finish(o, err)
+		return c.runP2P(call, qps, qtags, qturns)
 	})
 	if err != nil && !ran.Load() {
-		abandon(turns, err) // never queued: its turns on the node path never come
+		abandon(qturns, err) // never queued: its turns on the node path never come
 	}
 	return err
 }
 
+// runP2P runs numbered transfers and waits for them.
+func (c *Comm) runP2P(call comm.Call, ps []comm.P2P, tags []int, turns []nodeTurn) error {
+	if err := c.beginUnbroken(); err != nil {
+		abandon(turns, err)
+		return c.wrap(call.Operation, err)
+	}
+	defer c.end()
+	if c.mode == Direct {
+		o := op{call: call} // on the stack: nothing keeps it
+		if c.timeout > 0 {
+			o.deadline = time.Now().Add(c.timeout)
+		}
+		return c.finish(&o, c.directP2P(&o, ps, tags))
+	}
+	o := c.newOp(call, 0)
+	return c.finish(o, c.stagedP2P(o, ps, tags, turns))
+}
+
 // takeTags gives each transfer the next message number between this rank
-// and its peer, in that direction; the number is its tag, so the k-th
-// receive from a peer matches the k-th send, in whatever order the two
-// sides' goroutines reach MPI. A message that goes the node path also gets
-// its turn on the pair's ring, in the same order on both sides.
-func (c *Comm) takeTags(ps []comm.P2P) ([]int, []nodeTurn) {
-	tags := make([]int, len(ps))
-	turns := make([]nodeTurn, len(ps))
+// and its peer, in that direction, appended to tags; the number is its tag,
+// so the k-th receive from a peer matches the k-th send, in whatever order
+// the two sides' goroutines reach MPI. A message that goes the node path
+// also gets its turn on the pair's ring, in the same order on both sides.
+func (c *Comm) takeTags(ps []comm.P2P, tags []int, turns []nodeTurn) ([]int, []nodeTurn) {
 	c.peerMu.Lock()
 	defer c.peerMu.Unlock()
-	for i, p := range ps {
-		turns[i], _ = c.nodeTurnFor(p.Peer, p.Kind == comm.SendKind, false, p.Count*p.DType.Size())
+	for _, p := range ps {
+		t, _ := c.nodeTurnFor(p.Peer, p.Kind == comm.SendKind, false, p.Count*p.DType.Size())
+		turns = append(turns, t)
 		seq := &c.recvSeq[p.Peer]
 		if p.Kind == comm.SendKind {
 			seq = &c.sendSeq[p.Peer]
 		}
-		tags[i] = int(*seq % tagSpace)
+		tags = append(tags, int(*seq%tagSpace))
 		*seq++
 	}
 	return tags, turns
@@ -281,7 +324,7 @@ type nodeTurn struct {
 
 // either runs call as a collective through direct (device pointers to MPI)
 // when the call goes direct, else through staged.
-func (c *Comm) either(call comm.Call, direct, staged func(o *op) error) error {
+func (c *Comm) either(call comm.Call, direct, staged func(*Comm, *op) error) error {
 	if c.direct(call) {
 		return c.collective(call, direct)
 	}
@@ -290,53 +333,55 @@ func (c *Comm) either(call comm.Call, direct, staged func(o *op) error) error {
 
 func (c *Comm) AllReduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpAllReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
-	return c.either(call, c.directAllReduce, c.stagedAllReduce)
+	return c.either(call, (*Comm).directAllReduce, (*Comm).stagedAllReduce)
 }
 
 func (c *Comm) Reduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, root int, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Root: root, Stream: s}
-	return c.either(call, c.directReduce, c.stagedReduce)
+	return c.either(call, (*Comm).directReduce, (*Comm).stagedReduce)
 }
 
 func (c *Comm) Broadcast(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpBroadcast, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
-	return c.either(call, c.directBroadcast, c.stagedBroadcast)
+	return c.either(call, (*Comm).directBroadcast, (*Comm).stagedBroadcast)
 }
 
 func (c *Comm) AllGather(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpAllGather, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
-	return c.either(call, c.directAllGather, c.stagedBlocks)
+	return c.either(call, (*Comm).directAllGather, (*Comm).stagedBlocks)
 }
 
 func (c *Comm) ReduceScatter(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpReduceScatter, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
-	return c.either(call, c.directReduceScatter, c.stagedReduceScatter)
+	return c.either(call, (*Comm).directReduceScatter, (*Comm).stagedReduceScatter)
 }
 
 func (c *Comm) AllToAll(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpAllToAll, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
-	return c.either(call, c.directAllToAll, c.stagedBlocks)
+	return c.either(call, (*Comm).directAllToAll, (*Comm).stagedBlocks)
 }
 
 func (c *Comm) Gather(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpGather, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
-	return c.either(call, c.directGather, c.stagedBlocks)
+	return c.either(call, (*Comm).directGather, (*Comm).stagedBlocks)
 }
 
 func (c *Comm) Scatter(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpScatter, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
-	return c.either(call, c.directScatter, c.stagedBlocks)
+	return c.either(call, (*Comm).directScatter, (*Comm).stagedBlocks)
 }
 
 // Barrier is MPI_Ibarrier, waited on with the operation's timeout.
 func (c *Comm) Barrier(s *devmem.Stream) error {
-	return c.collective(comm.Call{Operation: comm.OpBarrier, Stream: s}, func(o *op) error {
-		r, err := c.coll.Ibarrier()
-		if err != nil {
-			return err
-		}
-		return c.wait(o, []*mpi.Request{r})
-	})
+	return c.collective(comm.Call{Operation: comm.OpBarrier, Stream: s}, (*Comm).barrier)
+}
+
+func (c *Comm) barrier(o *op) error {
+	r, err := c.coll.Ibarrier()
+	if err != nil {
+		return err
+	}
+	return c.wait(o, []*mpi.Request{r})
 }
 
 func (c *Comm) Send(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
@@ -371,6 +416,15 @@ func (c *Comm) wait(o *op, reqs []*mpi.Request) error {
 		}
 	}
 	return mpi.WaitTimeout(reqs, max(time.Until(o.deadline), time.Microsecond))
+}
+
+// blockOp is block for one of the direct collectives' MPI calls, f(c, o):
+// without a timeout it makes no closure.
+func (c *Comm) blockOp(o *op, f func(*Comm, *op) error) error {
+	if o.deadline.IsZero() {
+		return f(c, o)
+	}
+	return c.block(o, func() error { return f(c, o) })
 }
 
 // block runs a blocking MPI call; with a timeout it runs it aside and gives
