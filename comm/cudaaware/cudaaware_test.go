@@ -139,6 +139,7 @@ func TestRankOptionsAgree(t *testing.T)          { mpitest.OptionsAgree(t, name)
 func TestRankBadOptions(t *testing.T)            { mpitest.BadOptions(t, name) }
 func TestRankReceiveOfAnotherSize(t *testing.T)  { mpitest.ReceiveOfAnotherSizeIsAMismatch(t, name) }
 func TestRankTimeout(t *testing.T)               { mpitest.Timeout(t, name) }
+func TestRankStreamOrderedP2P(t *testing.T)      { mpitest.StreamOrderedP2P(t, name) }
 
 // GPUCOMM_CUDA_AWARE=0 refuses on every rank, with what to do instead, and
 // leaves MPI usable: the next Open works.

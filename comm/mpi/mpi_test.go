@@ -63,4 +63,5 @@ func TestRankOptionsAgree(t *testing.T)          { mpitest.OptionsAgree(t, name)
 func TestRankBadOptions(t *testing.T)            { mpitest.BadOptions(t, name) }
 func TestRankReceiveOfAnotherSize(t *testing.T)  { mpitest.ReceiveOfAnotherSizeIsAMismatch(t, name) }
 func TestRankTimeout(t *testing.T)               { mpitest.Timeout(t, name) }
+func TestRankStreamOrderedP2P(t *testing.T)      { mpitest.StreamOrderedP2P(t, name) }
 func TestRankNodePath(t *testing.T)              { mpitest.NodePath(t, name) }

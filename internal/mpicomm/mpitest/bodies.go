@@ -668,3 +668,141 @@ func NodePath(t *testing.T, backend string) {
 		t.Errorf("node path off, yet %d sent and %d received through it", s, g)
 	}
 }
+
+// StreamOrderedP2P runs Send and Recv on streams as a GPU program makes
+// them, between ranks 0 and 1 (the others only open and close): a ping-pong
+// of 8 B, 4 KiB and 64 KiB messages whose receiver copies what arrived on
+// the same stream and sends the copy back (later work on a stream waits for
+// a receive still pending), data checked each round against poisoned
+// buffers; a run of small messages posted without synchronizing, received
+// in order; and a receive of the wrong size, whose call returns and whose
+// Synchronize reports ErrMismatch, with the next message arriving whole. In
+// the cudaaware backend a call on a stream with nothing pending is posted at
+// once and a small receive not yet complete waits for the Synchronize.
+func StreamOrderedP2P(t *testing.T, backend string) {
+	RankOnly(t)
+	c := open(t, backend)
+	defer func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	me := c.Rank()
+	if me > 1 {
+		return
+	}
+	peer := 1 - me
+	dev := c.Device()
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	alloc := func(n int, fill byte) devmem.Buffer {
+		b, err := dev.Alloc(n)
+		if err == nil {
+			err = devmem.Memset(b, fill, nil)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Free() })
+		return b
+	}
+	read := func(b devmem.Buffer) []byte {
+		got := make([]byte, b.Len())
+		if err := devmem.CopyToHost(got, b, nil); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	const poison = 0xA5
+	for _, n := range []int{8, 4096, 65536} {
+		in, out := alloc(n, poison), alloc(n, poison)
+		for round := range 10 {
+			rng := rand.New(rand.NewPCG(uint64(n), uint64(round)))
+			want := make([]byte, n)
+			for i := range want {
+				want[i] = byte(rng.Uint32())
+			}
+			if err := errors.Join(devmem.Memset(in, poison, nil), devmem.Memset(out, poison, nil)); err != nil {
+				t.Fatal(err)
+			}
+			what := fmt.Sprintf("%d B, round %d", n, round)
+			if me == 0 {
+				err = errors.Join(devmem.CopyFromHost(out, want, s),
+					c.Send(out, n, comm.Uint8, peer, s), c.Recv(in, n, comm.Uint8, peer, s), s.Synchronize())
+			} else {
+				err = errors.Join(c.Recv(in, n, comm.Uint8, peer, s), devmem.Copy(out, in, s),
+					c.Send(out, n, comm.Uint8, peer, s), s.Synchronize())
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if got := read(in); !slices.Equal(got, want) {
+				i := 0
+				for got[i] == want[i] {
+					i++
+				}
+				t.Fatalf("%s: rank %d received byte %d = %#x, want %#x", what, me, i, got[i], want[i])
+			}
+		}
+	}
+
+	const msgs = 64
+	row := alloc(8*msgs, poison)
+	for i := range msgs {
+		v, _ := row.Slice(8*i, 8)
+		if me == 0 {
+			if err := devmem.CopyFromHost(v, []byte{byte(i), 1, 2, 3, 4, 5, 6, byte(i * 3)}, nil); err != nil {
+				t.Fatal(err)
+			}
+			err = c.Send(v, 8, comm.Uint8, peer, s)
+		} else {
+			err = c.Recv(v, 8, comm.Uint8, peer, s)
+		}
+		if err != nil {
+			t.Fatalf("message %d of %d: %v", i, msgs, err)
+		}
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatalf("%d small messages: %v", msgs, err)
+	}
+	got := read(row)
+	for i := range msgs {
+		if want := []byte{byte(i), 1, 2, 3, 4, 5, 6, byte(i * 3)}; !slices.Equal(got[8*i:8*i+8], want) {
+			t.Fatalf("message %d of %d arrived as %v, want %v", i, msgs, got[8*i:8*i+8], want)
+		}
+	}
+
+	const sent, wanted = 3, 5
+	x := alloc(8*wanted, poison)
+	if me == 0 {
+		err = errors.Join(c.Send(x, sent, comm.Float64, peer, s), s.Synchronize())
+		if err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		if err := c.Recv(x, wanted, comm.Float64, peer, s); err != nil {
+			t.Fatalf("stream-ordered Recv of %d float64 from a Send of %d returned %v at the call; want the error from Synchronize", wanted, sent, err)
+		}
+		var ce *comm.Error
+		if err := s.Synchronize(); !errors.Is(err, comm.ErrMismatch) || !errors.As(err, &ce) || ce.Rank != 1 {
+			t.Errorf("Synchronize after a stream-ordered Recv of %d float64 from a Send of %d: %v; want a *comm.Error of rank 1 wrapping ErrMismatch", wanted, sent, err)
+		}
+	}
+	// The message numbers stay in step: the next message arrives whole.
+	want := []byte{9, 8, 7, 6, 5, 4, 3, 2}
+	y := alloc(8, poison)
+	if me == 0 {
+		err = errors.Join(devmem.CopyFromHost(y, want, nil), c.Send(y, 1, comm.Float64, peer, s), s.Synchronize())
+	} else {
+		err = errors.Join(c.Recv(y, 1, comm.Float64, peer, s), s.Synchronize())
+	}
+	if err != nil {
+		t.Fatalf("the message after the mismatch: %v", err)
+	}
+	if got := read(y); !slices.Equal(got, want) {
+		t.Errorf("the message after the mismatch arrived as %v, want %v", got, want)
+	}
+}

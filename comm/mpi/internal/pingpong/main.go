@@ -17,6 +17,7 @@ import (
 	_ "github.com/gpucomm/gpucomm/comm/cudaaware"
 	_ "github.com/gpucomm/gpucomm/comm/mpi"
 	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/cuda"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 )
 
@@ -201,6 +202,15 @@ func pattern(n int) []byte {
 // MPI"), or device memory handed to a CUDA-aware MPI ("MPI on device", what
 // a C program would do), timed by the same loop as the backends.
 func mpiSide(name string, host *mpi.Comm, buf devmem.Buffer, maxN int) (*side, error) {
+	return mpiSideAfter(name, host, buf, maxN, nil)
+}
+
+// mpiSideAfter is mpiSide calling before() ahead of each MPI call: a C
+// program's stream order, cuStreamSynchronize and then MPI (streamSync).
+func mpiSideAfter(name string, host *mpi.Comm, buf devmem.Buffer, maxN int, before func() error) (*side, error) {
+	if before == nil {
+		before = func() error { return nil }
+	}
 	me := host.Rank()
 	if me == 0 {
 		if err := devmem.CopyFromHost(buf, pattern(maxN), nil); err != nil {
@@ -214,13 +224,25 @@ func mpiSide(name string, host *mpi.Comm, buf devmem.Buffer, maxN int) (*side, e
 		roundTrip: func(n int) error {
 			switch me {
 			case 0:
+				if err := before(); err != nil {
+					return err
+				}
 				if err := host.Send(buf.Addr(), n, mpi.Byte, 1, 0); err != nil {
+					return err
+				}
+				if err := before(); err != nil {
 					return err
 				}
 				_, err := host.Recv(buf.Addr(), n, mpi.Byte, 1, 0)
 				return err
 			case 1:
+				if err := before(); err != nil {
+					return err
+				}
 				if _, err := host.Recv(buf.Addr(), n, mpi.Byte, 0, 0); err != nil {
+					return err
+				}
+				if err := before(); err != nil {
 					return err
 				}
 				return host.Send(buf.Addr(), n, mpi.Byte, 0, 0)
@@ -242,6 +264,25 @@ func mpiSide(name string, host *mpi.Comm, buf devmem.Buffer, maxN int) (*side, e
 		},
 		free: buf.Free,
 	}, nil
+}
+
+// streamSync is what a C program does before handing MPI a buffer that
+// stream-ordered work wrote: cuStreamSynchronize of the stream (one of dev's,
+// which holds no work here), with the device's context current. On a host
+// device it synchronizes a devmem stream.
+func streamSync(dev *devmem.Device) (func() error, func() error, error) {
+	st, err := dev.NewStream()
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, h := cuda.Context(dev.Context()), cuda.Stream(st.Handle())
+	if h == 0 {
+		return st.Synchronize, st.Destroy, nil
+	}
+	sync := func() error {
+		return cuda.WithContext(ctx, func() error { return cuda.StreamSynchronize(h) })
+	}
+	return sync, st.Destroy, nil
 }
 
 // hostSide is plain MPI between pinned host buffers of n bytes.
@@ -390,6 +431,18 @@ func pingPongTable(cfg config, host *mpi.Comm, staged, viaMPI, whole, direct com
 			return err
 		}
 		sides = append(sides, s)
+		sync, freeSync, err := streamSync(direct.Device())
+		if err != nil {
+			return err
+		}
+		defer freeSync()
+		if buf, err = direct.Device().Alloc(maxN); err != nil {
+			return err
+		}
+		if s, err = mpiSideAfter("MPI on device after stream sync", host, buf, maxN, sync); err != nil {
+			return err
+		}
+		sides = append(sides, s)
 	}
 	defer func() {
 		for _, s := range sides {
@@ -459,30 +512,67 @@ func allReduceTable(cfg config, host *mpi.Comm, staged, direct comm.Communicator
 	sides := []arSide{{"host MPI", func(n int) error {
 		return host.Allreduce(pinned.Addr(), pinned.Addr(), n/4, mpi.Float32, mpi.Sum)
 	}}}
+	deviceBuf := func(c comm.Communicator) (devmem.Buffer, error) {
+		buf, err := c.Device().Alloc(maxN)
+		if err != nil {
+			return devmem.Buffer{}, err
+		}
+		return buf, devmem.Memset(buf, 0, nil)
+	}
 	for _, b := range []struct {
-		name string
-		c    comm.Communicator
-	}{{"staged", staged}, {"cudaaware", direct}} {
+		name     string
+		c        comm.Communicator
+		onStream bool
+	}{{"staged", staged, false}, {"cudaaware", direct, false}, {"cudaaware on a stream", direct, true}} {
 		if b.c == nil {
 			continue
 		}
-		buf, err := b.c.Device().Alloc(maxN)
+		buf, err := deviceBuf(b.c)
 		if err != nil {
 			return err
 		}
 		defer buf.Free()
-		if err := devmem.Memset(buf, 0, nil); err != nil {
-			return err
+		var st *devmem.Stream
+		if b.onStream {
+			if st, err = b.c.Device().NewStream(); err != nil {
+				return err
+			}
+			defer st.Destroy()
 		}
 		c := b.c
 		sides = append(sides, arSide{b.name, func(n int) error {
 			v, _ := buf.Slice(0, n)
-			return c.AllReduce(v, v, n/4, comm.Float32, comm.Sum, nil)
+			if err := c.AllReduce(v, v, n/4, comm.Float32, comm.Sum, st); err != nil {
+				return err
+			}
+			return st.Synchronize()
+		}})
+	}
+	if direct != nil {
+		// MPI_Allreduce on device buffers from Go, as a C program calls it,
+		// alone and after cuStreamSynchronize (a C program's stream order).
+		buf, err := deviceBuf(direct)
+		if err != nil {
+			return err
+		}
+		defer buf.Free()
+		sync, freeSync, err := streamSync(direct.Device())
+		if err != nil {
+			return err
+		}
+		defer freeSync()
+		sides = append(sides, arSide{"MPI on device", func(n int) error {
+			return host.Allreduce(buf.Addr(), buf.Addr(), n/4, mpi.Float32, mpi.Sum)
+		}}, arSide{"MPI on device after stream sync", func(n int) error {
+			if err := sync(); err != nil {
+				return err
+			}
+			return host.Allreduce(buf.Addr(), buf.Addr(), n/4, mpi.Float32, mpi.Sum)
 		}})
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
 	if host.Rank() == 0 {
-		fmt.Printf("AllReduce of float32 (sum, in place) over %d ranks: time per call and algorithm bandwidth (size / time)\n", host.Size())
+		fmt.Printf("AllReduce of float32 (sum, in place) over %d ranks: time per call and algorithm bandwidth (size / time), median of %d rounds\n", host.Size(), cfg.rounds)
 		fmt.Fprint(tw, "size\t")
 		for _, s := range sides {
 			fmt.Fprintf(tw, "%s µs\t%s GB/s\t", s.name, s.name)
@@ -498,25 +588,31 @@ func allReduceTable(cfg config, host *mpi.Comm, staged, direct comm.Communicator
 		if host.Rank() == 0 {
 			fmt.Fprintf(tw, "%s\t", bench.FormatSize(int64(n)))
 		}
-		for _, s := range sides {
-			for range 2 {
-				if err := s.do(n); err != nil {
+		times := make([][]time.Duration, len(sides))
+		for range cfg.rounds {
+			for i, s := range sides {
+				for range 2 {
+					if err := s.do(n); err != nil {
+						return err
+					}
+				}
+				if err := host.Barrier(); err != nil {
+					return err
+				}
+				start := time.Now()
+				for range iters {
+					if err := s.do(n); err != nil {
+						return err
+					}
+				}
+				times[i] = append(times[i], time.Since(start)/time.Duration(iters))
+				if err := host.Barrier(); err != nil {
 					return err
 				}
 			}
-			if err := host.Barrier(); err != nil {
-				return err
-			}
-			start := time.Now()
-			for range iters {
-				if err := s.do(n); err != nil {
-					return err
-				}
-			}
-			d := time.Since(start) / time.Duration(iters)
-			if err := host.Barrier(); err != nil {
-				return err
-			}
+		}
+		for i := range sides {
+			d := median(times[i])
 			if host.Rank() == 0 {
 				fmt.Fprintf(tw, "%.2f\t%.3f\t", float64(d.Nanoseconds())/1e3, gbps(n, d))
 			}
