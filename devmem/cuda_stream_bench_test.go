@@ -16,7 +16,9 @@ import (
 // its library call, as NCCL's enqueue does), an event Record (a timed
 // benchmark records two an iteration), and a HostFunc with the Synchronize
 // that follows it (a stream-ordered MPI call waited for). The stream is
-// synchronized every 256 calls, so its queue stays short. Each case also
+// synchronized every 256 calls, so its queue stays short. The deferred cases
+// are the same host work through HostFuncDeferred, and query-idle the Query
+// a stream-ordered Send or Recv makes first. Each case also
 // reports hand-backs/op: how often a Synchronize slept while the stream's
 // goroutine ran host work, to be woken when it was done.
 func BenchmarkCUDAStreamHostCost(b *testing.B) {
@@ -60,6 +62,24 @@ func BenchmarkCUDAStreamHostCost(b *testing.B) {
 		{"hostfunc-of-1us-then-synchronize-each-10us", func() error {
 			err := errors.Join(s.HostFunc(hostWork(time.Microsecond)), s.Synchronize())
 			busy(10 * time.Microsecond)
+			return err
+		}},
+		// The same two as deferred host work (a stream-ordered receive
+		// posted at once, its wait left for the Synchronize): no goroutine
+		// starts, so against the hostfunc rows this is what the deferral
+		// saves.
+		{"deferred-of-1us-then-synchronize", func() error {
+			return errors.Join(s.HostFuncDeferred(hostWork(time.Microsecond)), s.Synchronize())
+		}},
+		{"deferred-of-1us-then-synchronize-each-10us", func() error {
+			err := errors.Join(s.HostFuncDeferred(hostWork(time.Microsecond)), s.Synchronize())
+			busy(10 * time.Microsecond)
+			return err
+		}},
+		// Query of a stream with nothing pending: what a stream-ordered
+		// Send or Recv of the cudaaware backend asks before it posts at once.
+		{"query-idle", func() error {
+			_, err := s.Query()
 			return err
 		}},
 		// Host work of 20 µs that the stream's goroutine has started when

@@ -18,6 +18,7 @@
 #   bash .gpupack/run.sh aware5  # issue 5: A/B of the stream queue against the *-old binaries in .gpu-extra
 #   bash .gpupack/run.sh last    # the tests, then the node path's and CUDA-aware MPI's key figures
 #   bash .gpupack/run.sh coll    # the host-staged backend's tests, and its collectives with the node path on and off
+#   bash .gpupack/run.sh aware6  # issue 5: the stream's host costs, then CUDA-aware MPI under MPS against the *-old binaries in .gpu-extra
 # Each step has its own time limit; everything goes to $OUT/log-PART.txt and
 # one line per step to $OUT/summary-PART.txt.
 set -u
@@ -358,6 +359,27 @@ coll() { # the host-staged backend's tests, then AllGather and AllToAll with the
       step bench-coll-np$np-node-$nb 60 mpirun $NB -x GPUCOMM_NODE_BYTES=$nb -np $np $B/gpucomm bench -backend mpi -op allgather,alltoall -b 64K -e 64M -f 8 -noprogress
     done
   done
+}
+
+aware6() { # issue 5: the stream's host costs, then the CUDA-aware backend under MPS, each side in turn against the *-old binaries (when carried)
+  export GPUCOMM_DEVICE=cuda
+  step host-cost 60 $B/devmem.test -test.run XXX -test.bench StreamHostCost -test.benchtime 20000x
+  mps_on || return
+  cuda_mpi
+  X="-x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -x CUDA_MPS_PIPE_DIRECTORY"
+  for r in 1 2; do
+    for v in pingpong-old pingpong; do
+      [ -x $B/$v ] && step mps-$v-$r 90 mpirun $NB $X -np 2 $B/$v -cudaaware -rounds 7 -sizes 8,4K,64M -budget 64M
+    done
+  done
+  for r in 1 2; do
+    for v in gpucomm-old gpucomm; do
+      [ -x $B/$v ] && step mps-wall-$v-$r 60 mpirun $NB $X -np 2 $B/$v bench -backend cudaaware -op pingpong,allreduce -b 8 -e 4K -f 8 -wall -noprogress
+    done
+  done
+  step mps-wall-64M 60 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw,allreduce -b 64M -e 64M -wall -noprogress
+  sys_mpi
+  mps_off
 }
 
 diag() {
