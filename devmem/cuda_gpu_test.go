@@ -473,6 +473,87 @@ func TestCUDAOnGPUDeferredHostWork(t *testing.T) {
 	}
 }
 
+// A wait with a poll: the stream's goroutine polls it, and hands it over to
+// a Synchronize that comes meanwhile, which calls wait on its own goroutine;
+// done by a poll, it lets the work behind it run without a Synchronize;
+// deferred, Synchronize waits for it itself; a poll that panics is an error
+// of the next Synchronize.
+func TestCUDAOnGPUHostWaitHandsOverToSynchronize(t *testing.T) {
+	d := needCUDA(t)
+	cudaNoLeaks(t, d)
+	s := mustStream(t, d)
+
+	var polls, waits atomic.Int64
+	var waitedOn atomic.Int64
+	release := make(chan struct{})
+	wait := func() error {
+		waits.Add(1)
+		waitedOn.Store(goid())
+		<-release
+		return nil
+	}
+	poll := func() (bool, error) { polls.Add(1); return false, nil }
+	must(t, s.HostWait(wait, poll, false))
+	for deadline := time.Now().Add(30 * time.Second); polls.Load() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream's goroutine never polled a queued wait")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	go func() { time.Sleep(10 * time.Millisecond); close(release) }()
+	must(t, s.Synchronize())
+	if waits.Load() != 1 || waitedOn.Load() != goid() {
+		t.Errorf("wait ran %d times, on goroutine %d; want once, on the one that synchronized (%d)", waits.Load(), waitedOn.Load(), goid())
+	}
+
+	var order []string
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	must(t, s.HostWait(func() error { t.Error("wait called for a wait its poll finished"); return nil }, func() (bool, error) {
+		select {
+		case <-ready:
+			order = append(order, "polled done")
+			return true, nil
+		default:
+			return false, nil
+		}
+	}, false))
+	must(t, s.HostFunc(func() error { order = append(order, "after"); close(done); return nil }))
+	close(ready)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("work behind a wait that its poll finished never ran")
+	}
+	if want := []string{"polled done", "after"}; !slices.Equal(order, want) {
+		t.Errorf("ran as %q, want %q", order, want)
+	}
+	must(t, s.Synchronize())
+
+	waits.Store(0)
+	swept := sweep.started.Load()
+	must(t, s.HostWait(func() error { waits.Add(1); waitedOn.Store(goid()); return nil }, func() (bool, error) { return false, nil }, true))
+	must(t, s.Synchronize())
+	if waits.Load() != 1 || (waitedOn.Load() != goid() && sweep.started.Load() == swept) {
+		t.Errorf("deferred wait ran %d times, on goroutine %d; want once, on the one that synchronized (%d)", waits.Load(), waitedOn.Load(), goid())
+	}
+
+	var panicked atomic.Bool
+	must(t, s.HostWait(func() error { return nil }, func() (bool, error) { panicked.Store(true); panic("poll fault") }, false))
+	for deadline := time.Now().Add(30 * time.Second); !panicked.Load(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream's goroutine never polled a queued wait")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := s.Synchronize(); err == nil || !strings.Contains(err.Error(), "panicked") {
+		t.Errorf("Synchronize after a poll that panicked: %v, want the panic as an error", err)
+	}
+	if err := s.HostWait(func() error { return nil }, nil, false); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("HostWait without a poll = %v, want ErrInvalidArgument", err)
+	}
+}
+
 // Synchronize runs queued host work itself when no goroutine is running it.
 // With one goroutine queueing host functions and copies while another
 // synchronizes over and over, every host function runs once, in order,

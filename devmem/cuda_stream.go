@@ -5,6 +5,7 @@ package devmem
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,8 +30,8 @@ type cudaStream struct {
 
 	mu      sync.Mutex
 	cond    *sync.Cond
-	queue   []func() error // work behind a host function, in order
-	running bool           // an item of queue is being run, by drain or by flush
+	queue   []work // work behind a host function, in order
+	running bool   // an item of queue is being run, by drain or by flush
 	drainer bool           // a drain goroutine is alive
 	err     error          // the first error of queued work since the last synchronize
 
@@ -40,6 +41,17 @@ type cudaStream struct {
 	// stream benchmark reports them).
 	flushing  int
 	handBacks atomic.Uint64
+
+	// polling is set while a drain goroutine polls the head of the queue
+	// (a wait with a poll), which it hands back, still at the head, as soon
+	// as wantBack (flushes asking for it) is not 0.
+	polling  atomic.Bool
+	wantBack atomic.Int32
+
+	// items counts the items started (under mu), ended those finished, so
+	// that a flush can spin for the end of the one running.
+	items uint64
+	ended atomic.Uint64
 
 	issued atomic.Uint64 // work handed to CUDA on h
 	synced atomic.Uint64 // issued as it was when h was last found idle
@@ -90,29 +102,57 @@ func (s *cudaStream) issue(fn func(h cuda.Stream) error, ev *cudaEvent) error {
 		}
 		return err
 	}
-	s.pushLocked(func() error {
+	s.pushLocked(work{run: func() error {
 		err := s.c.do(func() error { return fn(s.h) })
 		s.issued.Add(1)
 		if ev != nil {
 			ev.recordIssued(seq)
 		}
 		return err
-	})
+	}})
 	s.mu.Unlock()
 	return nil
+}
+
+// work is an item of the host queue. run does it. poll, when not nil, says
+// without blocking whether what run would wait for is done, and finishes it
+// then: a drain goroutine polls such an item instead of blocking in run, so
+// that it can hand it back to a flush that comes meanwhile, whose goroutine
+// then runs it without sleeping while another goroutine waits.
+type work struct {
+	run  func() error
+	poll func() (bool, error)
+}
+
+// hostWork wraps fn as queued host work: it runs once the work issued to
+// CUDA before it is done.
+func (s *cudaStream) hostWork(fn func() error) func() error {
+	return func() error {
+		if err := s.idle(); err != nil {
+			return err
+		}
+		return safely(fn)
+	}
 }
 
 // hostFuncDeferred queues fn like hostFunc, but starts no goroutine for it:
 // the next synchronize runs it, or the drain that later work starts, or
 // the sweep, which starts a drain for work left waiting a whole sweep.
 func (s *cudaStream) hostFuncDeferred(fn func() error) error {
+	return s.hostWait(fn, nil, true)
+}
+
+// hostWait queues wait, with poll (when not nil) for a drain goroutine to
+// poll instead; deferred, it starts no goroutine (hostFuncDeferred).
+func (s *cudaStream) hostWait(wait func() error, poll func() (bool, error), deferred bool) error {
+	w := work{run: s.hostWork(wait), poll: poll}
 	s.mu.Lock()
-	s.queue = append(s.queue, func() error {
-		if err := s.idle(); err != nil {
-			return err
-		}
-		return safely(fn)
-	})
+	if !deferred {
+		s.pushLocked(w)
+		s.mu.Unlock()
+		return nil
+	}
+	s.queue = append(s.queue, w)
 	left := !s.running && !s.drainer && s.flushing == 0
 	if left {
 		s.deferred++
@@ -232,8 +272,8 @@ func (s *cudaStream) busyLocked() bool { return s.running || len(s.queue) > 0 }
 
 // pushLocked queues work and starts a drain goroutine unless someone is
 // already running the queue, or will (and so will run this too).
-func (s *cudaStream) pushLocked(fn func() error) {
-	s.queue = append(s.queue, fn)
+func (s *cudaStream) pushLocked(w work) {
+	s.queue = append(s.queue, w)
 	if !s.running && !s.drainer && s.flushing == 0 {
 		s.drainer = true
 		go s.drain()
@@ -243,14 +283,31 @@ func (s *cudaStream) pushLocked(fn func() error) {
 // runNextLocked runs the head of the queue, with s.mu released meanwhile.
 // The queue runs one item at a time, in order, whoever runs it.
 func (s *cudaStream) runNextLocked() {
-	fn := s.queue[0]
-	s.queue[0] = nil
-	s.queue = s.queue[1:]
-	s.running = true
+	w := s.popLocked()
+	s.startLocked()
 	s.mu.Unlock()
-	err := fn()
+	err := w.run()
 	s.mu.Lock()
 	s.running = false
+	s.doneLocked(err)
+}
+
+// startLocked marks an item running.
+func (s *cudaStream) startLocked() {
+	s.running = true
+	s.items++
+}
+
+func (s *cudaStream) popLocked() work {
+	w := s.queue[0]
+	s.queue[0] = work{}
+	s.queue = s.queue[1:]
+	return w
+}
+
+// doneLocked notes the end of an item that met err.
+func (s *cudaStream) doneLocked(err error) {
+	s.ended.Store(s.items)
 	if err != nil && s.err == nil {
 		s.err = err
 	}
@@ -258,6 +315,51 @@ func (s *cudaStream) runNextLocked() {
 		s.queue = nil
 	}
 	s.cond.Broadcast()
+}
+
+// pollHeadLocked runs the head of the queue, which has a poll, with s.mu
+// released meanwhile: it waits for the CUDA work issued before it, then
+// polls until the item is done (popping it, and reporting true) or until a
+// flush wants it (leaving it at the head, and reporting false).
+func (s *cudaStream) pollHeadLocked() bool {
+	w := s.queue[0]
+	s.startLocked()
+	s.mu.Unlock()
+	err := s.idle()
+	done := false
+	if err == nil {
+		s.mu.Lock()
+		s.polling.Store(true)
+		s.cond.Broadcast() // a flush asleep on the idle wait comes to take it
+		s.mu.Unlock()
+		for err == nil && !done && s.wantBack.Load() == 0 {
+			done, err = safePoll(w.poll)
+			if !done && err == nil {
+				runtime.Gosched()
+			}
+		}
+	}
+	s.mu.Lock()
+	s.polling.Store(false)
+	s.running = false
+	if handBack := err == nil && !done; handBack {
+		s.ended.Store(s.items)
+		s.cond.Broadcast()
+		return false
+	}
+	s.popLocked()
+	s.doneLocked(err)
+	return true
+}
+
+// safePoll is safely for a poll.
+func safePoll(poll func() (bool, error)) (done bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			done, err = true, fmt.Errorf("devmem: stream task panicked: %v", r)
+		}
+	}()
+	return poll()
 }
 
 // drain runs the queue in order until it is empty, or until a flush has
@@ -268,6 +370,12 @@ func (s *cudaStream) runNextLocked() {
 func (s *cudaStream) drain() {
 	s.mu.Lock()
 	for s.drainableLocked() {
+		if s.queue[0].poll != nil {
+			if !s.pollHeadLocked() {
+				break // handed back to a flush
+			}
+			continue
+		}
 		s.runNextLocked()
 	}
 	s.drainer = false
@@ -286,12 +394,7 @@ func (s *cudaStream) drainableLocked() bool {
 // at once; fn's error is returned by the next synchronize.
 func (s *cudaStream) hostFunc(fn func() error) error {
 	s.mu.Lock()
-	s.pushLocked(func() error {
-		if err := s.idle(); err != nil {
-			return err
-		}
-		return safely(fn)
-	})
+	s.pushLocked(work{run: s.hostWork(fn)})
 	s.mu.Unlock()
 	return nil
 }
@@ -323,6 +426,24 @@ func (s *cudaStream) flush() error {
 			s.runNextLocked()
 			continue
 		}
+		if s.polling.Load() {
+			// A drain goroutine polls the head, which it hands back
+			// within one poll: wait for that without sleeping.
+			s.wantBack.Add(1)
+			s.mu.Unlock()
+			for s.polling.Load() {
+				runtime.Gosched()
+			}
+			s.mu.Lock()
+			s.wantBack.Add(-1)
+			continue
+		}
+		// A drain goroutine runs an item: spin a little for its end
+		// (a stream-ordered collective of a few µs), so that the hand-back
+		// costs no wake-up, then sleep.
+		if s.spinWhileRunningLocked(flushSpin) {
+			continue
+		}
 		s.handBacks.Add(1)
 		s.cond.Wait()
 	}
@@ -331,6 +452,27 @@ func (s *cudaStream) flush() error {
 	s.err = nil
 	s.mu.Unlock()
 	return err
+}
+
+// flushSpin bounds how long a flush spins for an item a drain goroutine
+// runs before it sleeps until woken.
+const flushSpin = 20 * time.Microsecond
+
+// spinWhileRunningLocked releases s.mu and spins, yielding, until the item
+// being run ends or d passes; it reports whether the item ended.
+func (s *cudaStream) spinWhileRunningLocked(d time.Duration) bool {
+	item := s.items
+	s.mu.Unlock()
+	start := time.Now()
+	for s.ended.Load() == item {
+		if time.Since(start) > d {
+			s.mu.Lock()
+			return !s.running
+		}
+		runtime.Gosched()
+	}
+	s.mu.Lock()
+	return true
 }
 
 func (s *cudaStream) synchronize() error {
@@ -347,12 +489,12 @@ func (s *cudaStream) waitEvent(e eventImpl) error {
 	// event may be queued behind work that waits for this stream).
 	want, pending := ev.latest()
 	if s.busyLocked() || pending {
-		s.pushLocked(func() error {
+		s.pushLocked(work{run: func() error {
 			ev.awaitIssued(want)
 			err := s.c.do(func() error { return cuda.StreamWaitEvent(s.h, ev.h) })
 			s.issued.Add(1)
 			return err
-		})
+		}})
 		s.mu.Unlock()
 		return nil
 	}

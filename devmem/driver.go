@@ -18,6 +18,7 @@ type driver interface {
 type streamImpl interface {
 	hostFunc(fn func() error) error
 	hostFuncDeferred(fn func() error) error
+	hostWait(wait func() error, poll func() (bool, error), deferred bool) error
 	query() (bool, error)
 	synchronize() error
 	waitEvent(e eventImpl) error

@@ -174,6 +174,11 @@ func (s *hostStream) synchronize() error {
 // hostFuncDeferred is hostFunc: every task here has its own goroutine.
 func (s *hostStream) hostFuncDeferred(fn func() error) error { return s.hostFunc(fn) }
 
+// hostWait is hostFunc of wait: its goroutine may as well block.
+func (s *hostStream) hostWait(wait func() error, _ func() (bool, error), _ bool) error {
+	return s.hostFunc(wait)
+}
+
 func (s *hostStream) query() (bool, error) {
 	s.mu.Lock()
 	tail := s.tail

@@ -79,6 +79,28 @@ func (s *Stream) HostFuncDeferred(fn func() error) error {
 	return s.impl.hostFuncDeferred(fn)
 }
 
+// HostWait queues, in stream order, a wait for work already under way
+// elsewhere (MPI requests, say): wait blocks until that work is done, and
+// poll reports without blocking whether it is; each finishes it once done
+// (only one of them is called to completion). On the cuda driver the
+// stream's goroutine polls instead of blocking, and hands the wait over to
+// a Synchronize of s that comes meanwhile, which then calls wait itself, so
+// that the caller of Synchronize never sleeps while another goroutine
+// waits; deferred, no goroutine starts for it, as with HostFuncDeferred.
+// Elsewhere it is HostFunc(wait). Errors are those of HostFunc.
+func (s *Stream) HostWait(wait func() error, poll func() (bool, error), deferred bool) error {
+	if s == nil {
+		return wait()
+	}
+	if err := s.check(nil); err != nil {
+		return err
+	}
+	if poll == nil {
+		return fmt.Errorf("devmem: HostWait without a poll: %w", ErrInvalidArgument)
+	}
+	return s.impl.hostWait(wait, poll, deferred)
+}
+
 // Query reports whether all work queued on s so far is done, host work
 // included, without waiting. A nil stream has none.
 func (s *Stream) Query() (bool, error) {

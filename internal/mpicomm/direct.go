@@ -235,9 +235,11 @@ const deferBytes = 4096
 // queued host work, its GPU work done), so that no goroutine of the stream's
 // has to start for it: it posts the transfers (MPI's nonblocking calls, so
 // that the call never waits for a peer) and tests them once. Transfers not
-// complete then are waited for in stream order: small receives by the
-// stream's next Synchronize, or by later work queued on the stream
-// (devmem.Stream.HostFuncDeferred), the rest by the stream's goroutine. An
+// complete then are waited for in stream order, as a wait the stream's
+// goroutine polls and hands over to a Synchronize that comes meanwhile
+// (devmem.Stream.HostWait): small receives start no goroutine (the next
+// Synchronize, later work queued on the stream, or the sweep completes
+// them), the rest start the stream's goroutine, which polls. An
 // error is, as for a queued call, the next Synchronize's. It reports false,
 // having done nothing, where the call must be queued instead (a busy stream,
 // a timeout to honour, the host-staged mode, a closed or broken
@@ -273,12 +275,26 @@ func (c *Comm) p2pNow(call comm.Call, ps []comm.P2P, tags []int) (bool, error) {
 	return true, nil
 }
 
-// waitLater queues the completion of posted transfers on the call's stream;
-// c.end is its, once they are done.
+// waitLater queues the completion of posted transfers on the call's stream,
+// as a wait the stream's goroutine may poll (devmem.Stream.HostWait); c.end
+// is its, once they are done.
 func (c *Comm) waitLater(o op, ps []comm.P2P, tags []int, reqs []*mpi.Request) error {
 	rest := func() error {
 		defer c.end()
 		return c.finish(&o, c.completeP2P(&o, ps, tags, reqs))
+	}
+	poll := func() (bool, error) {
+		done, err := mpi.Testall(reqs)
+		switch {
+		case err != nil:
+			c.leaveRequests(&o, reqs, err)
+		case !done:
+			return false, nil
+		default:
+			err = receivedCounts(ps, reqs)
+		}
+		c.end()
+		return true, c.finish(&o, err)
 	}
 	pending := 0
 	for i, p := range ps {
@@ -289,14 +305,7 @@ func (c *Comm) waitLater(o op, ps []comm.P2P, tags []int, reqs []*mpi.Request) e
 			}
 		}
 	}
-	s := o.call.Stream
-	var err error
-	if pending <= deferBytes {
-		err = s.HostFuncDeferred(rest)
-	} else {
-		err = s.HostFunc(rest)
-	}
-	if err != nil {
+	if err := o.call.Stream.HostWait(rest, poll, pending <= deferBytes); err != nil {
 		// The stream went away under the call (destroyed meanwhile): the
 		// posted transfers still complete here, so that MPI keeps no
 		// requests into the user's buffers.

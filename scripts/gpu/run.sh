@@ -361,20 +361,20 @@ coll() { # the host-staged backend's tests, then AllGather and AllToAll with the
   done
 }
 
-aware6() { # issue 5: the stream's host costs, then the CUDA-aware backend under MPS, each side in turn against the *-old binaries (when carried)
+aware6() { # issue 5: the stream's host costs, then the CUDA-aware backend under MPS, in turn with the *-old and *-mid binaries (when carried)
   export GPUCOMM_DEVICE=cuda
   step host-cost 60 $B/devmem.test -test.run XXX -test.bench StreamHostCost -test.benchtime 20000x
   mps_on || return
   cuda_mpi
   X="-x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -x CUDA_MPS_PIPE_DIRECTORY"
   for r in 1 2; do
-    for v in pingpong-old pingpong; do
+    for v in pingpong-old pingpong-mid pingpong; do
       [ -x $B/$v ] && step mps-$v-$r 90 mpirun $NB $X -np 2 $B/$v -cudaaware -rounds 7 -sizes 8,4K,64M -budget 64M
     done
   done
   for r in 1 2; do
-    for v in gpucomm-old gpucomm; do
-      [ -x $B/$v ] && step mps-wall-$v-$r 60 mpirun $NB $X -np 2 $B/$v bench -backend cudaaware -op pingpong,allreduce -b 8 -e 4K -f 8 -wall -noprogress
+    for v in gpucomm-old gpucomm-mid gpucomm; do
+      [ -x $B/$v ] && step mps-wall-$v-$r 60 mpirun $NB $X -np 2 $B/$v bench -backend cudaaware -op pingpong,allreduce -b 8 -e 4K -f 8 -n 300 -w 30 -wall -noprogress
     done
   done
   step mps-wall-64M 60 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw,allreduce -b 64M -e 64M -wall -noprogress
