@@ -266,6 +266,44 @@ func mpiSideAfter(name string, host *mpi.Comm, buf devmem.Buffer, maxN int, befo
 	}, nil
 }
 
+// mpiNonblockingSide is "MPI on device" through the calls a stream-ordered
+// Send or Recv of the cudaaware backend makes on a stream with nothing
+// pending: MPI_Isend or MPI_Irecv, one MPI_Test, then MPI_Wait when that
+// found it incomplete; so that the backend's cost over MPI's own calls
+// shows apart from MPI's cost of nonblocking calls on device memory.
+func mpiNonblockingSide(host *mpi.Comm, buf devmem.Buffer, maxN int) (*side, error) {
+	s, err := mpiSide("MPI nonblocking on device", host, buf, maxN)
+	if err != nil {
+		return nil, err
+	}
+	one := func(r *mpi.Request, err error) error {
+		if err != nil {
+			return err
+		}
+		if done, err := r.Test(); err != nil || done {
+			return err
+		}
+		return r.Wait()
+	}
+	me := host.Rank()
+	s.roundTrip = func(n int) error {
+		switch me {
+		case 0:
+			if err := one(host.Isend(buf.Addr(), n, mpi.Byte, 1, 0)); err != nil {
+				return err
+			}
+			return one(host.Irecv(buf.Addr(), n, mpi.Byte, 1, 0))
+		case 1:
+			if err := one(host.Irecv(buf.Addr(), n, mpi.Byte, 0, 0)); err != nil {
+				return err
+			}
+			return one(host.Isend(buf.Addr(), n, mpi.Byte, 0, 0))
+		}
+		return nil
+	}
+	return s, nil
+}
+
 // streamSync is what a C program does before handing MPI a buffer that
 // stream-ordered work wrote: cuStreamSynchronize of the stream (one of dev's,
 // which holds no work here), with the device's context current. On a host
@@ -440,6 +478,13 @@ func pingPongTable(cfg config, host *mpi.Comm, staged, viaMPI, whole, direct com
 			return err
 		}
 		if s, err = mpiSideAfter("MPI on device after stream sync", host, buf, maxN, sync); err != nil {
+			return err
+		}
+		sides = append(sides, s)
+		if buf, err = direct.Device().Alloc(maxN); err != nil {
+			return err
+		}
+		if s, err = mpiNonblockingSide(host, buf, maxN); err != nil {
 			return err
 		}
 		sides = append(sides, s)
