@@ -668,6 +668,17 @@ gc_result gc_wait1(MPI_Request *req, int dt) {
 	return r;
 }
 
+gc_result gc_iprobe(int src, int tag, int dt, MPI_Comm c) {
+	MPI_Status s;
+	gc_result r = {0};
+	r.rc = MPI_Iprobe(gc_peer(src), gc_tag(tag), c, &r.flag, &s);
+	if (r.rc == MPI_SUCCESS && r.flag) {
+		s.MPI_ERROR = MPI_SUCCESS;
+		gc_fill_status(&s, dt, &r.st);
+	}
+	return r;
+}
+
 gc_result gc_test1(MPI_Request *req, int dt) {
 	MPI_Status s;
 	gc_result r = {0};

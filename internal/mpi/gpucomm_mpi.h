@@ -111,6 +111,7 @@ int gc_waitall(int n, MPI_Request *reqs, const int *dts, gc_status *out);
 int gc_testall(int n, MPI_Request *reqs, const int *dts, int *flag, gc_status *out);
 int gc_cancel(MPI_Request *req);
 gc_result gc_wait1(MPI_Request *req, int dt);
+gc_result gc_iprobe(int src, int tag, int dt, MPI_Comm c);
 gc_result gc_test1(MPI_Request *req, int dt);
 
 #endif

@@ -69,6 +69,30 @@ func (c *Comm) Recv(buf uintptr, count int, dt Datatype, src, tag int) (Status, 
 	return toStatus(r.st), err
 }
 
+// Iprobe is MPI_Iprobe: whether a message from src (or AnySource) with tag
+// (or AnyTag) has arrived and could be received now, and its status (the
+// count in elements of dt), without receiving it.
+func (c *Comm) Iprobe(src, tag int, dt Datatype) (bool, Status, error) {
+	if err := c.common("Iprobe", 0, dt); err != nil {
+		return false, Status{}, err
+	}
+	if err := c.checkPeer("Iprobe", "source", src, true); err != nil {
+		return false, Status{}, err
+	}
+	if err := checkTag("Iprobe", tag, true); err != nil {
+		return false, Status{}, err
+	}
+	var r C.gc_result
+	err := call("MPI_Iprobe", func() C.int {
+		r = C.gc_iprobe(C.int(src), C.int(tag), C.int(dt), c.h)
+		return r.rc
+	})
+	if err != nil || r.flag == 0 {
+		return false, Status{}, err
+	}
+	return true, toStatus(r.st), nil
+}
+
 // Sendrecv is MPI_Sendrecv with one datatype for both sides: the halo
 // exchange's call. Either peer may be ProcNull. The buffers must not overlap.
 func (c *Comm) Sendrecv(send uintptr, sendCount, dest, sendTag int, recv uintptr, recvCount, src, recvTag int, dt Datatype) (Status, error) {

@@ -718,6 +718,41 @@ func TestRankPointToPoint(t *testing.T) {
 	}
 	expectElems(t, "Testall Irecv", dt, in.bytes(), msg(left, 5))
 
+	// Iprobe: nothing with tag 6 has come before the left neighbour sends
+	// it (after a barrier); then it is there, with its count, until
+	// received, and the receive gets it.
+	if found, _, err := c.Iprobe(left, 6, dt); err != nil || found {
+		t.Errorf("rank %d: Iprobe before any message with tag 6 = %v, %v; want nothing", rank, found, err)
+	}
+	must(t, "Barrier", c.Barrier())
+	copy(out.bytes(), msg(rank, 6))
+	s, err = c.Isend(out.addr(), count, dt, right, 6)
+	must(t, "Isend", err)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Microsecond) {
+		found, st, err := c.Iprobe(left, 6, dt)
+		must(t, "Iprobe", err)
+		if found {
+			if st.Source != left || st.Tag != 6 || st.Count != count {
+				t.Errorf("rank %d: Iprobe status %+v, want source %d tag 6 count %d", rank, st, left, count)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rank %d: Iprobe never found the message its left neighbour sent", rank)
+		}
+	}
+	in.poison()
+	_, err = c.Recv(in.addr(), count, dt, left, 6)
+	must(t, "Recv after Iprobe", err)
+	must(t, "Wait", s.Wait())
+	expectElems(t, "Recv after Iprobe", dt, in.bytes(), msg(left, 6))
+	if found, _, err := c.Iprobe(left, 6, dt); err != nil || found {
+		t.Errorf("rank %d: Iprobe after the message was received = %v, %v; want nothing", rank, found, err)
+	}
+	if _, _, err := c.Iprobe(size, 6, dt); !isArgErr(err) {
+		t.Errorf("rank %d: Iprobe of rank %d of %d = %v, want an argument error", rank, size, size, err)
+	}
+
 	// AnySource: rank 0 hears from everyone, in whatever order.
 	if rank == 0 {
 		var from []int

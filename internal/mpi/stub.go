@@ -81,6 +81,11 @@ func (c *Comm) Split(color, key int) (*Comm, error) { return nil, errNotBuilt }
 // SplitShared fails: MPI is not built in.
 func (c *Comm) SplitShared() (*Comm, error) { return nil, errNotBuilt }
 
+// Iprobe fails: MPI is not built in.
+func (c *Comm) Iprobe(src, tag int, dt Datatype) (bool, Status, error) {
+	return false, Status{}, errNotBuilt
+}
+
 // Free fails: MPI is not built in.
 func (c *Comm) Free() error { return errNotBuilt }
 

@@ -239,7 +239,8 @@ const deferBytes = 4096
 // goroutine polls and hands over to a Synchronize that comes meanwhile
 // (devmem.Stream.HostWait): small receives start no goroutine (the next
 // Synchronize, later work queued on the stream, or the sweep completes
-// them), the rest start the stream's goroutine, which polls. An
+// them), the rest start the stream's goroutine, which polls. A lone small
+// receive is not even posted (recvLater). An
 // error is, as for a queued call, the next Synchronize's. It reports false,
 // having done nothing, where the call must be queued instead (a busy stream,
 // a timeout to honour, the host-staged mode, a closed or broken
@@ -253,6 +254,9 @@ func (c *Comm) p2pNow(call comm.Call, ps []comm.P2P, tags []int) (bool, error) {
 	}
 	if c.beginUnbroken() != nil {
 		return false, nil
+	}
+	if len(ps) == 1 && ps[0].Kind == comm.RecvKind && ps[0].Count*ps[0].DType.Size() <= deferBytes && c.multiple {
+		return true, c.recvLater(call, ps[0], tags[0])
 	}
 	o := op{call: call}
 	reqs, err := c.postP2P(&o, ps, tags)
@@ -273,6 +277,37 @@ func (c *Comm) p2pNow(call comm.Call, ps []comm.P2P, tags []int) (bool, error) {
 		return true, call.Stream.HostFunc(func() error { return err })
 	}
 	return true, nil
+}
+
+// recvLater queues a small receive whole, deferred: its message comes
+// eagerly, so nothing needs posting now, and the Synchronize that completes
+// it makes MPI's blocking receive, as a call on no stream does; the
+// stream's goroutine, when later work starts it first, polls with
+// MPI_Iprobe for the message (its tag is this message's own) and receives
+// it once it is there. c.end is its, once it is done.
+func (c *Comm) recvLater(call comm.Call, p comm.P2P, tag int) error {
+	o := op{call: call}
+	wait := func() error {
+		defer c.end()
+		return c.finish(&o, c.blockingP2P(p, tag))
+	}
+	poll := func() (bool, error) {
+		found, _, err := c.p2p.Iprobe(p.Peer, tag, mpiType(p.DType))
+		if err == nil && !found {
+			return false, nil
+		}
+		if err == nil {
+			err = c.blockingP2P(p, tag) // the message is here: MPI_Recv completes at once
+		}
+		c.end()
+		return true, c.finish(&o, err)
+	}
+	if err := call.Stream.HostWait(wait, poll, true); err != nil {
+		// The stream went away under the call: receive here, so that the
+		// message numbers stay in step.
+		return errors.Join(c.wrap(call.Operation, err), wait())
+	}
+	return nil
 }
 
 // waitLater queues the completion of posted transfers on the call's stream,
