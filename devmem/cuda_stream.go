@@ -32,8 +32,8 @@ type cudaStream struct {
 	cond    *sync.Cond
 	queue   []work // work behind a host function, in order
 	running bool   // an item of queue is being run, by drain or by flush
-	drainer bool           // a drain goroutine is alive
-	err     error          // the first error of queued work since the last synchronize
+	drainer bool   // a drain goroutine is alive
+	err     error  // the first error of queued work since the last synchronize
 
 	// flushing counts the goroutines inside flush (under mu): each runs the
 	// queue until it is empty, so a drain goroutine leaves the queue to them.
