@@ -25,8 +25,14 @@
 // # What is not direct
 //
 // Collectives are MPI's blocking ones (CUDA-aware Open MPI does not take
-// device memory in nonblocking reductions); Send, Recv and GroupP2P are
-// Isend/Irecv of device memory. MPI cannot compute on the device, so:
+// device memory in nonblocking reductions). A lone Send or Recv on no
+// stream is MPI_Send or MPI_Recv of device memory, and allocates nothing;
+// on a stream with nothing pending, a Send or GroupP2P is posted at once
+// (Isend/Irecv) on the calling goroutine and a receive of at most 4 KiB is
+// left whole to the stream's next Synchronize, which makes MPI_Recv itself
+// (devmem.Stream.HostWait), so that no goroutine starts for a stream-ordered
+// ping-pong of small messages; otherwise they are Isend/Irecv queued on the
+// stream. MPI cannot compute on the device, so:
 //
 //   - Avg: MPI sums into recv on the device, then the sum goes through
 //     pinned memory to be divided on the host and back (chunked).
