@@ -1,0 +1,185 @@
+//go:build cgo
+
+package devmem
+
+import (
+	"errors"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The stream queue's deferred work and polled waits, against the cuda
+// driver (on a GPU, and on the fake library through
+// TestCUDADriverOnAFakeLibrary); they read the cuda driver's sweep.
+
+// Deferred host work starts no goroutine: the next Synchronize runs it, on
+// its own goroutine, and returns its error; work queued behind it starts
+// it, in order; nobody waiting for it, the sweep starts it; Destroy runs it
+// once. Query says whether a stream holds anything not done.
+func TestCUDAOnGPUDeferredHostWork(t *testing.T) {
+	d := needCUDA(t)
+	cudaNoLeaks(t, d)
+	s := mustStream(t, d)
+	if done, err := s.Query(); err != nil || !done {
+		t.Errorf("Query of a new stream = %v, %v; want done", done, err)
+	}
+
+	sentinel := errors.New("from deferred work")
+	var ranOn atomic.Int64
+	swept := sweep.started.Load()
+	must(t, s.HostFuncDeferred(func() error { ranOn.Store(goid()); return sentinel }))
+	if done, err := s.Query(); err != nil || done {
+		t.Errorf("Query with deferred work queued = %v, %v; want not done", done, err)
+	}
+	if err := s.Synchronize(); !errors.Is(err, sentinel) {
+		t.Errorf("Synchronize after deferred work that failed returned %v, want its error", err)
+	}
+	if g := ranOn.Load(); g != goid() && sweep.started.Load() == swept {
+		t.Errorf("deferred work ran on goroutine %d, not on the one that synchronized (%d), and the sweep did not start it", g, goid())
+	}
+	if done, err := s.Query(); err != nil || !done {
+		t.Errorf("Query after Synchronize = %v, %v; want done", done, err)
+	}
+
+	const n = 4096
+	src := mustAlloc(t, d, n, false)
+	pin := mustAlloc(t, d, n, true)
+	must(t, Memset(src, 5, nil))
+	must(t, Memset(pin, 0, nil))
+	h, _ := pin.Bytes()
+	var order []string // written by host functions only, which run one at a time
+	done := make(chan struct{})
+	must(t, s.HostFuncDeferred(func() error { order = append(order, "deferred"); return nil }))
+	must(t, CopyN(pin, src, n, s))
+	must(t, s.HostFunc(func() error {
+		if h[0] == 5 && h[n-1] == 5 {
+			order = append(order, "after the copy")
+		}
+		close(done)
+		return nil
+	}))
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("work queued behind deferred work did not run without a Synchronize")
+	}
+	if want := []string{"deferred", "after the copy"}; !slices.Equal(order, want) {
+		t.Errorf("host work ran as %q, want %q", order, want)
+	}
+	must(t, s.Synchronize())
+
+	unwatched := make(chan struct{})
+	must(t, s.HostFuncDeferred(func() error { close(unwatched); return nil }))
+	select {
+	case <-unwatched:
+	case <-time.After(30 * time.Second):
+		t.Fatal("deferred work that nobody waits for never ran")
+	}
+	must(t, s.Synchronize())
+
+	s2, err := d.NewStream()
+	must(t, err)
+	var runs atomic.Int64
+	must(t, s2.HostFuncDeferred(func() error { runs.Add(1); return sentinel }))
+	if err := s2.Destroy(); !errors.Is(err, sentinel) {
+		t.Errorf("Destroy right after failing deferred work returned %v, want its error", err)
+	}
+	time.Sleep(5 * sweepEvery) // a sweep must find nothing left to start
+	if r := runs.Load(); r != 1 {
+		t.Errorf("deferred work queued before Destroy ran %d times, want once", r)
+	}
+}
+
+// A wait with a poll: the stream's goroutine polls it, and hands it over to
+// a Synchronize that comes meanwhile, which calls wait on its own goroutine;
+// done by a poll, it lets the work behind it run without a Synchronize;
+// deferred, Synchronize waits for it itself; a poll that panics is an error
+// of the next Synchronize.
+func TestCUDAOnGPUHostWaitHandsOverToSynchronize(t *testing.T) {
+	d := needCUDA(t)
+	cudaNoLeaks(t, d)
+	s := mustStream(t, d)
+
+	var polls, waits atomic.Int64
+	var waitedOn atomic.Int64
+	release := make(chan struct{})
+	wait := func() error {
+		waits.Add(1)
+		waitedOn.Store(goid())
+		<-release
+		return nil
+	}
+	poll := func() (bool, error) { polls.Add(1); return false, nil }
+	must(t, s.HostWait(wait, poll, false))
+	for deadline := time.Now().Add(30 * time.Second); polls.Load() == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream's goroutine never polled a queued wait")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	go func() { time.Sleep(10 * time.Millisecond); close(release) }()
+	must(t, s.Synchronize())
+	if waits.Load() != 1 || waitedOn.Load() != goid() {
+		t.Errorf("wait ran %d times, on goroutine %d; want once, on the one that synchronized (%d)", waits.Load(), waitedOn.Load(), goid())
+	}
+
+	var order []string
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	must(t, s.HostWait(func() error { t.Error("wait called for a wait its poll finished"); return nil }, func() (bool, error) {
+		select {
+		case <-ready:
+			order = append(order, "polled done")
+			return true, nil
+		default:
+			return false, nil
+		}
+	}, false))
+	must(t, s.HostFunc(func() error { order = append(order, "after"); close(done); return nil }))
+	close(ready)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("work behind a wait that its poll finished never ran")
+	}
+	if want := []string{"polled done", "after"}; !slices.Equal(order, want) {
+		t.Errorf("ran as %q, want %q", order, want)
+	}
+	must(t, s.Synchronize())
+
+	waits.Store(0)
+	swept := sweep.started.Load()
+	must(t, s.HostWait(func() error { waits.Add(1); waitedOn.Store(goid()); return nil }, func() (bool, error) { return false, nil }, true))
+	must(t, s.Synchronize())
+	if waits.Load() != 1 || (waitedOn.Load() != goid() && sweep.started.Load() == swept) {
+		t.Errorf("deferred wait ran %d times, on goroutine %d; want once, on the one that synchronized (%d)", waits.Load(), waitedOn.Load(), goid())
+	}
+
+	var panicked atomic.Bool
+	must(t, s.HostWait(func() error { return nil }, func() (bool, error) { panicked.Store(true); panic("poll fault") }, false))
+	for deadline := time.Now().Add(30 * time.Second); !panicked.Load(); {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream's goroutine never polled a queued wait")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := s.Synchronize(); err == nil || !strings.Contains(err.Error(), "panicked") {
+		t.Errorf("Synchronize after a poll that panicked: %v, want the panic as an error", err)
+	}
+	if err := s.HostWait(func() error { return nil }, nil, false); !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("HostWait without a poll = %v, want ErrInvalidArgument", err)
+	}
+}
+
+// goid is the calling goroutine's number, read off its stack trace.
+func goid() int64 {
+	var b [64]byte
+	f := strings.Fields(string(b[:runtime.Stack(b[:], false)]))
+	id, _ := strconv.ParseInt(f[1], 10, 64)
+	return id
+}
