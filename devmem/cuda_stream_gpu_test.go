@@ -63,11 +63,7 @@ func TestCUDAOnGPUDeferredHostWork(t *testing.T) {
 		close(done)
 		return nil
 	}))
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("work queued behind deferred work did not run without a Synchronize")
-	}
+	awaitClosed(t, done, "work queued behind deferred work did not run without a Synchronize")
 	if want := []string{"deferred", "after the copy"}; !slices.Equal(order, want) {
 		t.Errorf("host work ran as %q, want %q", order, want)
 	}
@@ -75,11 +71,7 @@ func TestCUDAOnGPUDeferredHostWork(t *testing.T) {
 
 	unwatched := make(chan struct{})
 	must(t, s.HostFuncDeferred(func() error { close(unwatched); return nil }))
-	select {
-	case <-unwatched:
-	case <-time.After(30 * time.Second):
-		t.Fatal("deferred work that nobody waits for never ran")
-	}
+	awaitClosed(t, unwatched, "deferred work that nobody waits for never ran")
 	must(t, s.Synchronize())
 
 	s2, err := d.NewStream()
@@ -116,12 +108,7 @@ func TestCUDAOnGPUHostWaitHandsOverToSynchronize(t *testing.T) {
 	}
 	poll := func() (bool, error) { polls.Add(1); return false, nil }
 	must(t, s.HostWait(wait, poll, false))
-	for deadline := time.Now().Add(30 * time.Second); polls.Load() == 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("the stream's goroutine never polled a queued wait")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	awaitTrue(t, func() bool { return polls.Load() > 0 }, "the stream's goroutine never polled a queued wait")
 	go func() { time.Sleep(10 * time.Millisecond); close(release) }()
 	must(t, s.Synchronize())
 	if waits.Load() != 1 || waitedOn.Load() != goid() {
@@ -142,11 +129,7 @@ func TestCUDAOnGPUHostWaitHandsOverToSynchronize(t *testing.T) {
 	}, false))
 	must(t, s.HostFunc(func() error { order = append(order, "after"); close(done); return nil }))
 	close(ready)
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("work behind a wait that its poll finished never ran")
-	}
+	awaitClosed(t, done, "work behind a wait that its poll finished never ran")
 	if want := []string{"polled done", "after"}; !slices.Equal(order, want) {
 		t.Errorf("ran as %q, want %q", order, want)
 	}
@@ -162,12 +145,7 @@ func TestCUDAOnGPUHostWaitHandsOverToSynchronize(t *testing.T) {
 
 	var panicked atomic.Bool
 	must(t, s.HostWait(func() error { return nil }, func() (bool, error) { panicked.Store(true); panic("poll fault") }, false))
-	for deadline := time.Now().Add(30 * time.Second); !panicked.Load(); {
-		if time.Now().After(deadline) {
-			t.Fatal("the stream's goroutine never polled a queued wait")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	awaitTrue(t, panicked.Load, "the stream's goroutine never polled a queued wait")
 	if err := s.Synchronize(); err == nil || !strings.Contains(err.Error(), "panicked") {
 		t.Errorf("Synchronize after a poll that panicked: %v, want the panic as an error", err)
 	}
@@ -182,4 +160,24 @@ func goid() int64 {
 	f := strings.Fields(string(b[:runtime.Stack(b[:], false)]))
 	id, _ := strconv.ParseInt(f[1], 10, 64)
 	return id
+}
+
+// awaitClosed fails the test unless ch is closed within 30 s.
+func awaitClosed(t *testing.T, ch <-chan struct{}, failure string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatal(failure)
+	}
+}
+
+// awaitTrue fails the test unless cond holds within 30 s.
+func awaitTrue(t *testing.T, cond func() bool, failure string) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal(failure)
+		}
+	}
 }
