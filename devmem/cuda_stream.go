@@ -145,7 +145,9 @@ func (s *cudaStream) hostFuncDeferred(fn func() error) error {
 // hostWait queues wait, with poll (when not nil) for a drain goroutine to
 // poll instead; deferred, it starts no goroutine (hostFuncDeferred).
 func (s *cudaStream) hostWait(wait func() error, poll func() (bool, error), deferred bool) error {
-	w := work{run: s.hostWork(wait), poll: poll}
+	// A wait runs even when the CUDA work before it failed: what it waits
+	// for is under way and must be ended (its caller counts on it).
+	w := work{run: func() error { return errors.Join(s.idle(), safely(wait)) }, poll: poll}
 	s.mu.Lock()
 	if !deferred {
 		s.pushLocked(w)
@@ -154,7 +156,9 @@ func (s *cudaStream) hostWait(wait func() error, poll func() (bool, error), defe
 	}
 	s.queue = append(s.queue, w)
 	left := !s.running && !s.drainer && s.flushing == 0
-	if left {
+	if left && len(s.queue) == 1 {
+		// A new wait for the sweep to count from; deferrals onto work
+		// already waiting do not restart its count.
 		s.deferred++
 	}
 	s.mu.Unlock()
@@ -327,7 +331,9 @@ func (s *cudaStream) pollHeadLocked() bool {
 	s.mu.Unlock()
 	err := s.idle()
 	done := false
-	if err == nil {
+	if err != nil {
+		err, done = w.run(), true // the CUDA work before it failed: wait, and report it
+	} else {
 		s.mu.Lock()
 		s.polling.Store(true)
 		s.cond.Broadcast() // a flush asleep on the idle wait comes to take it
@@ -439,8 +445,8 @@ func (s *cudaStream) flush() error {
 			continue
 		}
 		// A drain goroutine runs an item: spin a little for its end
-		// (a stream-ordered collective of a few µs), so that the hand-back
-		// costs no wake-up, then sleep.
+		// (a small stream-ordered collective takes 20-40 µs), so that the
+		// hand-back costs no wake-up, then sleep.
 		if s.spinWhileRunningLocked(flushSpin) {
 			continue
 		}
@@ -456,7 +462,7 @@ func (s *cudaStream) flush() error {
 
 // flushSpin bounds how long a flush spins for an item a drain goroutine
 // runs before it sleeps until woken.
-const flushSpin = 20 * time.Microsecond
+const flushSpin = 50 * time.Microsecond
 
 // spinWhileRunningLocked releases s.mu and spins, yielding, until the item
 // being run ends or d passes; it reports whether the item ended.
@@ -464,10 +470,13 @@ func (s *cudaStream) spinWhileRunningLocked(d time.Duration) bool {
 	item := s.items
 	s.mu.Unlock()
 	start := time.Now()
-	for s.ended.Load() == item {
+	for s.ended.Load() != item {
 		if time.Since(start) > d {
 			s.mu.Lock()
-			return !s.running
+			// Still running, unless it ended or turned to polling (which
+			// the flush takes over) meanwhile: its broadcast came before
+			// anyone waited.
+			return !s.running || s.polling.Load()
 		}
 		runtime.Gosched()
 	}

@@ -11,6 +11,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
+
+	"github.com/gpucomm/gpucomm/internal/cuda"
 )
 
 // The stream queue's deferred work and polled waits, against the cuda
@@ -160,6 +163,80 @@ func goid() int64 {
 	f := strings.Fields(string(b[:runtime.Stack(b[:], false)]))
 	id, _ := strconv.ParseInt(f[1], 10, 64)
 	return id
+}
+
+// Deferred work starts within a few sweeps even while more is deferred
+// behind it all the time (each deferral must not restart its count). The
+// bound, a second, is 500 times the documented two milliseconds: a liveness
+// check, not a timing.
+func TestCUDAOnGPUDeferredWorkStartsWhileMoreIsDeferred(t *testing.T) {
+	d := needCUDA(t)
+	cudaNoLeaks(t, d)
+	s := mustStream(t, d)
+	first := make(chan struct{})
+	must(t, s.HostFuncDeferred(func() error { close(first); return nil }))
+	for deadline := time.Now().Add(time.Second); ; {
+		select {
+		case <-first:
+			must(t, s.Synchronize())
+			return
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("deferred work never started while more was deferred behind it every 100 µs")
+		}
+		must(t, s.HostFuncDeferred(func() error { return nil }))
+		busy(100 * time.Microsecond) // several deferrals a sweep (time.Sleep would take a millisecond)
+	}
+}
+
+// A Synchronize that finds the stream's goroutine running long host work
+// spins a little, then sleeps until it ends (a hand-back), instead of
+// spinning all along.
+func TestCUDAOnGPUSynchronizeSleepsThroughLongHostWork(t *testing.T) {
+	d := needCUDA(t)
+	cudaNoLeaks(t, d)
+	s := mustStream(t, d)
+	cs := s.impl.(*cudaStream)
+	started := make(chan struct{})
+	must(t, s.HostFunc(func() error { close(started); time.Sleep(100 * time.Millisecond); return nil }))
+	awaitClosed(t, started, "host work queued on a stream never started")
+	before := cs.handBacks.Load()
+	must(t, s.Synchronize())
+	if cs.handBacks.Load() == before {
+		t.Error("Synchronize never slept while the stream's goroutine ran 100 ms of host work")
+	}
+}
+
+// A wait queued behind CUDA work that failed still runs (what it waits for
+// is under way, and its caller counts on its end), and Synchronize reports
+// the failure. The fake library's rejection of a stream handle stands in
+// for the failure: a real GPU's would poison the context.
+func TestCUDAOnGPUHostWaitRunsAfterFailedWork(t *testing.T) {
+	if !onFake() {
+		t.Skip("fails a stream on purpose: only against the fake library")
+	}
+	d := needCUDA(t)
+	s := mustStream(t, d)
+	cs := s.impl.(*cudaStream)
+	junk := mustAlloc(t, d, 256, true)
+	h, _ := junk.Bytes()
+	clear(h)
+	good := cs.h
+	cs.h = cuda.Stream(uintptr(unsafe.Pointer(&h[0]))) // no stream's magic: CUDA_ERROR_INVALID_HANDLE
+	cs.issued.Add(1)                                   // as if work were queued before the wait
+	var waits atomic.Int64
+	for _, deferred := range []bool{false, true} {
+		must(t, s.HostWait(func() error { waits.Add(1); return nil }, func() (bool, error) { return false, nil }, deferred))
+		if err := s.Synchronize(); !cuda.IsCode(err, cuda.CUDA_ERROR_INVALID_HANDLE) {
+			t.Errorf("deferred %v: Synchronize after failed CUDA work = %v, want CUDA_ERROR_INVALID_HANDLE", deferred, err)
+		}
+	}
+	cs.h = good
+	cs.synced.Store(cs.issued.Load())
+	if w := waits.Load(); w != 2 {
+		t.Errorf("waits queued behind failed CUDA work ran %d times, want 2", w)
+	}
 }
 
 // awaitClosed fails the test unless ch is closed within 30 s.

@@ -243,10 +243,12 @@ const deferBytes = 4096
 // receive is not even posted (recvLater). An
 // error is, as for a queued call, the next Synchronize's. It reports false,
 // having done nothing, where the call must be queued instead (a busy stream,
-// a timeout to honour, the host-staged mode, a closed or broken
-// communicator, whose error the queued call reports).
+// a timeout to honour, the host-staged mode, MPI below THREAD_MULTIPLE, a
+// closed or broken communicator, whose error the queued call reports).
 func (c *Comm) p2pNow(call comm.Call, ps []comm.P2P, tags []int) (bool, error) {
-	if c.mode != Direct || c.timeout > 0 {
+	if c.mode != Direct || c.timeout > 0 || !c.multiple {
+		// Below MPI_THREAD_MULTIPLE an MPI call may wait for another
+		// goroutine's blocking collective: not on the caller's goroutine.
 		return false, nil
 	}
 	if idle, err := call.Stream.Query(); err != nil || !idle {
@@ -293,10 +295,12 @@ func (c *Comm) recvLater(call comm.Call, p comm.P2P, tag int) error {
 	}
 	poll := func() (bool, error) {
 		found, _, err := c.p2p.Iprobe(p.Peer, tag, mpiType(p.DType))
-		if err == nil && !found {
+		switch {
+		case err != nil:
+			c.setBroken(fmt.Errorf("%v: MPI_Iprobe failed with the message from rank %d not received: %w", call.Operation, p.Peer, err))
+		case !found:
 			return false, nil
-		}
-		if err == nil {
+		default:
 			err = c.blockingP2P(p, tag) // the message is here: MPI_Recv completes at once
 		}
 		c.end()

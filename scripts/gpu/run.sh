@@ -19,6 +19,7 @@
 #   bash .gpupack/run.sh last    # the tests, then the node path's and CUDA-aware MPI's key figures
 #   bash .gpupack/run.sh coll    # the host-staged backend's tests, and its collectives with the node path on and off
 #   bash .gpupack/run.sh aware6  # issue 5: the stream's host costs, then CUDA-aware MPI under MPS against the *-old binaries in .gpu-extra
+#   bash .gpupack/run.sh short5  # little device time left: the tests a stream-queue change touches, and one CUDA-aware ping-pong
 # Each step has its own time limit; everything goes to $OUT/log-PART.txt and
 # one line per step to $OUT/summary-PART.txt.
 set -u
@@ -380,6 +381,19 @@ aware6() { # issue 5: the stream's host costs, then the CUDA-aware backend under
   step mps-wall-64M 60 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw,allreduce -b 64M -e 64M -wall -noprogress
   sys_mpi
   mps_off
+}
+
+short5() { # the tests a change of the stream queue or the CUDA-aware backend touches, and one ping-pong under MPS
+  export GPUCOMM_DEVICE=cuda
+  step devmem 120 $B/devmem.test -test.run 'CUDA' -test.v
+  step comm-mpi 200 $B/comm_mpi.test -test.v
+  cuda_mpi
+  step comm-cudaaware 200 $B/comm_cudaaware.test -test.v
+  if mps_on; then
+    step mps-pingpong-cudaaware 60 mpirun $NB -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -x CUDA_MPS_PIPE_DIRECTORY -np 2 $B/pingpong -cudaaware -rounds 5 -sizes 8,4K -budget 16M
+    mps_off
+  fi
+  sys_mpi
 }
 
 diag() {
