@@ -87,7 +87,10 @@ func (s *Stream) HostFuncDeferred(fn func() error) error {
 // a Synchronize of s that comes meanwhile, which then calls wait itself, so
 // that the caller of Synchronize never sleeps while another goroutine
 // waits; deferred, no goroutine starts for it, as with HostFuncDeferred.
-// Elsewhere it is HostFunc(wait). Errors are those of HostFunc.
+// Unlike a host function, wait runs even when the GPU work queued before
+// it failed (what it waits for is under way and must end); Synchronize
+// then reports both. Elsewhere it is HostFunc(wait). Errors are those of
+// HostFunc.
 func (s *Stream) HostWait(wait func() error, poll func() (bool, error), deferred bool) error {
 	if s == nil {
 		return wait()
