@@ -223,8 +223,8 @@ func receivedCounts(ps []comm.P2P, reqs []*mpi.Request) error {
 	return nil
 }
 
-// deferBytes bounds the pending receives of a call that p2pNow posted and
-// leaves for the stream's next Synchronize to complete: messages this small
+// deferBytes bounds the receives that p2pNow leaves for the stream's next
+// Synchronize to complete (or, a lone receive, to post): messages this small
 // go eagerly (Open MPI's shared-memory eager limit is 4 KiB, MPICH's larger),
 // so the sender finishes without this rank's progress, and no goroutine needs
 // to wait for them in the meantime.
@@ -240,8 +240,8 @@ const deferBytes = 4096
 // (devmem.Stream.HostWait): small receives start no goroutine (the next
 // Synchronize, later work queued on the stream, or the sweep completes
 // them), the rest start the stream's goroutine, which polls. A lone small
-// receive is not even posted (recvLater). An
-// error is, as for a queued call, the next Synchronize's. It reports false,
+// receive is not even posted (recvLater). An error is, as for a queued
+// call, the next Synchronize's. It reports false,
 // having done nothing, where the call must be queued instead (a busy stream,
 // a timeout to honour, the host-staged mode, MPI below THREAD_MULTIPLE, a
 // closed or broken communicator, whose error the queued call reports).
