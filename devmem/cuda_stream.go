@@ -139,7 +139,7 @@ func (s *cudaStream) hostWork(fn func() error) func() error {
 // the next synchronize runs it, or the drain that later work starts, or
 // the sweep, which starts a drain for work left waiting a whole sweep.
 func (s *cudaStream) hostFuncDeferred(fn func() error) error {
-	return s.hostWait(fn, nil, true)
+	return s.queueWork(work{run: s.hostWork(fn)}, true)
 }
 
 // hostWait queues wait, with poll (when not nil) for a drain goroutine to
@@ -147,7 +147,11 @@ func (s *cudaStream) hostFuncDeferred(fn func() error) error {
 func (s *cudaStream) hostWait(wait func() error, poll func() (bool, error), deferred bool) error {
 	// A wait runs even when the CUDA work before it failed: what it waits
 	// for is under way and must be ended (its caller counts on it).
-	w := work{run: func() error { return errors.Join(s.idle(), safely(wait)) }, poll: poll}
+	return s.queueWork(work{run: func() error { return errors.Join(s.idle(), safely(wait)) }, poll: poll}, deferred)
+}
+
+// queueWork queues w, starting a drain goroutine for it unless deferred.
+func (s *cudaStream) queueWork(w work, deferred bool) error {
 	s.mu.Lock()
 	if !deferred {
 		s.pushLocked(w)
