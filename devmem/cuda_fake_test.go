@@ -573,25 +573,13 @@ func TestCUDAOnGPUHostWorkRunsWithoutSynchronize(t *testing.T) {
 	d := needCUDA(t)
 	cudaNoLeaks(t, d)
 	s := mustStream(t, d)
-	const n = 4096
-	src := mustAlloc(t, d, n, false)
-	pin := mustAlloc(t, d, n, true)
-	must(t, Memset(src, 9, nil))
-	must(t, Memset(pin, 0, nil))
-	h, _ := pin.Bytes()
 	var ran []string // written by host functions only, which run one at a time
 	sentinel := errors.New("from a host function")
 	done := make(chan struct{})
 	must(t, s.HostFunc(func() error { ran = append(ran, "first"); return nil }))
-	must(t, CopyN(pin, src, n, s)) // queued behind the first
 	must(t, s.HostFunc(func() error { ran = append(ran, "failing"); return sentinel }))
-	must(t, s.HostFunc(func() error {
-		if h[0] == 9 && h[n-1] == 9 {
-			ran = append(ran, "after the copy")
-		}
-		close(done)
-		return nil
-	}))
+	// The copy is queued behind both; the check behind it.
+	copyThenCheck(t, d, s, 9, func() { ran = append(ran, "after the copy") }, done)
 	select {
 	case <-done:
 	case <-time.After(30 * time.Second):

@@ -123,6 +123,28 @@ func view(tb testing.TB, b Buffer, off, n int) Buffer {
 	return v
 }
 
+// copyThenCheck queues on s a copy of 4096 bytes of fill from the device to
+// pinned memory, then host work that calls arrived if the bytes are there
+// when it runs, and closes done: the tail of the host-work tests, which
+// check that work queued behind host work waits for it and still runs.
+func copyThenCheck(t *testing.T, d *Device, s *Stream, fill byte, arrived func(), done chan struct{}) {
+	t.Helper()
+	const n = 4096
+	src := mustAlloc(t, d, n, false)
+	pin := mustAlloc(t, d, n, true)
+	must(t, Memset(src, fill, nil))
+	must(t, Memset(pin, 0, nil))
+	h, _ := pin.Bytes()
+	must(t, CopyN(pin, src, n, s))
+	must(t, s.HostFunc(func() error {
+		if h[0] == fill && h[n-1] == fill {
+			arrived()
+		}
+		close(done)
+		return nil
+	}))
+}
+
 // readAll returns all of b's bytes, read after s's work.
 func readAll(tb testing.TB, b Buffer, s *Stream) []byte {
 	tb.Helper()

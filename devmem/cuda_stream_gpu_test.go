@@ -49,23 +49,10 @@ func TestCUDAOnGPUDeferredHostWork(t *testing.T) {
 		t.Errorf("Query after Synchronize = %v, %v; want done", done, err)
 	}
 
-	const n = 4096
-	src := mustAlloc(t, d, n, false)
-	pin := mustAlloc(t, d, n, true)
-	must(t, Memset(src, 5, nil))
-	must(t, Memset(pin, 0, nil))
-	h, _ := pin.Bytes()
 	var order []string // written by host functions only, which run one at a time
 	done := make(chan struct{})
 	must(t, s.HostFuncDeferred(func() error { order = append(order, "deferred"); return nil }))
-	must(t, CopyN(pin, src, n, s))
-	must(t, s.HostFunc(func() error {
-		if h[0] == 5 && h[n-1] == 5 {
-			order = append(order, "after the copy")
-		}
-		close(done)
-		return nil
-	}))
+	copyThenCheck(t, d, s, 5, func() { order = append(order, "after the copy") }, done)
 	awaitClosed(t, done, "work queued behind deferred work did not run without a Synchronize")
 	if want := []string{"deferred", "after the copy"}; !slices.Equal(order, want) {
 		t.Errorf("host work ran as %q, want %q", order, want)
