@@ -140,6 +140,9 @@ func TestRankBadOptions(t *testing.T)            { mpitest.BadOptions(t, name) }
 func TestRankReceiveOfAnotherSize(t *testing.T)  { mpitest.ReceiveOfAnotherSizeIsAMismatch(t, name) }
 func TestRankTimeout(t *testing.T)               { mpitest.Timeout(t, name) }
 func TestRankStreamOrderedP2P(t *testing.T)      { mpitest.StreamOrderedP2P(t, name) }
+func TestRankNoStreamCallsAllocateNothing(t *testing.T) {
+	mpitest.NoStreamCallsAllocateNothing(t, name)
+}
 
 // GPUCOMM_CUDA_AWARE=0 refuses on every rank, with what to do instead, and
 // leaves MPI usable: the next Open works.

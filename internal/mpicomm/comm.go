@@ -82,6 +82,7 @@ type Comm struct {
 	ann      *announcer
 
 	tickets atomic.Uint64 // collective tickets handed out, in call order
+	current op            // the op of the collective whose turn it is (turnOp)
 
 	mu      sync.Mutex
 	cond    *sync.Cond

@@ -41,13 +41,17 @@ func (c *Comm) wrap(operation comm.Operation, err error) error {
 // broken communicator, or a bad argument, is an error that changes nothing.
 func (c *Comm) check(call comm.Call) error {
 	c.mu.Lock()
-	closed, broken := c.closed, c.broken
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	return c.checkLocked(call)
+}
+
+// checkLocked is check, with c.mu held.
+func (c *Comm) checkLocked(call comm.Call) error {
 	switch {
-	case closed:
+	case c.closed:
 		return c.fail(call.Operation, comm.ErrClosed, "communicator is closed")
-	case broken != nil:
-		return c.fail(call.Operation, nil, "communicator is broken by an earlier failure: %w", broken)
+	case c.broken != nil:
+		return c.fail(call.Operation, nil, "communicator is broken by an earlier failure: %w", c.broken)
 	}
 	if err := call.Validate(c.rank, c.size, c.dev); err != nil {
 		return c.wrap(call.Operation, err)
@@ -183,14 +187,68 @@ func (c *Comm) enqueue(call comm.Call, seq uint64, fn func() error) error {
 // Timeout announcement and the Debug check. body is a method expression, so
 // that no closure is made per call.
 func (c *Comm) collective(call comm.Call, body func(*Comm, *op) error) error {
+	if call.Stream == nil {
+		return c.collectiveNow(call, body)
+	}
 	if err := c.check(call); err != nil {
 		return err
 	}
 	seq := c.tickets.Add(1)
-	if call.Stream == nil {
-		return c.runTicket(call, seq, body)
-	}
 	return c.enqueue(call, seq, func() error { return c.runTicket(call, seq, body) })
+}
+
+// collectiveNow runs a collective on no stream on the caller's goroutine:
+// what check, begin, awaitTurn and brokenErr do, under one lock, and what
+// passTurn and end do, under another (a small collective pays for each
+// lock, docs/PERFORMANCE.md).
+func (c *Comm) collectiveNow(call comm.Call, body func(*Comm, *op) error) error {
+	c.mu.Lock()
+	if err := c.checkLocked(call); err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	seq := c.tickets.Add(1)
+	c.running++
+	for c.turn != seq-1 && !c.closed {
+		c.cond.Wait()
+	}
+	if c.turn != seq-1 || c.broken != nil {
+		err := fmt.Errorf("communicator was closed while collective #%d waited for its turn: %w", seq, comm.ErrClosed)
+		if c.turn == seq-1 {
+			err = fmt.Errorf("communicator is broken by an earlier failure: %w", c.broken)
+			c.turn = seq
+		}
+		c.running--
+		c.cond.Broadcast()
+		c.mu.Unlock()
+		return c.wrap(call.Operation, err)
+	}
+	c.mu.Unlock()
+	defer c.endTurn(seq)
+	o := c.turnOp(call, seq)
+	return c.finish(o, c.runCollective(o, body))
+}
+
+// endTurn is passTurn and end under one lock.
+func (c *Comm) endTurn(seq uint64) {
+	c.mu.Lock()
+	c.current = op{} // keeps no buffer of the user's reachable
+	c.turn = seq
+	c.running--
+	c.cond.Broadcast()
+	c.mu.Unlock()
+}
+
+// turnOp is the op of collective seq, whose turn it is: without a timeout
+// nothing outlives the collective's call (no MPI call runs aside, see
+// block), so the communicator's one op serves each collective in turn and
+// a collective allocates nothing; with one, the op is the collective's own.
+func (c *Comm) turnOp(call comm.Call, seq uint64) *op {
+	if c.timeout > 0 {
+		return c.newOp(call, seq)
+	}
+	c.current = op{call: call, seq: seq}
+	return &c.current
 }
 
 // runTicket runs collective seq once the one before it has finished.
@@ -206,7 +264,8 @@ func (c *Comm) runTicket(call comm.Call, seq uint64, body func(*Comm, *op) error
 	if err := c.brokenErr(); err != nil {
 		return c.wrap(call.Operation, err)
 	}
-	o := c.newOp(call, seq)
+	o := c.turnOp(call, seq)
+	defer func() { c.current = op{} }() // before passTurn: still this collective's turn
 	return c.finish(o, c.runCollective(o, body))
 }
 
@@ -371,12 +430,17 @@ func (c *Comm) Scatter(send, recv devmem.Buffer, count int, dt comm.DType, root 
 	return c.either(call, (*Comm).directScatter, (*Comm).stagedBlocks)
 }
 
-// Barrier is MPI_Ibarrier, waited on with the operation's timeout.
+// Barrier is MPI_Ibarrier, waited on with the operation's timeout; without
+// a timeout, where MPI lets other goroutines call it meanwhile, MPI_Barrier
+// (which allocates no request).
 func (c *Comm) Barrier(s *devmem.Stream) error {
 	return c.collective(comm.Call{Operation: comm.OpBarrier, Stream: s}, (*Comm).barrier)
 }
 
 func (c *Comm) barrier(o *op) error {
+	if o.deadline.IsZero() && c.multiple {
+		return c.coll.Barrier()
+	}
 	r, err := c.coll.Ibarrier()
 	if err != nil {
 		return err

@@ -806,3 +806,71 @@ func StreamOrderedP2P(t *testing.T, backend string) {
 		t.Errorf("the message after the mismatch arrived as %v, want %v", got, want)
 	}
 }
+
+// NoStreamCallsAllocateNothing checks that a collective and a Send and Recv
+// on no stream allocate nothing on the Go heap in a backend that hands
+// device pointers to MPI (cudaaware), so that a loop of small calls pays
+// for no garbage collection: AllReduce (max, in place, which gives the same
+// result each time: checked after the loop), Broadcast and Barrier on
+// every rank, and a ping-pong between ranks 2k and 2k+1.
+func NoStreamCallsAllocateNothing(t *testing.T, backend string) {
+	RankOnly(t)
+	c := open(t, backend)
+	defer func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	me, n := c.Rank(), c.Size()
+	v, err := devmem.AllocSlice[float32](c.Device(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Free()
+	if err := v.CopyFrom([]float32{float32(me), -float32(me)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	b := v.Buffer()
+	peer := me ^ 1
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"AllReduce", func() error { return c.AllReduce(b, b, 2, comm.Float32, comm.Max, nil) }},
+		{"Broadcast", func() error { return c.Broadcast(b, b, 2, comm.Float32, 0, nil) }},
+		{"Barrier", func() error { return c.Barrier(nil) }},
+		{"Send and Recv", func() error {
+			switch {
+			case peer >= n:
+				return nil
+			case me%2 == 0:
+				return errors.Join(c.Send(b, 2, comm.Float32, peer, nil), c.Recv(b, 2, comm.Float32, peer, nil))
+			default:
+				return errors.Join(c.Recv(b, 2, comm.Float32, peer, nil), c.Send(b, 2, comm.Float32, peer, nil))
+			}
+		}},
+	}
+	for _, k := range calls {
+		var failed error
+		allocs := testing.AllocsPerRun(50, func() {
+			if err := k.call(); err != nil && failed == nil {
+				failed = err
+			}
+		})
+		if failed != nil {
+			t.Fatalf("%s: %v", k.name, failed)
+		}
+		if allocs != 0 {
+			t.Errorf("%s on no stream: %v allocations a call, want 0", k.name, allocs)
+		}
+		if k.name == "AllReduce" {
+			got := make([]float32, 2)
+			if err := v.CopyTo(got, nil); err != nil {
+				t.Fatal(err)
+			}
+			if want := []float32{float32(n - 1), 0}; !slices.Equal(got, want) {
+				t.Errorf("AllReduce max in place, 51 times: %v, want %v", got, want)
+			}
+		}
+	}
+}
