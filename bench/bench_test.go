@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gpucomm/gpucomm/comm"
@@ -112,6 +113,91 @@ func TestACorruptedElementIsCountedWrong(t *testing.T) {
 	}
 	if rep.Wrong() == 0 {
 		t.Error("Report.Wrong is 0")
+	}
+}
+
+// streamSpy counts the int32 AllReduce, Send and Recv calls (the measured
+// ones; bench's own bookkeeping uses other types) made on a stream and on
+// none, and corrupts rank 1's int32 AllReduce results on no stream.
+type streamSpy struct {
+	comm.Communicator
+	mu               *sync.Mutex
+	onStream, onNone map[string]int
+}
+
+func (f streamSpy) count(what string, dt comm.DType, s *devmem.Stream) {
+	if dt != comm.Int32 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s == nil {
+		f.onNone[what]++
+	} else {
+		f.onStream[what]++
+	}
+}
+
+func (f streamSpy) AllReduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
+	f.count("AllReduce", dt, s)
+	if err := f.Communicator.AllReduce(send, recv, count, dt, op, s); err != nil || f.Rank() != 1 || dt != comm.Int32 || s != nil {
+		return err
+	}
+	b, _ := recv.Bytes()
+	b[len(b)-1] ^= 0x40
+	return nil
+}
+
+func (f streamSpy) Send(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
+	f.count("Send", dt, s)
+	return f.Communicator.Send(buf, count, dt, peer, s)
+}
+
+func (f streamSpy) Recv(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
+	f.count("Recv", dt, s)
+	return f.Communicator.Recv(buf, count, dt, peer, s)
+}
+
+func TestNoStreamIssuesEveryOperationOnNoStreamAndChecksIt(t *testing.T) {
+	for _, noStream := range []bool{false, true} {
+		cs, err := local.NewGroup(2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		onStream, onNone := map[string]int{}, map[string]int{}
+		for i := range cs {
+			cs[i] = streamSpy{cs[i], &mu, onStream, onNone}
+		}
+		cfg := tiny()
+		cfg.Ops = []Operation{AllReduce, PingPong}
+		cfg.DType, cfg.Checks, cfg.NoStream = comm.Int32, 3, noStream
+		rep, err := RunGroup(context.Background(), cs, cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		used, unused := onStream, onNone
+		timing := "wall"
+		if noStream {
+			used, unused, timing = onNone, onStream, "wall, no stream"
+		}
+		if rep.Timing != timing {
+			t.Errorf("NoStream %v: timing %q, want %q", noStream, rep.Timing, timing)
+		}
+		// Per size: warm-up and timed iterations on every rank; the
+		// ping-pong's two ranks each send and receive once an iteration.
+		perSize := 2 * (cfg.Warmup + cfg.Iters)
+		for _, what := range []string{"AllReduce", "Send", "Recv"} {
+			if used[what] < perSize || unused[what] != 0 {
+				t.Errorf("NoStream %v: %s on the wanted stream %d times (want at least %d), on the other %d times",
+					noStream, what, used[what], perSize, unused[what])
+			}
+		}
+		for _, res := range rep.Results {
+			if want := res.Operation == AllReduce && noStream; (res.Wrong > 0) != want {
+				t.Errorf("NoStream %v: %v of %d bytes: %d wrong; want wrong elements: %v", noStream, res.Operation, res.Size, res.Wrong, want)
+			}
+		}
 	}
 }
 

@@ -62,7 +62,7 @@ type options struct {
 	backend, device, ops, dtype, redop, min, max, step string
 	np, factor, root, iters, warmup, checks, window    int
 	timeout                                            time.Duration
-	json, csv, noBaseline, noProgress, wall            bool
+	json, csv, noBaseline, noProgress, wall, noStream  bool
 	plot, label                                        string
 	compare                                            listFlag
 	set                                                map[string]bool
@@ -128,6 +128,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&o.timeout, "timeout", 0, "bound each operation by `DURATION` (0: GPUCOMM_TIMEOUT or none)")
 	fs.BoolVar(&o.noBaseline, "nobaseline", false, "skip the C-loop baseline")
 	fs.BoolVar(&o.wall, "wall", false, "time by wall clock with a barrier before each iteration, also on a GPU (for ranks sharing one GPU)")
+	fs.BoolVar(&o.noStream, "nostream", false, "issue each operation on no stream (it returns when done), as the C loop calls MPI; times by wall clock")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON instead of the table")
 	fs.BoolVar(&o.csv, "csv", false, "print the report as CSV instead of the table")
 	fs.StringVar(&o.plot, "plot", "", "draw bandwidth and time against size to `FILE` (.png or .svg)")
@@ -206,6 +207,7 @@ func (o *options) config() (Config, error) {
 	cfg.Root, cfg.Iters, cfg.Warmup, cfg.Checks, cfg.Window = o.root, o.iters, o.warmup, o.checks, o.window
 	cfg.NoBaseline = o.noBaseline
 	cfg.Wall = o.wall
+	cfg.NoStream = o.noStream
 	return cfg, nil
 }
 

@@ -35,6 +35,12 @@ type Config struct {
 	// GPU too: ranks that share one GPU pay a GPU context switch for the
 	// timing events themselves, which the C baseline (MPI_Wtime) does not.
 	Wall bool
+	// NoStream issues every operation on no stream, each call returning
+	// when it is done, as the C loop calls MPI: for the MPI backends the
+	// like-for-like comparison with the baseline, where the default
+	// (stream-ordered calls, then Synchronize) adds what stream order
+	// costs. It times by wall clock, as Wall does.
+	NoStream bool
 }
 
 // DefaultConfig is nccl-tests' defaults for iterations, type and reduction,
@@ -177,7 +183,9 @@ func Run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress
 		return nil, err
 	}
 	timing := "wall"
-	if dev.Kind() == devmem.CUDA && !cfg.Wall {
+	if cfg.NoStream {
+		timing = "wall, no stream"
+	} else if dev.Kind() == devmem.CUDA && !cfg.Wall {
 		timing = "events"
 		for range 2 * cfg.Iters {
 			e, err := dev.NewEvent()
@@ -273,6 +281,9 @@ func (r *runner) agree(stop bool) (bool, error) {
 // issue queues one iteration of op on the runner's stream.
 func (r *runner) issue(op Operation, sh Shape, send, recv devmem.Buffer) error {
 	c, s, dt, cfg := r.c, r.s, r.cfg.DType, r.cfg
+	if cfg.NoStream {
+		s = nil
+	}
 	switch op {
 	case AllReduce:
 		return c.AllReduce(send, recv, sh.Count, dt, cfg.Op, s)
