@@ -35,7 +35,11 @@ type config struct {
 	cudaaware bool
 	copies    bool
 	load      bool
+	only      map[string]bool // the sides to measure, by name; nil: every side
 }
+
+// keep reports whether the side called name is measured (-only).
+func (c config) keep(name string) bool { return c.only == nil || c.only[name] || name == "host MPI" }
 
 func parseSizes(s string) ([]int, error) {
 	var out []int
@@ -53,7 +57,7 @@ func parseSizes(s string) ([]int, error) {
 }
 
 func run() error {
-	var sizes, chunks, maxSize, budget string
+	var sizes, chunks, maxSize, budget, only string
 	var cfg config
 	flag.StringVar(&sizes, "sizes", "", "message sizes, comma-separated (default: 8 B by factors of 4, and -max)")
 	flag.StringVar(&maxSize, "max", "256M", "largest message of the default sizes")
@@ -63,8 +67,15 @@ func run() error {
 	flag.BoolVar(&cfg.cudaaware, "cudaaware", false, "also measure the cudaaware backend (device pointers to MPI)")
 	flag.BoolVar(&cfg.copies, "copies", false, "measure device-to-pinned copies alone: on rank 0 alone, on both ranks at once, and alternating between the ranks")
 	flag.BoolVar(&cfg.load, "memload", false, "measure rank 0's pinned copies and a host memcpy, each alone and both at once: how much a staged transfer's copies lose to MPI's memcpy traffic")
+	flag.StringVar(&only, "only", "", "measure only these sides, by their column names, comma-separated (host MPI is always measured), e.g. \"cudaaware,MPI on device\"; then each round also gives the difference of every pair of sides, and the table their medians")
 	flag.Parse()
 	var err error
+	if only != "" {
+		cfg.only = map[string]bool{}
+		for _, name := range strings.Split(only, ",") {
+			cfg.only[strings.TrimSpace(name)] = true
+		}
+	}
 	if cfg.sizes, err = parseSizes(sizes); err != nil {
 		return err
 	}
@@ -469,11 +480,23 @@ func pingPongTable(cfg config, host *mpi.Comm, staged, viaMPI, whole, direct com
 		}
 		sides = append(sides, s)
 	}
+	sides = slices.DeleteFunc(sides, func(s *side) bool {
+		if cfg.keep(s.name) {
+			return false
+		}
+		s.free()
+		return true
+	})
 	defer func() {
 		for _, s := range sides {
 			s.free()
 		}
 	}()
+	names := make([]string, len(sides))
+	for i, s := range sides {
+		names[i] = s.name
+	}
+	var diffs strings.Builder
 	tw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
 	if host.Rank() == 0 {
 		fmt.Printf("Point-to-point ping-pong, ranks 0 and 1: latency (half a round trip) and bandwidth, median of %d rounds; ratio = staged / host MPI bandwidth\n", cfg.rounds)
@@ -489,17 +512,15 @@ func pingPongTable(cfg config, host *mpi.Comm, staged, viaMPI, whole, direct com
 		if host.Rank() == 0 {
 			fmt.Fprintf(tw, "%s\t", bench.FormatSize(int64(n)))
 		}
-		// Rounds go side after side, so that a slow spell of the machine
-		// falls on every side alike; each side shows its median.
-		times := make([][]time.Duration, len(sides))
-		for range cfg.rounds {
-			for i, s := range sides {
-				d, err := timeTrips(host, s, n, iters)
-				if err != nil {
-					return err
-				}
-				times[i] = append(times[i], d/time.Duration(2*iters))
-			}
+		times, err := measureRounds(cfg.rounds, len(sides), func(i int) (time.Duration, error) {
+			d, err := timeTrips(host, sides[i], n, iters)
+			return d / time.Duration(2*iters), err
+		})
+		if err != nil {
+			return err
+		}
+		if cfg.only != nil {
+			pairDiffs(&diffs, n, names, times)
 		}
 		for i := range sides {
 			oneWay := median(times[i])
@@ -509,15 +530,59 @@ func pingPongTable(cfg config, host *mpi.Comm, staged, viaMPI, whole, direct com
 			}
 		}
 		if host.Rank() == 0 {
-			fmt.Fprintf(tw, "%.2f\t\n", bw[1]/bw[0])
+			if len(sides) > 1 && sides[1].name == "staged" {
+				fmt.Fprintf(tw, "%.2f\t\n", bw[1]/bw[0])
+			} else {
+				fmt.Fprint(tw, "-\t\n")
+			}
 		}
 	}
 	if host.Rank() == 0 {
 		tw.Flush()
+		fmt.Print(diffs.String())
 		fmt.Println()
 	}
 	return nil
 }
+
+// measureRounds measures each of n sides rounds times, side after side, so
+// that a slow spell of the machine falls on every side alike; each round
+// starts one side later than the one before, so that no side always runs
+// right after the same other one. It returns each side's times in round
+// order.
+func measureRounds(rounds, n int, measure func(side int) (time.Duration, error)) ([][]time.Duration, error) {
+	times := make([][]time.Duration, n)
+	for r := range rounds {
+		for k := range n {
+			i := (r + k) % n
+			d, err := measure(i)
+			if err != nil {
+				return nil, err
+			}
+			times[i] = append(times[i], d)
+		}
+	}
+	return times, nil
+}
+
+// pairDiffs writes, for each pair of sides but host MPI, the median and
+// range of their differences round by round: two sides measured in the
+// same round share its slow or fast spell, which the difference cancels.
+func pairDiffs(w *strings.Builder, size int, names []string, times [][]time.Duration) {
+	for i := 1; i < len(names); i++ {
+		for j := i + 1; j < len(names); j++ {
+			d := make([]time.Duration, len(times[i]))
+			for r := range d {
+				d[r] = times[i][r] - times[j][r]
+			}
+			lo, hi := slices.Min(d), slices.Max(d)
+			fmt.Fprintf(w, "  %s: %s − %s, per round: median %+.2f µs (from %+.2f to %+.2f over %d rounds)\n",
+				bench.FormatSize(int64(size)), names[i], names[j], us(median(d)), us(lo), us(hi), len(d))
+		}
+	}
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
 func allReduceTable(cfg config, host *mpi.Comm, staged, direct comm.Communicator) error {
 	maxN := 0
@@ -595,6 +660,12 @@ func allReduceTable(cfg config, host *mpi.Comm, staged, direct comm.Communicator
 			return host.Allreduce(buf.Addr(), buf.Addr(), n/4, mpi.Float32, mpi.Sum)
 		}})
 	}
+	sides = slices.DeleteFunc(sides, func(s arSide) bool { return !cfg.keep(s.name) })
+	names := make([]string, len(sides))
+	for i, s := range sides {
+		names[i] = s.name
+	}
+	var diffs strings.Builder
 	tw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
 	if host.Rank() == 0 {
 		fmt.Printf("AllReduce of float32 (sum, in place) over %d ranks: time per call and algorithm bandwidth (size / time), median of %d rounds\n", host.Size(), cfg.rounds)
@@ -613,28 +684,30 @@ func allReduceTable(cfg config, host *mpi.Comm, staged, direct comm.Communicator
 		if host.Rank() == 0 {
 			fmt.Fprintf(tw, "%s\t", bench.FormatSize(int64(n)))
 		}
-		times := make([][]time.Duration, len(sides))
-		for range cfg.rounds {
-			for i, s := range sides {
-				for range 2 {
-					if err := s.do(n); err != nil {
-						return err
-					}
-				}
-				if err := host.Barrier(); err != nil {
-					return err
-				}
-				start := time.Now()
-				for range iters {
-					if err := s.do(n); err != nil {
-						return err
-					}
-				}
-				times[i] = append(times[i], time.Since(start)/time.Duration(iters))
-				if err := host.Barrier(); err != nil {
-					return err
+		times, err := measureRounds(cfg.rounds, len(sides), func(i int) (time.Duration, error) {
+			s := sides[i]
+			for range 2 {
+				if err := s.do(n); err != nil {
+					return 0, err
 				}
 			}
+			if err := host.Barrier(); err != nil {
+				return 0, err
+			}
+			start := time.Now()
+			for range iters {
+				if err := s.do(n); err != nil {
+					return 0, err
+				}
+			}
+			d := time.Since(start) / time.Duration(iters)
+			return d, host.Barrier()
+		})
+		if err != nil {
+			return err
+		}
+		if cfg.only != nil {
+			pairDiffs(&diffs, n, names, times)
 		}
 		for i := range sides {
 			d := median(times[i])
@@ -648,6 +721,7 @@ func allReduceTable(cfg config, host *mpi.Comm, staged, direct comm.Communicator
 	}
 	if host.Rank() == 0 {
 		tw.Flush()
+		fmt.Print(diffs.String())
 		fmt.Println()
 	}
 	return nil
