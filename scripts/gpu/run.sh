@@ -20,6 +20,7 @@
 #   bash .gpupack/run.sh coll    # the host-staged backend's tests, and its collectives with the node path on and off
 #   bash .gpupack/run.sh aware6  # issue 5: the stream's host costs, then CUDA-aware MPI under MPS against the *-old binaries in .gpu-extra
 #   bash .gpupack/run.sh short5  # little device time left: the tests a stream-queue change touches, and one CUDA-aware ping-pong
+#   bash .gpupack/run.sh aware7  # issue 5: the stream queue's and CUDA-aware backend's tests, then the backend on no stream against MPI under MPS (sides in rotating order, per-round differences), bench -nostream against the C loop, with the *-old binaries when carried
 # Each step has its own time limit; everything goes to $OUT/log-PART.txt and
 # one line per step to $OUT/summary-PART.txt.
 set -u
@@ -394,6 +395,30 @@ short5() { # the tests a change of the stream queue or the CUDA-aware backend to
     mps_off
   fi
   sys_mpi
+}
+
+aware7() { # issue 5: tests of the stream queue and both MPI backends, then the CUDA-aware figures under MPS
+  export GPUCOMM_DEVICE=cuda
+  step devmem 120 $B/devmem.test -test.run 'CUDA' -test.v
+  step comm-mpi 200 $B/comm_mpi.test -test.v
+  cuda_mpi
+  step comm-cudaaware 200 $B/comm_cudaaware.test -test.v
+  mps_on || { sys_mpi; return; }
+  cuda_mpi
+  X="-x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -x CUDA_MPS_PIPE_DIRECTORY"
+  S="cudaaware,MPI on device,cudaaware on a stream,MPI on device after stream sync"
+  for r in 1 2; do
+    step mps-pingpong-$r 90 mpirun $NB $X -np 2 $B/pingpong -cudaaware -rounds 15 -sizes 8,4K -budget 16M -only "$S"
+    [ -x $B/pingpong-old ] && step mps-pingpong-old-$r 90 mpirun $NB $X -np 2 $B/pingpong-old -cudaaware -rounds 7 -sizes 8,4K -budget 16M
+  done
+  step mps-pingpong-64M 90 mpirun $NB $X -np 2 $B/pingpong -cudaaware -rounds 5 -sizes 64M -budget 256M -only "$S"
+  for r in 1 2; do
+    step mps-nostream-$r 60 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,allreduce -b 8 -e 4K -f 8 -n 1000 -w 100 -nostream -noprogress
+    step mps-wall-$r 60 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,allreduce -b 8 -e 4K -f 8 -n 1000 -w 100 -wall -noprogress
+  done
+  step mps-nostream-64M 60 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw,allreduce -b 64M -e 64M -nostream -noprogress
+  sys_mpi
+  mps_off
 }
 
 diag() {
