@@ -5,14 +5,33 @@ import (
 	"github.com/gpucomm/gpucomm/internal/mpi"
 )
 
-// mpiTypes maps each comm.DType to the MPI datatype of the same elements.
-var mpiTypes = map[comm.DType]mpi.Datatype{
-	comm.Int8: mpi.Int8, comm.Uint8: mpi.Uint8, comm.Int32: mpi.Int32, comm.Uint32: mpi.Uint32,
-	comm.Int64: mpi.Int64, comm.Uint64: mpi.Uint64, comm.Float16: mpi.Float16, comm.BFloat16: mpi.BFloat16,
-	comm.Float32: mpi.Float32, comm.Float64: mpi.Float64,
+// mpiType maps each comm.DType to the MPI datatype of the same elements (a
+// switch, not a map: it runs on every call).
+func mpiType(dt comm.DType) mpi.Datatype {
+	switch dt {
+	case comm.Int8:
+		return mpi.Int8
+	case comm.Uint8:
+		return mpi.Uint8
+	case comm.Int32:
+		return mpi.Int32
+	case comm.Uint32:
+		return mpi.Uint32
+	case comm.Int64:
+		return mpi.Int64
+	case comm.Uint64:
+		return mpi.Uint64
+	case comm.Float16:
+		return mpi.Float16
+	case comm.BFloat16:
+		return mpi.BFloat16
+	case comm.Float32:
+		return mpi.Float32
+	case comm.Float64:
+		return mpi.Float64
+	}
+	return 0
 }
-
-func mpiType(dt comm.DType) mpi.Datatype { return mpiTypes[dt] }
 
 // mpiOp maps a reduction to MPI's; Avg reduces as Sum and is divided after.
 func mpiOp(op comm.Op) mpi.Op {

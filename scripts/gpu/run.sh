@@ -20,7 +20,7 @@
 #   bash .gpupack/run.sh coll    # the host-staged backend's tests, and its collectives with the node path on and off
 #   bash .gpupack/run.sh aware6  # issue 5: the stream's host costs, then CUDA-aware MPI under MPS against the *-old binaries in .gpu-extra
 #   bash .gpupack/run.sh short5  # little device time left: the tests a stream-queue change touches, and one CUDA-aware ping-pong
-#   bash .gpupack/run.sh aware7  # issue 5: the stream queue's and CUDA-aware backend's tests, then the backend on no stream against MPI under MPS (sides in rotating order, per-round differences), bench -nostream against the C loop, with the *-old binaries when carried
+#   bash .gpupack/run.sh aware7  # issue 5: the stream queue's and both MPI backends' tests, gpucomm check and the refusal; aware7m: the backend on no stream against MPI under MPS (sides in rotating order, per-round differences), bench -nostream against the C loop, with the *-old binaries when carried
 # Each step has its own time limit; everything goes to $OUT/log-PART.txt and
 # one line per step to $OUT/summary-PART.txt.
 set -u
@@ -403,7 +403,16 @@ aware7() { # issue 5: tests of the stream queue and both MPI backends, then the 
   step comm-mpi 200 $B/comm_mpi.test -test.v
   cuda_mpi
   step comm-cudaaware 200 $B/comm_cudaaware.test -test.v
-  mps_on || { sys_mpi; return; }
+  step info-cuda-aware-mpi 30 $B/gpucomm info
+  step check-cudaaware-np2 60 mpirun $NB -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/gpucomm check -backend cudaaware
+  step check-cudaaware-np4 60 mpirun -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 4 $B/gpucomm check -backend cudaaware
+  sys_mpi
+  step cudaaware-refused 30 mpirun $NB -np 2 $B/gpucomm check -backend cudaaware
+}
+
+aware7m() { # issue 5: the CUDA-aware figures under MPS (after aware7, in the same session)
+  export GPUCOMM_DEVICE=cuda
+  mps_on || return
   cuda_mpi
   X="-x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -x CUDA_MPS_PIPE_DIRECTORY"
   S="cudaaware,MPI on device,cudaaware on a stream,MPI on device after stream sync"
