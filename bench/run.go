@@ -354,7 +354,7 @@ func (r *runner) measure(st step) (Result, error) {
 	}
 	in := alignedBytes(send.Len())
 	fillInput(st.op, cfg.DType, cfg.Op, r.rank, 0, in)
-	if err := devmem.CopyFromHost(send, in, r.s); err != nil {
+	if err := devmem.CopyFromHost(send, in, r.own()); err != nil {
 		return Result{}, err
 	}
 	for range cfg.Warmup {
@@ -375,10 +375,11 @@ func (r *runner) measure(st step) (Result, error) {
 	wrongs := make([]int64, len(checkAt))
 	out := alignedBytes(recv.Len())
 	wall := r.events == nil
+	own := r.own()
 	for it := range cfg.Iters {
 		k, checked := checkAt[it]
 		if checked {
-			if err := devmem.Memset(recv, poison, r.s); err != nil {
+			if err := devmem.Memset(recv, poison, own); err != nil {
 				return Result{}, err
 			}
 		}
@@ -400,7 +401,7 @@ func (r *runner) measure(st step) (Result, error) {
 			}
 		}
 		if checked {
-			if err := devmem.CopyToHost(out, recv, r.s); err != nil {
+			if err := devmem.CopyToHost(out, recv, own); err != nil {
 				return Result{}, err
 			}
 			if wrongs[k], err = check.wrong(out); err != nil {
@@ -438,11 +439,26 @@ func (r *runner) measure(st step) (Result, error) {
 	return res, nil
 }
 
+// own is the stream of the loop's own copies: the operations' stream, or
+// with NoStream none, so that they are done before an operation starts.
+func (r *runner) own() *devmem.Stream {
+	if r.cfg.NoStream {
+		return nil
+	}
+	return r.s
+}
+
 // wallIteration times one iteration by wall clock: the stream drained and
 // (for collectives) every rank met first, as the OSU benchmarks do, then
-// the operation issued and waited for.
+// the operation issued and waited for. With NoStream nothing is queued on
+// the stream, and the operation is done when its call returns: the timing
+// holds the calls alone, as the C loop's does.
 func (r *runner) wallIteration(op Operation, sh Shape, send, recv devmem.Buffer) (time.Duration, error) {
-	if err := r.s.Synchronize(); err != nil {
+	sync := func() error { return r.s.Synchronize() }
+	if r.cfg.NoStream {
+		sync = func() error { return nil }
+	}
+	if err := sync(); err != nil {
 		return 0, err
 	}
 	if !op.PointToPoint() {
@@ -454,7 +470,7 @@ func (r *runner) wallIteration(op Operation, sh Shape, send, recv devmem.Buffer)
 	if err := r.issue(op, sh, send, recv); err != nil {
 		return 0, err
 	}
-	err := r.s.Synchronize()
+	err := sync()
 	return time.Since(t0), err
 }
 
