@@ -20,6 +20,7 @@
 #   bash .gpupack/run.sh coll    # the host-staged backend's tests, and its collectives with the node path on and off
 #   bash .gpupack/run.sh aware6  # issue 5: the stream's host costs, then CUDA-aware MPI under MPS against the *-old binaries in .gpu-extra
 #   bash .gpupack/run.sh short5  # little device time left: the tests a stream-queue change touches, and one CUDA-aware ping-pong
+#   bash .gpupack/run.sh aware8  # issue 5: gpucomm bench -nostream against the C loop under MPS, three times, then stream-ordered and host-staged
 #   bash .gpupack/run.sh aware7  # issue 5: the stream queue's and both MPI backends' tests, gpucomm check and the refusal; aware7m: the backend on no stream against MPI under MPS (sides in rotating order, per-round differences), bench -nostream against the C loop, with the *-old binaries when carried
 # Each step has its own time limit; everything goes to $OUT/log-PART.txt and
 # one line per step to $OUT/summary-PART.txt.
@@ -427,6 +428,23 @@ aware7m() { # issue 5: the CUDA-aware figures under MPS (after aware7, in the sa
   done
   step mps-nostream-64M 60 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw,allreduce -b 64M -e 64M -nostream -noprogress
   sys_mpi
+  mps_off
+}
+
+aware8() { # issue 5: gpucomm bench -nostream against the C loop, three times, then stream-ordered, then the host-staged backend, under MPS
+  export GPUCOMM_DEVICE=cuda
+  mps_on || return
+  cuda_mpi
+  X="-x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -x CUDA_MPS_PIPE_DIRECTORY"
+  for r in 1 2 3; do
+    step mps-nostream-$r 60 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw,allreduce -b 8 -e 8 -n 2000 -w 200 -nostream -noprogress
+    step mps-nostream-64M-$r 60 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,bw -b 64M -e 64M -n 200 -w 20 -nostream -noprogress
+  done
+  # CUDA-aware Open MPI 4.1 reduces device memory on the host: about 130 ms at 64 MiB.
+  step mps-nostream-allreduce-64M 90 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op allreduce -b 64M -e 64M -n 10 -w 2 -nostream -noprogress
+  step mps-stream-ordered 90 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,allreduce -b 8 -e 8 -n 1000 -w 100 -wall -noprogress
+  sys_mpi
+  step mps-staged 120 mpirun $NB -x GPUCOMM_DEVICE -x CUDA_MPS_PIPE_DIRECTORY -np 2 $B/gpucomm bench -backend mpi -op pingpong,bw,allreduce -b 8 -e 64M -f 8388608 -n 30 -w 3 -nostream -noprogress
   mps_off
 }
 
