@@ -103,7 +103,8 @@ func TestUnknownBackendListsKnownOnes(t *testing.T) {
 }
 
 func TestMalformedEnvironmentIsAnError(t *testing.T) {
-	for _, kv := range [][2]string{{"GPUCOMM_TIMEOUT", "soon"}, {"GPUCOMM_TIMEOUT", "-1s"}, {"GPUCOMM_DEBUG", "maybe"}, {"GPUCOMM_CHUNK_BYTES", "0"}, {"GPUCOMM_CHUNK_BYTES", "4X"}, {"GPUCOMM_CHUNK_BYTES", "-1K"}, {"GPUCOMM_CHUNK_BYTES", "3G"}} {
+	for _, kv := range [][2]string{{"GPUCOMM_TIMEOUT", "soon"}, {"GPUCOMM_TIMEOUT", "-1s"}, {"GPUCOMM_DEBUG", "maybe"}, {"GPUCOMM_CHUNK_BYTES", "0"}, {"GPUCOMM_CHUNK_BYTES", "4X"}, {"GPUCOMM_CHUNK_BYTES", "-1K"}, {"GPUCOMM_CHUNK_BYTES", "3G"},
+		{"GPUCOMM_NODE_BYTES", "0"}, {"GPUCOMM_NODE_BYTES", "-2"}, {"GPUCOMM_STAGE_REDUCE_BYTES", "0"}, {"GPUCOMM_STAGE_REDUCE_BYTES", "big"}} {
 		t.Run(kv[0]+"="+kv[1], func(t *testing.T) {
 			t.Setenv(kv[0], kv[1])
 			if _, err := DefaultOptions(); !errors.Is(err, ErrInvalidArgument) {
@@ -155,6 +156,22 @@ func TestChunkBytesFromTheEnvironmentTakesSuffixes(t *testing.T) {
 		o, err := DefaultOptions()
 		if err != nil || o.ChunkBytes != want {
 			t.Errorf("GPUCOMM_CHUNK_BYTES=%q: %d, %v; want %d", v, o.ChunkBytes, err, want)
+		}
+	}
+}
+
+func TestThresholdsFromTheEnvironmentTakeSizesAndOff(t *testing.T) {
+	for _, name := range []string{"GPUCOMM_NODE_BYTES", "GPUCOMM_STAGE_REDUCE_BYTES"} {
+		for v, want := range map[string]int{"": 0, "65536": 65536, "64K": 64 << 10, "off": -1, " OFF ": -1, "-1": -1} {
+			t.Setenv(name, v)
+			o, err := DefaultOptions()
+			got := o.NodeBytes
+			if name == "GPUCOMM_STAGE_REDUCE_BYTES" {
+				got = o.StageReduceBytes
+			}
+			if err != nil || got != want {
+				t.Errorf("%s=%q: %d, %v; want %d", name, v, got, err, want)
+			}
 		}
 	}
 }

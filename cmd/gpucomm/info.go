@@ -31,7 +31,7 @@ GPUCOMM_* environment variables in effect. The exit status is 1 when a
 setting is malformed or a section cannot be gathered.`
 
 // knobs are the environment variables every gpucomm program reads.
-var knobs = []string{"GPUCOMM_BACKEND", "GPUCOMM_DEVICE", "GPUCOMM_TIMEOUT", "GPUCOMM_DEBUG", "GPUCOMM_CHUNK_BYTES", "GPUCOMM_NODE_BYTES"}
+var knobs = []string{"GPUCOMM_BACKEND", "GPUCOMM_DEVICE", "GPUCOMM_TIMEOUT", "GPUCOMM_DEBUG", "GPUCOMM_CHUNK_BYTES", "GPUCOMM_NODE_BYTES", "GPUCOMM_STAGE_REDUCE_BYTES"}
 
 // infoReport is what info gathers; the text and JSON outputs both render it,
 // so they cannot disagree.
@@ -200,6 +200,14 @@ func knobEffect(name, value string, opts comm.Options, optsErr error) (effect, p
 			return "host-staged point-to-point messages within a node from the default size go through shared pinned memory", ""
 		}
 		return fmt.Sprintf("host-staged point-to-point messages within a node from %d bytes go through shared pinned memory", opts.NodeBytes), ""
+	case "GPUCOMM_STAGE_REDUCE_BYTES":
+		switch {
+		case opts.StageReduceBytes < 0:
+			return "cudaaware hands every reduction to MPI on device pointers", ""
+		case opts.StageReduceBytes == 0:
+			return "cudaaware reductions from 64 KiB go through host staging with Open MPI on a GPU, else to MPI", ""
+		}
+		return fmt.Sprintf("cudaaware reductions from %d bytes go through host staging", opts.StageReduceBytes), ""
 	}
 	return "", ""
 }

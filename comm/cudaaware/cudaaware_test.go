@@ -143,6 +143,7 @@ func TestRankStreamOrderedP2P(t *testing.T)      { mpitest.StreamOrderedP2P(t, n
 func TestRankNoStreamCallsAllocateNothing(t *testing.T) {
 	mpitest.NoStreamCallsAllocateNothing(t, name)
 }
+func TestRankStagedReductions(t *testing.T) { mpitest.StagedReductions(t, name) }
 
 // GPUCOMM_CUDA_AWARE=0 refuses on every rank, with what to do instead, and
 // leaves MPI usable: the next Open works.

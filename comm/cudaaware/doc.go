@@ -41,12 +41,20 @@
 //     comm/mpi: correct, not refused. So are 8-bit sums when MPI's saturate.
 //   - A Broadcast root's send is copied to its recv on the device first;
 //     ReduceScatter in place moves MPI's result to this rank's block.
+//   - Reductions (AllReduce, Reduce, ReduceScatter) of at least
+//     comm.Options.StageReduceBytes (the whole array; default 64 KiB with
+//     Open MPI on a GPU, off elsewhere; GPUCOMM_STAGE_REDUCE_BYTES) go
+//     through the host-staged pipeline of comm/mpi: CUDA-aware Open MPI
+//     4.1's reductions of device memory took 1.5-7 times as long as the
+//     pipeline on an H200 from 16 KiB up (docs/PERFORMANCE.md). Moves
+//     without arithmetic (Broadcast, AllGather, AllToAll, Gather, Scatter,
+//     point-to-point) always go direct: there MPI is many times faster.
 //
 // Stream order, ticketed collective order, thread level, Debug, Timeout
 // (with MPI_Abort at the Close of a broken communicator) and MPI's lifetime
 // are as in comm/mpi; with a timeout, a blocking collective runs aside and
 // is abandoned at the deadline.
 //
-// It must not stage what MPI can take directly: the engine is
+// It stages nothing MPI does as well directly: the engine is
 // internal/mpicomm, shared with comm/mpi.
 package cudaaware

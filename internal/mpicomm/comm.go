@@ -74,6 +74,11 @@ type Comm struct {
 	// MPI's 8-bit sums saturate instead of wrapping (Open MPI 4.1.4's AVX
 	// ops do, on vectors): such sums then run widened to int32 on the host.
 	widenBytes bool
+	// stageReduce is the size from which Direct mode's reductions go
+	// through the host-staged pipeline (0: never), as the ranks agreed;
+	// stagedReductions counts those that did.
+	stageReduce      int
+	stagedReductions atomic.Int64
 
 	trace    *tracer        // TraceEnv; nil traces nothing
 	d2h, h2d *devmem.Stream // the backend's own copy streams
@@ -156,6 +161,8 @@ func checkOptions(o comm.Options) error {
 		return fmt.Errorf("node path from %d bytes: want a positive size, 0 for the default or -1 for off: %w", o.NodeBytes, comm.ErrInvalidArgument)
 	case o.NodeBytes > math.MaxInt32:
 		return fmt.Errorf("node path from %d bytes: want at most %d: %w", o.NodeBytes, math.MaxInt32, comm.ErrInvalidArgument)
+	case o.StageReduceBytes < -1:
+		return fmt.Errorf("staged reductions from %d bytes: want a positive size, 0 for the default or -1 for off: %w", o.StageReduceBytes, comm.ErrInvalidArgument)
 	case o.Timeout < 0:
 		return fmt.Errorf("timeout %v: want 0 (none) or more: %w", o.Timeout, comm.ErrInvalidArgument)
 	}
@@ -224,12 +231,21 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	if chunk == 0 {
 		chunk = DefaultChunkBytes
 	}
+	stage := o.StageReduceBytes
+	switch {
+	case parent != nil:
+		stage = parent.stageReduce
+	case cfg.Mode != Direct:
+		stage = 0 // every reduction is staged anyway
+	case stage == 0 && localErr == nil && c.dev.Kind() == devmem.CUDA && mpi.Family() == "openmpi":
+		stage = defaultStageReduceBytes
+	}
 	// The ranks must agree on the chunk (message boundaries), on Debug
 	// (collectives on ctl) and on announcing (messages on ctl), and on
-	// whether every rank is ready, and on the node path (off on every rank
-	// if off on one, else the largest threshold); one Allreduce(max)
-	// settles all six.
-	v := []int64{0, 0, 0, -int64(chunk), b2i(nodeMin <= 0), int64(max(nodeMin, 0))}
+	// whether every rank is ready, and on the node path and on staged
+	// reductions (each off on every rank if off on one, else the largest
+	// threshold); one Allreduce(max) settles all eight.
+	v := []int64{0, 0, 0, -int64(chunk), b2i(nodeMin <= 0), int64(max(nodeMin, 0)), b2i(stage <= 0), int64(max(stage, 0))}
 	if localErr != nil {
 		v[0] = 1
 	}
@@ -254,6 +270,9 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	c.debug, c.announce, c.chunk = v[1] != 0, v[2] != 0, int(-v[3])
 	if v[4] == 0 {
 		c.nodeMin = int(v[5])
+	}
+	if v[6] == 0 {
+		c.stageReduce = int(v[7])
 	}
 	c.pool.base = max(c.chunk, 8) // room for one element of any type, and a widened byte
 	c.timeout = o.Timeout

@@ -78,8 +78,39 @@ func (c *Comm) checkLocked(call comm.Call) error {
 // mode, except float16 and bfloat16 reductions, whose MPI ops run on the
 // host, and 8-bit sums that must be widened on the host.
 func (c *Comm) direct(call comm.Call) bool {
-	return c.mode == Direct && !(call.Reduces() && (halfPrecision(call.DType) || c.widened(call)))
+	return c.mode == Direct && !(call.Reduces() && (halfPrecision(call.DType) || c.widened(call) || c.stagesReduction(call)))
 }
+
+// defaultStageReduceBytes is where Direct mode's reductions start to go
+// through the host-staged pipeline by default, with Open MPI on a GPU: on
+// an H200 its CUDA-aware reductions of device memory took 1.5-7 times as
+// long as the pipeline from 16 KiB up with 2 ranks, and up to 4 times with
+// 4 (docs/PERFORMANCE.md); below 64 KiB the two were close, and MPI's own
+// call keeps the small ones' latency.
+const defaultStageReduceBytes = 64 << 10
+
+// stagesReduction reports whether a reduction that would go direct is
+// large enough to go through the host-staged pipeline instead: the whole
+// array's bytes (all ranks' blocks for ReduceScatter) reach stageReduce.
+func (c *Comm) stagesReduction(call comm.Call) bool {
+	if c.stageReduce <= 0 {
+		return false
+	}
+	n := int64(call.Count) * int64(call.DType.Size())
+	if call.Operation == comm.OpReduceScatter {
+		n *= int64(c.size)
+	}
+	return n >= int64(c.stageReduce)
+}
+
+// StageReduceBytes is the size from which reductions go through the
+// host-staged pipeline in Direct mode, as the ranks agreed; 0 when every
+// reduction of a supported type goes to MPI on device pointers.
+func (c *Comm) StageReduceBytes() int { return c.stageReduce }
+
+// StagedReductions counts the reductions of at least StageReduceBytes that
+// this rank sent through the host-staged pipeline in Direct mode.
+func (c *Comm) StagedReductions() int64 { return c.stagedReductions.Load() }
 
 // widened reports whether the call's reduction runs widened to int32
 // because MPI's 8-bit sums saturate.
@@ -386,6 +417,9 @@ type nodeTurn struct {
 func (c *Comm) either(call comm.Call, direct, staged func(*Comm, *op) error) error {
 	if c.direct(call) {
 		return c.collective(call, direct)
+	}
+	if c.mode == Direct && c.stagesReduction(call) {
+		c.stagedReductions.Add(1)
 	}
 	return c.collective(call, staged)
 }

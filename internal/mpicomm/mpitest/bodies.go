@@ -394,7 +394,7 @@ func ReceiveOfAnotherSizeIsAMismatch(t *testing.T, backend string) {
 // BadOptions fail on the rank that gives them, before MPI, changing nothing.
 func BadOptions(t *testing.T, backend string) {
 	RankOnly(t)
-	for _, o := range []comm.Option{comm.WithChunkBytes(-1), comm.WithChunkBytes(1 << 31), comm.WithTimeout(-time.Second), comm.WithNodeBytes(-2)} {
+	for _, o := range []comm.Option{comm.WithChunkBytes(-1), comm.WithChunkBytes(1 << 31), comm.WithTimeout(-time.Second), comm.WithNodeBytes(-2), comm.WithStageReduceBytes(-2)} {
 		c, err := comm.Open(backend, o)
 		var ce *comm.Error
 		if c != nil || !errors.Is(err, comm.ErrInvalidArgument) || !errors.As(err, &ce) || ce.Backend != backend {
@@ -872,5 +872,100 @@ func NoStreamCallsAllocateNothing(t *testing.T, backend string) {
 				t.Errorf("AllReduce max in place, 51 times: %v, want %v", got, want)
 			}
 		}
+	}
+}
+
+// StagedReductions (cudaaware) checks the size from which reductions go
+// through the host-staged pipeline: the ranks agree on it (the largest
+// asked, off on every rank when one asks off), the default is 64 KiB with
+// Open MPI on a GPU and off elsewhere, reductions from that size go staged
+// and smaller ones to MPI, both with the right results, and (without
+// -short) the conformance suite passes with every reduction staged.
+func StagedReductions(t *testing.T, backend string) {
+	RankOnly(t)
+	type stager interface {
+		StageReduceBytes() int
+		StagedReductions() int64
+	}
+	me, n := mpi.World().Rank(), mpi.World().Size()
+	agreed := func(want int, opts ...comm.Option) {
+		t.Helper()
+		c := open(t, backend, opts...)
+		defer c.Close()
+		if got := c.(stager).StageReduceBytes(); got != want {
+			t.Errorf("rank %d with %d options: StageReduceBytes() = %d, want %d", me, len(opts), got, want)
+		}
+	}
+	agreed(1024*n, comm.WithStageReduceBytes(1024*(me+1)))
+	off := comm.WithStageReduceBytes(4096)
+	if me == n-1 {
+		off = comm.WithStageReduceBytes(-1)
+	}
+	agreed(0, off)
+	if dev, err := devmem.Open("", 0); err == nil {
+		def := 0
+		if dev.Kind() == devmem.CUDA && mpi.Family() == "openmpi" {
+			def = 64 << 10
+		}
+		agreed(def)
+	}
+
+	// A threshold of 4 KiB: AllReduce and Reduce of 512 float64s and a
+	// ReduceScatter of 512/n a rank (4 KiB in all) go staged, the same of
+	// 511 and 511/n a rank direct. Every result is checked element by
+	// element against the sums of every rank's values, over poisoned
+	// outputs.
+	c := open(t, backend, comm.WithStageReduceBytes(4096))
+	defer c.Close()
+	s := c.(stager)
+	for _, count := range []int{512, 511} {
+		block := count / n
+		in := upload(t, c, values(me, count))
+		out := upload(t, c, make([]float64, count))
+		sum := make([]float64, count)
+		for r := range n {
+			for i, x := range values(r, count) {
+				sum[i] += x
+			}
+		}
+		poison := func() {
+			if err := devmem.Memset(out.Buffer(), 0xEE, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := s.StagedReductions()
+		poison()
+		if err := c.AllReduce(in.Buffer(), out.Buffer(), count, comm.Float64, comm.Sum, nil); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, fmt.Sprintf("AllReduce of %d", count), out, sum)
+		poison()
+		if err := c.Reduce(in.Buffer(), out.Buffer(), count, comm.Float64, comm.Sum, 0, nil); err != nil {
+			t.Fatal(err)
+		}
+		if me == 0 {
+			expect(t, fmt.Sprintf("Reduce of %d", count), out, sum)
+		}
+		poison()
+		if err := c.ReduceScatter(in.Buffer(), out.Buffer(), block, comm.Float64, comm.Sum, nil); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, fmt.Sprintf("ReduceScatter of %d a rank", block), out, sum[me*block:(me+1)*block])
+		staged := s.StagedReductions() - before
+		want := int64(0)
+		if count == 512 {
+			want = 2 // AllReduce and Reduce
+			if block*n*8 >= 4096 {
+				want = 3
+			}
+		}
+		if staged != want {
+			t.Errorf("%d elements: %d reductions went through staging, want %d", count, staged, want)
+		}
+		in.Free()
+		out.Free()
+	}
+	if !short() { // MPICH's busy-polling ranks would take minutes
+		conformance.RunConfig(t, NewGroup(backend, comm.WithStageReduceBytes(1)), conformance.Config{Short: true})
 	}
 }
