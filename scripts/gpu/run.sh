@@ -20,6 +20,7 @@
 #   bash .gpupack/run.sh coll    # the host-staged backend's tests, and its collectives with the node path on and off
 #   bash .gpupack/run.sh aware6  # issue 5: the stream's host costs, then CUDA-aware MPI under MPS against the *-old binaries in .gpu-extra
 #   bash .gpupack/run.sh short5  # little device time left: the tests a stream-queue change touches, and one CUDA-aware ping-pong
+#   bash .gpupack/run.sh aware9  # issue 5: the final build's MPI tests, checks and examples, then cudaaware reductions by size against MPI from C
 #   bash .gpupack/run.sh aware8  # issue 5: gpucomm bench -nostream against the C loop under MPS, three times, then stream-ordered and host-staged
 #   bash .gpupack/run.sh aware7  # issue 5: the stream queue's and both MPI backends' tests, gpucomm check and the refusal; aware7m: the backend on no stream against MPI under MPS (sides in rotating order, per-round differences), bench -nostream against the C loop, with the *-old binaries when carried
 # Each step has its own time limit; everything goes to $OUT/log-PART.txt and
@@ -445,6 +446,47 @@ aware8() { # issue 5: gpucomm bench -nostream against the C loop, three times, t
   step mps-stream-ordered 90 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,allreduce -b 8 -e 8 -n 1000 -w 100 -wall -noprogress
   sys_mpi
   step mps-staged 120 mpirun $NB -x GPUCOMM_DEVICE -x CUDA_MPS_PIPE_DIRECTORY -np 2 $B/gpucomm bench -backend mpi -op pingpong,bw,allreduce -b 8 -e 64M -f 8388608 -n 30 -w 3 -nostream -noprogress
+  mps_off
+}
+
+reduce9() { # issue 5: reductions of device memory through CUDA-aware Open MPI against the host-staged pipeline, by size, 2 and 4 ranks, MPS
+  export GPUCOMM_DEVICE=cuda
+  mps_on || return
+  cuda_mpi
+  X="-x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -x CUDA_MPS_PIPE_DIRECTORY"
+  for np in 2 4; do
+    for b in cudaaware mpi; do
+      step mps-$b-np$np 120 mpirun $NB $X -np $np $B/gpucomm bench -backend $b -op allreduce,reducescatter,reduce,broadcast,allgather -b 16K -e 64M -f 4 -n 10 -w 2 -nostream -nobaseline -noprogress
+    done
+  done
+  sys_mpi
+  mps_off
+}
+
+aware9() { # issue 5: the final build's MPI tests, checks and examples, then cudaaware reductions by size (staged from 64 KiB) against MPI from C, 2 and 4 ranks under MPS
+  export GPUCOMM_DEVICE=cuda
+  step comm-mpi 200 $B/comm_mpi.test -test.v
+  step check-mpi-np2 60 mpirun $NB -np 2 $B/gpucomm check -backend mpi
+  step cudaaware-refused 30 mpirun $NB -np 2 $B/gpucomm check -backend cudaaware
+  step hybrid-np2 30 mpirun $NB -np 2 $B/ex-hybrid
+  step ipcshare-np4 30 mpirun -np 4 $B/ex-ipcshare
+  mpich
+  step mpich-comm-mpi 300 $B/comm_mpi-mpich.test -test.v -test.short
+  cuda_mpi
+  step comm-cudaaware 200 $B/comm_cudaaware.test -test.v
+  step info 20 $B/gpucomm info
+  step check-cudaaware-np2 60 mpirun $NB -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/gpucomm check -backend cudaaware
+  step check-cudaaware-np4 60 mpirun -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 4 $B/gpucomm check -backend cudaaware
+  step heat-cudaaware-np2 60 mpirun $NB -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/gpucomm heat -backend cudaaware -n 4096 -steps 100 -progress=false
+  mps_on || { sys_mpi; return; }
+  cuda_mpi
+  X="-x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -x CUDA_MPS_PIPE_DIRECTORY"
+  for np in 2 4; do
+    step mps-reductions-np$np 120 mpirun $NB $X -np $np $B/gpucomm bench -backend cudaaware -op allreduce,reducescatter,reduce -b 16 -e 64M -f 4 -n 20 -w 3 -nostream -noprogress
+    step mps-reductions-direct-np$np 120 mpirun $NB $X -x GPUCOMM_STAGE_REDUCE_BYTES=off -np $np $B/gpucomm bench -backend cudaaware -op allreduce -b 16 -e 64M -f 4 -n 20 -w 3 -nostream -nobaseline -noprogress
+  done
+  step mps-allreduce-8B 60 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op allreduce,pingpong -b 8 -e 8 -n 2000 -w 200 -nostream -noprogress
+  sys_mpi
   mps_off
 }
 
