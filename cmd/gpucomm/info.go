@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/cudaaware"
 	"github.com/gpucomm/gpucomm/devmem"
 )
 
@@ -28,7 +30,14 @@ var infoSections []func(w io.Writer) error
 const infoDescription = `Info shows what gpucomm finds on this machine: every backend compiled into
 this binary with its verdict (usable, or why not), the devices, and the
 GPUCOMM_* environment variables in effect. The exit status is 1 when a
-setting is malformed or a section cannot be gathered.`
+setting is malformed or a section cannot be gathered.
+
+Whether MPI takes device pointers is known once MPI is up: with -mpi, info
+first opens and closes the cudaaware backend, which asks MPI
+(MPIX_Query_cuda_support) or, when MPI cannot say, exchanges device
+buffers between the ranks, and its line then gives that verdict. Run it
+under the launcher (mpirun -np 2 gpucomm info -mpi): every rank takes part
+and rank 0 prints.`
 
 // knobs are the environment variables every gpucomm program reads.
 var knobs = []string{"GPUCOMM_BACKEND", "GPUCOMM_DEVICE", "GPUCOMM_TIMEOUT", "GPUCOMM_DEBUG", "GPUCOMM_CHUNK_BYTES", "GPUCOMM_NODE_BYTES", "GPUCOMM_STAGE_REDUCE_BYTES"}
@@ -63,13 +72,24 @@ type infoKnob struct {
 }
 
 func runInfo(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("info", "info [-json]", infoDescription, stderr)
+	fs := newFlagSet("info", "info [-json] [-mpi]", infoDescription, stderr)
 	asJSON := fs.Bool("json", false, "print the report as JSON on stdout")
+	withMPI := fs.Bool("mpi", false, "start MPI and open the cudaaware backend first, so that its line gives MPI's own verdict (every rank of the job takes part; rank 0 prints)")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	rep := gatherInfo()
 	code := exitOK
+	if *withMPI {
+		rank, err := settleCUDAAware()
+		if err != nil {
+			fmt.Fprintf(stderr, "gpucomm info: %v\n", err)
+			code = exitFail
+		}
+		if rank != 0 {
+			return code
+		}
+	}
+	rep := gatherInfo()
 	for _, p := range rep.Problems {
 		fmt.Fprintf(stderr, "gpucomm info: %s\n", p)
 		code = exitFail
@@ -102,6 +122,26 @@ func runInfo(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return code
+}
+
+// settleCUDAAware opens and closes the cudaaware backend: MPI starts, and
+// the ranks decide together whether MPI takes device pointers, which the
+// backend's Probe reports from then on. It returns this rank. A refusal
+// (ErrNotCUDAAware) is the verdict, not an error; so is a binary without
+// MPI, whose line already says so.
+func settleCUDAAware() (rank int, err error) {
+	c, err := comm.Open(cudaaware.Name)
+	if err != nil {
+		var ce *comm.Error
+		if errors.As(err, &ce) {
+			rank = max(ce.Rank, 0)
+		}
+		if errors.Is(err, comm.ErrNotCUDAAware) || errors.Is(err, comm.ErrNotBuilt) {
+			return rank, nil
+		}
+		return rank, err
+	}
+	return c.Rank(), c.Close()
 }
 
 func gatherInfo() infoReport {

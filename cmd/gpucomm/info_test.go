@@ -109,3 +109,20 @@ func TestInfoFlagsMalformedSettings(t *testing.T) {
 		t.Errorf("GPUCOMM_BACKEND=nosuch: exit %d, stderr %q; want 1 listing the registered backends", code, errOut.String())
 	}
 }
+
+// Without MPI in the binary, -mpi has nothing to start: the cudaaware line
+// says how to rebuild and info succeeds. (With MPI, mpitest's InfoCommand
+// runs it under the launcher: here it would end MPI for the test process.)
+func TestInfoMPIWithoutMPIBuiltSaysSo(t *testing.T) {
+	if mpiBuiltForTest {
+		t.Skip("MPI is built in: internal/mpicomm/mpitest runs info -mpi under the launcher")
+	}
+	withSections(t)
+	code, out, errOut := runCLI(t, "info", "-mpi")
+	if code != exitOK {
+		t.Fatalf("exit %d\nstderr:\n%s", code, errOut)
+	}
+	if !regexp.MustCompile(`cudaaware\s+not usable\s+not built`).MatchString(out) {
+		t.Errorf("info -mpi without MPI built:\n%s", out)
+	}
+}

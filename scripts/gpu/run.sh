@@ -20,6 +20,7 @@
 #   bash .gpupack/run.sh coll    # the host-staged backend's tests, and its collectives with the node path on and off
 #   bash .gpupack/run.sh aware6  # issue 5: the stream's host costs, then CUDA-aware MPI under MPS against the *-old binaries in .gpu-extra
 #   bash .gpupack/run.sh short5  # little device time left: the tests a stream-queue change touches, and one CUDA-aware ping-pong
+#   bash .gpupack/run.sh info10  # issue 5: gpucomm info -mpi under each MPI
 #   bash .gpupack/run.sh aware9  # issue 5: the final build's MPI tests, checks and examples, then cudaaware reductions by size against MPI from C
 #   bash .gpupack/run.sh aware8  # issue 5: gpucomm bench -nostream against the C loop under MPS, three times, then stream-ordered and host-staged
 #   bash .gpupack/run.sh aware7  # issue 5: the stream queue's and both MPI backends' tests, gpucomm check and the refusal; aware7m: the backend on no stream against MPI under MPS (sides in rotating order, per-round differences), bench -nostream against the C loop, with the *-old binaries when carried
@@ -488,6 +489,16 @@ aware9() { # issue 5: the final build's MPI tests, checks and examples, then cud
   step mps-allreduce-8B 60 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op allreduce,pingpong -b 8 -e 8 -n 2000 -w 200 -nostream -noprogress
   sys_mpi
   mps_off
+}
+
+info10() { # issue 5: gpucomm info -mpi under each MPI: the cudaaware verdict MPI gives
+  export GPUCOMM_DEVICE=cuda
+  step info-mpi-system 30 mpirun $NB -np 2 $B/gpucomm info -mpi
+  mpich
+  step info-mpi-mpich 30 mpiexec.hydra -np 2 $B/gpucomm-mpich info -mpi
+  cuda_mpi
+  step info-mpi-cuda-aware 30 mpirun $NB -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/gpucomm info -mpi
+  sys_mpi
 }
 
 diag() {

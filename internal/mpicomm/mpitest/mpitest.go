@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -292,6 +293,34 @@ func CheckCommand(t *testing.T, np int, name string) {
 	}
 }
 
+// InfoCommand runs "gpucomm info -mpi" on np ranks: it succeeds, only
+// rank 0 prints, and the cudaaware line gives the verdict of the Open it
+// made on the host device (MPI moves host memory), or with
+// GPUCOMM_CUDA_AWARE=0 the refusal.
+func InfoCommand(t *testing.T, np int) {
+	t.Helper()
+	if InRanks() {
+		t.Skip("already a rank of a launched job")
+	}
+	if !mpi.Built() {
+		t.Skip("MPI is not built in")
+	}
+	bin := BuildCommand(t)
+	for env, want := range map[string]string{
+		"":                     `cudaaware\s+usable\s+.*: host device: MPI moves host memory`,
+		"GPUCOMM_CUDA_AWARE=0": `cudaaware\s+not usable\s+GPUCOMM_CUDA_AWARE=0`,
+	} {
+		envs := []string{"GPUCOMM_DEVICE=host"}
+		if env != "" {
+			envs = append(envs, env)
+		}
+		j := Launch(t, np, time.Minute, envs, bin, "info", "-mpi")
+		if j.Err != nil || strings.Count(j.Output, "Backends (best first):") != 1 || !regexp.MustCompile(want).MatchString(j.Output) {
+			t.Errorf("%s mpirun -np %d gpucomm info -mpi: %v; want one report matching %q; output:\n%s", env, np, j.Err, want, j.Output)
+		}
+	}
+}
+
 // UnderLauncher is the launcher side of an MPI backend's tests, as subtests
 // of t: np ranks run the backend's TestRankConformance, then every other
 // TestRank... test; three ranks rerun some below MPI_THREAD_MULTIPLE; a
@@ -325,4 +354,7 @@ func UnderLauncher(t *testing.T, backend string, np int, recvGap string) {
 		})
 	}
 	t.Run("GpucommCheckPasses", func(t *testing.T) { CheckCommand(t, np, backend) })
+	if backend == "cudaaware" {
+		t.Run("GpucommInfoGivesMPIsVerdict", func(t *testing.T) { InfoCommand(t, 2) })
+	}
 }
