@@ -233,21 +233,13 @@ func knobEffect(name, value string, opts comm.Options, optsErr error) (effect, p
 		}
 		return fmt.Sprintf("host-staged transfers move %d-byte chunks", opts.ChunkBytes), ""
 	case "GPUCOMM_NODE_BYTES":
-		switch {
-		case opts.NodeBytes < 0:
-			return "host-staged point-to-point messages all go through MPI", ""
-		case opts.NodeBytes == 0:
-			return "host-staged point-to-point messages within a node from the default size go through shared pinned memory", ""
-		}
-		return fmt.Sprintf("host-staged point-to-point messages within a node from %d bytes go through shared pinned memory", opts.NodeBytes), ""
+		return sizeEffect(opts.NodeBytes, "host-staged point-to-point messages all go through MPI",
+			"host-staged point-to-point messages within a node from the default size go through shared pinned memory",
+			"host-staged point-to-point messages within a node from %d bytes go through shared pinned memory"), ""
 	case "GPUCOMM_STAGE_REDUCE_BYTES":
-		switch {
-		case opts.StageReduceBytes < 0:
-			return "cudaaware hands every reduction to MPI on device pointers", ""
-		case opts.StageReduceBytes == 0:
-			return "cudaaware reductions from 64 KiB go through host staging with Open MPI on a GPU, else to MPI", ""
-		}
-		return fmt.Sprintf("cudaaware reductions from %d bytes go through host staging", opts.StageReduceBytes), ""
+		return sizeEffect(opts.StageReduceBytes, "cudaaware hands every reduction to MPI on device pointers",
+			"cudaaware reductions from 64 KiB go through host staging with Open MPI on a GPU, else to MPI",
+			"cudaaware reductions from %d bytes go through host staging"), ""
 	}
 	return "", ""
 }
@@ -277,4 +269,16 @@ func writeInfoText(w io.Writer, rep infoReport) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", k.Name, v, k.Effect)
 	}
 	tw.Flush()
+}
+
+// sizeEffect describes a size setting: off (negative), the default (0), or
+// from n bytes (atFormat's %d).
+func sizeEffect(n int, off, byDefault, atFormat string) string {
+	switch {
+	case n < 0:
+		return off
+	case n == 0:
+		return byDefault
+	}
+	return fmt.Sprintf(atFormat, n)
 }

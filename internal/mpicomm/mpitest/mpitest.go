@@ -272,9 +272,9 @@ func BuildCommand(t *testing.T) string {
 	return bin
 }
 
-// CheckCommand runs "gpucomm check -backend name" on np ranks (with -short
-// on MPICH or under go test -short) and fails t unless every case passes.
-func CheckCommand(t *testing.T, np int, name string) {
+// commandToLaunch builds the gpucomm command for a job launched from this
+// test; it skips t in a rank of a job, or without MPI.
+func commandToLaunch(t *testing.T) string {
 	t.Helper()
 	if InRanks() {
 		t.Skip("already a rank of a launched job")
@@ -282,7 +282,14 @@ func CheckCommand(t *testing.T, np int, name string) {
 	if !mpi.Built() {
 		t.Skip("MPI is not built in")
 	}
-	bin := BuildCommand(t)
+	return BuildCommand(t)
+}
+
+// CheckCommand runs "gpucomm check -backend name" on np ranks (with -short
+// on MPICH or under go test -short) and fails t unless every case passes.
+func CheckCommand(t *testing.T, np int, name string) {
+	t.Helper()
+	bin := commandToLaunch(t)
 	args := []string{bin, "check", "-backend", name}
 	if testing.Short() || mpi.Family() == "mpich" {
 		args = append(args, "-short")
@@ -299,13 +306,7 @@ func CheckCommand(t *testing.T, np int, name string) {
 // GPUCOMM_CUDA_AWARE=0 the refusal.
 func InfoCommand(t *testing.T, np int) {
 	t.Helper()
-	if InRanks() {
-		t.Skip("already a rank of a launched job")
-	}
-	if !mpi.Built() {
-		t.Skip("MPI is not built in")
-	}
-	bin := BuildCommand(t)
+	bin := commandToLaunch(t)
 	for env, want := range map[string]string{
 		"":                     `cudaaware\s+usable\s+.*: host device: MPI moves host memory`,
 		"GPUCOMM_CUDA_AWARE=0": `cudaaware\s+not usable\s+GPUCOMM_CUDA_AWARE=0`,
