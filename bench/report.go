@@ -18,7 +18,7 @@ type Report struct {
 	Backend    string   `json:"backend"`
 	Ranks      int      `json:"ranks"`
 	Device     string   `json:"device"`
-	Timing     string   `json:"timing"` // "events" (device time) or "wall"
+	Timing     string   `json:"timing"` // "events" (device time), "wall", or "wall, no stream" (Config.NoStream)
 	Baseline   string   `json:"baseline"`
 	DType      string   `json:"dtype"`
 	Op         string   `json:"op"`

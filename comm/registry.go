@@ -36,10 +36,12 @@ type Options struct {
 	// StageReduceBytes is the size (the whole array's bytes) from which the
 	// cudaaware backend runs a reduction (AllReduce, Reduce, ReduceScatter)
 	// through its host-staged pipeline instead of handing device pointers to
-	// MPI; 0 picks the backend's default (64 KiB with Open MPI on a GPU,
+	// MPI; 0 picks the backend's default (64 KiB with Open MPI 4 on a GPU,
 	// whose reductions of device memory were 1.5-7 times slower than the
 	// pipeline on an H200; else off) and -1 hands every reduction to MPI
-	// (GPUCOMM_STAGE_REDUCE_BYTES: a size such as 64K, or "off").
+	// (GPUCOMM_STAGE_REDUCE_BYTES: a size such as 64K, or "off"). The ranks
+	// use the largest size any asks for, and none when any rank's setting
+	// (its default included) is off.
 	StageReduceBytes int
 }
 

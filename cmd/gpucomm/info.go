@@ -15,6 +15,7 @@ import (
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/comm/cudaaware"
 	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/mpi"
 )
 
 func init() {
@@ -130,11 +131,15 @@ func runInfo(_ context.Context, args []string, stdout, stderr io.Writer) int {
 // (ErrNotCUDAAware) is the verdict, not an error; so is a binary without
 // MPI, whose line already says so.
 func settleCUDAAware() (rank int, err error) {
-	c, err := comm.Open(cudaaware.Name)
+	o, err := comm.DefaultOptions()
 	if err != nil {
-		var ce *comm.Error
-		if errors.As(err, &ce) {
-			rank = max(ce.Rank, 0)
+		return 0, err // the environment's problem, which info reports too
+	}
+	// The backend itself, not comm.Open: GPUCOMM_BACKEND must not swap it.
+	c, err := cudaaware.Open(o)
+	if err != nil {
+		if mpi.Initialized() {
+			rank = max(mpi.World().Rank(), 0)
 		}
 		if errors.Is(err, comm.ErrNotCUDAAware) || errors.Is(err, comm.ErrNotBuilt) {
 			return rank, nil
@@ -238,7 +243,7 @@ func knobEffect(name, value string, opts comm.Options, optsErr error) (effect, p
 			"host-staged point-to-point messages within a node from %d bytes go through shared pinned memory"), ""
 	case "GPUCOMM_STAGE_REDUCE_BYTES":
 		return sizeEffect(opts.StageReduceBytes, "cudaaware hands every reduction to MPI on device pointers",
-			"cudaaware reductions from 64 KiB go through host staging with Open MPI on a GPU, else to MPI",
+			"cudaaware reductions from 64 KiB go through host staging with Open MPI 4 on a GPU, else to MPI",
 			"cudaaware reductions from %d bytes go through host staging"), ""
 	}
 	return "", ""

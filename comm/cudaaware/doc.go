@@ -43,7 +43,7 @@
 //     ReduceScatter in place moves MPI's result to this rank's block.
 //   - Reductions (AllReduce, Reduce, ReduceScatter) of at least
 //     comm.Options.StageReduceBytes (the whole array; default 64 KiB with
-//     Open MPI on a GPU, off elsewhere; GPUCOMM_STAGE_REDUCE_BYTES) go
+//     Open MPI 4 on a GPU, off elsewhere; GPUCOMM_STAGE_REDUCE_BYTES) go
 //     through the host-staged pipeline of comm/mpi: CUDA-aware Open MPI
 //     4.1's reductions of device memory took 1.5-7 times as long as the
 //     pipeline on an H200 from 16 KiB up (docs/PERFORMANCE.md). Moves

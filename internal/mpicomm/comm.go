@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -237,8 +238,8 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 		stage = parent.stageReduce
 	case cfg.Mode != Direct:
 		stage = 0 // every reduction is staged anyway
-	case stage == 0 && localErr == nil && c.dev.Kind() == devmem.CUDA && mpi.Family() == "openmpi":
-		stage = defaultStageReduceBytes
+	case stage == 0 && localErr == nil && c.dev.Kind() == devmem.CUDA && strings.HasPrefix(mpi.Version(), "Open MPI v4."):
+		stage = defaultStageReduceBytes // measured there only
 	}
 	// The ranks must agree on the chunk (message boundaries), on Debug
 	// (collectives on ctl) and on announcing (messages on ctl), and on

@@ -147,9 +147,9 @@ func (a *announcer) stop() error {
 // announced it.
 func (c *Comm) collectiveTimeout(o *op, cause error) error {
 	what := fmt.Sprintf("%v (collective #%d)", o.call.Signature(), o.seq)
-	if !c.multiple && c.mode == Direct {
+	if !c.multiple && c.direct(o.call) {
 		// The blocking call left in MPI holds internal/mpi's lock: asking
-		// MPI anything more would hang.
+		// MPI anything more would hang. (A staged call leaves none.)
 		return fmt.Errorf("%s: no progress after %v; MPI is below MPI_THREAD_MULTIPLE, so which ranks never arrived is unknown (%v): %w",
 			what, c.timeout, cause, comm.ErrTimeout)
 	}

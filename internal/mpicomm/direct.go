@@ -48,7 +48,7 @@ func (c *Comm) directAllGather(o *op) error { return c.blockOp(o, (*Comm).mpiAll
 // form) reduces into a scratch device buffer and copies the block back:
 // MPI_IN_PLACE would leave the result in the first block, and CUDA-aware Open
 // MPI 4.1 got in-place reduce-scatter of device memory wrong on an H200.
-func (c *Comm) directReduceScatter(o *op) error {
+func (c *Comm) directReduceScatter(o *op) (err error) {
 	call := &o.call
 	n := call.Count * call.DType.Size()
 	o.recv = call.Recv
@@ -57,7 +57,13 @@ func (c *Comm) directReduceScatter(o *op) error {
 		if err != nil {
 			return err
 		}
-		defer tmp.Free()
+		defer func() {
+			// After a timeout the abandoned MPI call may still write into
+			// tmp: it stays allocated until Close ends the job.
+			if !errors.Is(err, comm.ErrTimeout) {
+				tmp.Free()
+			}
+		}()
 		o.recv = tmp
 	}
 	if err := c.blockOp(o, (*Comm).mpiReduceScatter); err != nil {

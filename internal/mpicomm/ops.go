@@ -82,7 +82,7 @@ func (c *Comm) direct(call comm.Call) bool {
 }
 
 // defaultStageReduceBytes is where Direct mode's reductions start to go
-// through the host-staged pipeline by default, with Open MPI on a GPU: on
+// through the host-staged pipeline by default, with Open MPI 4 on a GPU: on
 // an H200 its CUDA-aware reductions of device memory took 1.5-7 times as
 // long as the pipeline from 16 KiB up with 2 ranks, and up to 4 times with
 // 4 (docs/PERFORMANCE.md); below 64 KiB the two were close, and MPI's own
@@ -108,8 +108,9 @@ func (c *Comm) stagesReduction(call comm.Call) bool {
 // reduction of a supported type goes to MPI on device pointers.
 func (c *Comm) StageReduceBytes() int { return c.stageReduce }
 
-// StagedReductions counts the reductions of at least StageReduceBytes that
-// this rank sent through the host-staged pipeline in Direct mode.
+// StagedReductions counts the calls of reductions that this rank sent to
+// the host-staged pipeline in Direct mode only because of their size
+// (StageReduceBytes), calls then refused as invalid or closed included.
 func (c *Comm) StagedReductions() int64 { return c.stagedReductions.Load() }
 
 // widened reports whether the call's reduction runs widened to int32
@@ -418,7 +419,7 @@ func (c *Comm) either(call comm.Call, direct, staged func(*Comm, *op) error) err
 	if c.direct(call) {
 		return c.collective(call, direct)
 	}
-	if c.mode == Direct && c.stagesReduction(call) {
+	if c.mode == Direct && c.stagesReduction(call) && !halfPrecision(call.DType) && !c.widened(call) {
 		c.stagedReductions.Add(1)
 	}
 	return c.collective(call, staged)

@@ -38,6 +38,10 @@ type config struct {
 	only      map[string]bool // the sides to measure, by name; nil: every side
 }
 
+// sideNames are the names of the sides of both tables, for -only.
+var sideNames = []string{"host MPI", "staged", "staged via MPI", "unpipelined", "cudaaware", "cudaaware on a stream",
+	"MPI on device", "MPI on device after stream sync", "MPI nonblocking on device"}
+
 // keep reports whether the side called name is measured (-only).
 func (c config) keep(name string) bool { return c.only == nil || c.only[name] || name == "host MPI" }
 
@@ -73,7 +77,11 @@ func run() error {
 	if only != "" {
 		cfg.only = map[string]bool{}
 		for _, name := range strings.Split(only, ",") {
-			cfg.only[strings.TrimSpace(name)] = true
+			name = strings.TrimSpace(name)
+			if !slices.Contains(sideNames, name) {
+				return fmt.Errorf("-only: no side is called %q; the sides are %q", name, sideNames)
+			}
+			cfg.only[name] = true
 		}
 	}
 	if cfg.sizes, err = parseSizes(sizes); err != nil {
