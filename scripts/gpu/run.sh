@@ -491,14 +491,19 @@ aware9() { # issue 5: the final build's MPI tests, checks and examples, then cud
   mps_off
 }
 
-info10() { # issue 5: gpucomm info -mpi under each MPI: the cudaaware verdict MPI gives
+info10() { # issue 5: gpucomm info -mpi under each MPI (the cudaaware verdict MPI gives), then the final build's cudaaware tests and checks
   export GPUCOMM_DEVICE=cuda
   step info-mpi-system 30 mpirun $NB -np 2 $B/gpucomm info -mpi
   mpich
   step info-mpi-mpich 30 mpiexec.hydra -np 2 $B/gpucomm-mpich info -mpi
   cuda_mpi
   step info-mpi-cuda-aware 30 mpirun $NB -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/gpucomm info -mpi
+  step comm-cudaaware 200 $B/comm_cudaaware.test -test.v
+  step check-cudaaware-np2 60 mpirun $NB -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/gpucomm check -backend cudaaware
+  step check-cudaaware-np4 60 mpirun -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 4 $B/gpucomm check -backend cudaaware
+  step bench-reductions-np2 90 mpirun $NB -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE -np 2 $B/gpucomm bench -backend cudaaware -op allreduce,reducescatter,reduce -b 16 -e 64M -f 64 -n 10 -w 2 -nostream -noprogress
   sys_mpi
+  step comm-mpi 200 $B/comm_mpi.test -test.v
 }
 
 diag() {
