@@ -34,6 +34,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	np := fs.Int("np", 0, "run this many in-process ranks (local backend) instead of comm.Open(\"auto\")")
 	n := fs.Int("n", 1000, "elements rank 0 contributes; rank r adds 37r more")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // -h asked for the usage: that is no failure
+			return 0
+		}
 		return 2
 	}
 	if *n < 0 || *np < 0 {
