@@ -23,6 +23,7 @@ type (
 	Function     uintptr // CUfunction
 	IpcMemHandle [64]byte
 	UUID         [16]byte
+	MemHandle    uint64 // CUmemGenericAllocationHandle: a VMM allocation
 )
 
 // Dim3 is a grid or block shape for LaunchKernel.
@@ -42,6 +43,10 @@ const (
 	AttrPCIDomainID            Attribute = 50
 	AttrComputeCapabilityMajor Attribute = 75
 	AttrComputeCapabilityMinor Attribute = 76
+	// AttrVirtualMemoryManagementSupported: cuMemCreate, cuMemMap and the rest work.
+	AttrVirtualMemoryManagementSupported Attribute = 102
+	// AttrHandleTypePosixFDSupported: cuMemExportToShareableHandle gives POSIX descriptors.
+	AttrHandleTypePosixFDSupported Attribute = 103
 )
 
 // Flags for StreamCreate, EventCreate, IpcOpenMemHandle and MemHostRegister.

@@ -9,6 +9,7 @@ import "C"
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -22,13 +23,18 @@ var (
 	_ [64]byte = [C.sizeof_CUipcMemHandle]byte{}
 	_ [16]byte = [C.sizeof_CUuuid]byte{}
 	_ [8]byte  = [C.sizeof_CUdeviceptr]byte{}
+	// cuda.h's VMM structs, which the driver reads by these sizes.
+	_ [32]byte = [C.sizeof_CUmemAllocationProp]byte{}
+	_ [12]byte = [C.sizeof_CUmemAccessDesc]byte{}
+	_ [8]byte  = [C.sizeof_CUmemGenericAllocationHandle]byte{}
 )
 
 // fCount is the number of slots in the C table.
 const fCount = C.F_count
 
 // symbols maps each table slot to the library names to try, newest first.
-// Versioned names are spelled out: the unversioned ones are old ABIs.
+// Versioned names are spelled out: the unversioned ones are old ABIs. The
+// VMM calls (vmmSlots) may be missing: they then fail with ErrUnsupported.
 var symbols = []struct {
 	slot  C.int
 	names []string
@@ -87,6 +93,17 @@ var symbols = []struct {
 	{C.F_cuModuleGetFunction, []string{"cuModuleGetFunction"}},
 	{C.F_cuModuleUnload, []string{"cuModuleUnload"}},
 	{C.F_cuLaunchKernel, []string{"cuLaunchKernel"}},
+	// Virtual memory management (CUDA 10.2+); none of these has a versioned name.
+	{C.F_cuMemGetAllocationGranularity, []string{"cuMemGetAllocationGranularity"}},
+	{C.F_cuMemCreate, []string{"cuMemCreate"}},
+	{C.F_cuMemRelease, []string{"cuMemRelease"}},
+	{C.F_cuMemAddressReserve, []string{"cuMemAddressReserve"}},
+	{C.F_cuMemAddressFree, []string{"cuMemAddressFree"}},
+	{C.F_cuMemMap, []string{"cuMemMap"}},
+	{C.F_cuMemUnmap, []string{"cuMemUnmap"}},
+	{C.F_cuMemSetAccess, []string{"cuMemSetAccess"}},
+	{C.F_cuMemExportToShareableHandle, []string{"cuMemExportToShareableHandle"}},
+	{C.F_cuMemImportFromShareableHandle, []string{"cuMemImportFromShareableHandle"}},
 }
 
 // driver holds libcuda once loaded; it stays open for the life of the
@@ -106,7 +123,9 @@ func Load() error {
 		for _, s := range symbols {
 			p, _, err := lib.SymAny(s.names...)
 			if err != nil {
-				missing = append(missing, strings.Join(s.names, " or "))
+				if !slices.Contains(vmmSlots, s.slot) {
+					missing = append(missing, strings.Join(s.names, " or "))
+				}
 				continue
 			}
 			C.gpucomm_cu_set(s.slot, p)
@@ -783,6 +802,174 @@ func argAlign(n int) int {
 		a <<= 1
 	}
 	return a
+}
+
+// vmmSlots are the calls VMM needs; all or none are used.
+var vmmSlots = []C.int{
+	C.F_cuMemGetAllocationGranularity, C.F_cuMemCreate, C.F_cuMemRelease, C.F_cuMemAddressReserve,
+	C.F_cuMemAddressFree, C.F_cuMemMap, C.F_cuMemUnmap, C.F_cuMemSetAccess,
+	C.F_cuMemExportToShareableHandle, C.F_cuMemImportFromShareableHandle,
+}
+
+// HasVMM reports whether the loaded driver has every virtual memory
+// management call (cuMemCreate and the rest); false before Load succeeds.
+// Whether a device supports them is DeviceAttribute's
+// AttrVirtualMemoryManagementSupported and AttrHandleTypePosixFDSupported.
+func HasVMM() bool {
+	if ready() != nil {
+		return false
+	}
+	for _, s := range vmmSlots {
+		if C.gpucomm_cu_has(s) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// vmmReady loads the library and checks that call is there.
+func vmmReady(call string) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	if !HasVMM() {
+		return fmt.Errorf("cuda: %s: the driver lacks virtual memory management (CUDA 10.2 or later): %w", call, errs.ErrUnsupported)
+	}
+	return nil
+}
+
+// MemGetAllocationGranularity returns the granularity, in bytes, of MemCreate
+// allocations on d: their sizes, and the reserved ranges they are mapped at,
+// are multiples of it.
+func MemGetAllocationGranularity(d Device) (int, error) {
+	if err := vmmReady("cuMemGetAllocationGranularity"); err != nil {
+		return 0, err
+	}
+	var g C.size_t
+	r := C.gc_cuMemGetAllocationGranularity(&g, C.int(d))
+	return int(g), result("cuMemGetAllocationGranularity", r)
+}
+
+// MemCreate allocates n bytes (a multiple of the granularity) of pinned
+// memory on device d that MemExportToShareableHandle can export as a POSIX
+// file descriptor. Nothing maps it yet.
+func MemCreate(n int, d Device) (MemHandle, error) {
+	if err := vmmReady("cuMemCreate"); err != nil {
+		return 0, err
+	}
+	sz, err := nbytes("cuMemCreate", n)
+	if err != nil {
+		return 0, err
+	}
+	var h C.CUmemGenericAllocationHandle
+	r := C.gc_cuMemCreate(&h, sz, C.int(d))
+	return MemHandle(h), result("cuMemCreate", r)
+}
+
+// MemRelease drops a handle from MemCreate or MemImportFromShareableHandle;
+// the memory goes once nothing maps it either.
+func MemRelease(h MemHandle) error {
+	if err := vmmReady("cuMemRelease"); err != nil {
+		return err
+	}
+	return result("cuMemRelease", C.gc_cuMemRelease(C.CUmemGenericAllocationHandle(h)))
+}
+
+// MemAddressReserve reserves n bytes of device address space aligned to align
+// (0: the granularity).
+func MemAddressReserve(n, align int) (DevicePtr, error) {
+	if err := vmmReady("cuMemAddressReserve"); err != nil {
+		return 0, err
+	}
+	sz, err := nbytes("cuMemAddressReserve", n)
+	if err != nil {
+		return 0, err
+	}
+	al, err := nbytes("cuMemAddressReserve", align)
+	if err != nil {
+		return 0, err
+	}
+	var p C.CUdeviceptr
+	r := C.gc_cuMemAddressReserve(&p, sz, al)
+	return DevicePtr(p), result("cuMemAddressReserve", r)
+}
+
+// MemAddressFree returns a range from MemAddressReserve.
+func MemAddressFree(p DevicePtr, n int) error {
+	if err := vmmReady("cuMemAddressFree"); err != nil {
+		return err
+	}
+	sz, err := nbytes("cuMemAddressFree", n)
+	if err != nil {
+		return err
+	}
+	return result("cuMemAddressFree", C.gc_cuMemAddressFree(C.CUdeviceptr(p), sz))
+}
+
+// MemMap maps all n bytes of h at p, a reserved range.
+func MemMap(p DevicePtr, n int, h MemHandle) error {
+	if err := vmmReady("cuMemMap"); err != nil {
+		return err
+	}
+	sz, err := nbytes("cuMemMap", n)
+	if err != nil {
+		return err
+	}
+	return result("cuMemMap", C.gc_cuMemMap(C.CUdeviceptr(p), sz, C.CUmemGenericAllocationHandle(h)))
+}
+
+// MemUnmap unmaps what MemMap mapped at p.
+func MemUnmap(p DevicePtr, n int) error {
+	if err := vmmReady("cuMemUnmap"); err != nil {
+		return err
+	}
+	sz, err := nbytes("cuMemUnmap", n)
+	if err != nil {
+		return err
+	}
+	return result("cuMemUnmap", C.gc_cuMemUnmap(C.CUdeviceptr(p), sz))
+}
+
+// MemSetAccess lets device d read and write the n mapped bytes at p.
+func MemSetAccess(p DevicePtr, n int, d Device) error {
+	if err := vmmReady("cuMemSetAccess"); err != nil {
+		return err
+	}
+	sz, err := nbytes("cuMemSetAccess", n)
+	if err != nil {
+		return err
+	}
+	return result("cuMemSetAccess", C.gc_cuMemSetAccess(C.CUdeviceptr(p), sz, C.int(d)))
+}
+
+// MemExportToShareableHandle returns a new file descriptor for h's memory,
+// which another process imports with MemImportFromShareableHandle. The
+// caller closes it.
+func MemExportToShareableHandle(h MemHandle) (fd int, err error) {
+	if err := vmmReady("cuMemExportToShareableHandle"); err != nil {
+		return -1, err
+	}
+	v := C.int(-1)
+	r := C.gc_cuMemExportToShareableHandle(&v, C.CUmemGenericAllocationHandle(h))
+	if r != CUDA_SUCCESS {
+		return -1, result("cuMemExportToShareableHandle", r)
+	}
+	return int(v), nil
+}
+
+// MemImportFromShareableHandle returns a handle to the memory fd names (a
+// descriptor from MemExportToShareableHandle, maybe of another process). The
+// caller still owns fd.
+func MemImportFromShareableHandle(fd int) (MemHandle, error) {
+	if err := vmmReady("cuMemImportFromShareableHandle"); err != nil {
+		return 0, err
+	}
+	if fd < 0 || fd > 1<<31-1 {
+		return 0, fmt.Errorf("cuda: cuMemImportFromShareableHandle: descriptor %d: %w", fd, errs.ErrInvalidArgument)
+	}
+	var h C.CUmemGenericAllocationHandle
+	r := C.gc_cuMemImportFromShareableHandle(&h, C.int(fd))
+	return MemHandle(h), result("cuMemImportFromShareableHandle", r)
 }
 
 // reset forgets the loaded library, so that a test can load another one.

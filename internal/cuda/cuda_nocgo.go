@@ -77,3 +77,14 @@ func ModuleUnload(m Module) error                                          { ret
 func LaunchKernel(f Function, grid, block Dim3, sharedMem int, s Stream, args ...[]byte) error {
 	return errNoCgo
 }
+func HasVMM() bool                                               { return false }
+func MemGetAllocationGranularity(d Device) (int, error)          { return 0, errNoCgo }
+func MemCreate(n int, d Device) (MemHandle, error)               { return 0, errNoCgo }
+func MemRelease(h MemHandle) error                               { return errNoCgo }
+func MemAddressReserve(n, align int) (DevicePtr, error)          { return 0, errNoCgo }
+func MemAddressFree(p DevicePtr, n int) error                    { return errNoCgo }
+func MemMap(p DevicePtr, n int, h MemHandle) error               { return errNoCgo }
+func MemUnmap(p DevicePtr, n int) error                          { return errNoCgo }
+func MemSetAccess(p DevicePtr, n int, d Device) error            { return errNoCgo }
+func MemExportToShareableHandle(h MemHandle) (fd int, err error) { return -1, errNoCgo }
+func MemImportFromShareableHandle(fd int) (MemHandle, error)     { return 0, errNoCgo }

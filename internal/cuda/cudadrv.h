@@ -19,6 +19,31 @@ typedef struct gpucomm_CUfunction* CUfunction;
 typedef struct { char reserved[64]; } CUipcMemHandle;
 typedef struct { char bytes[16]; } CUuuid;
 
+// Virtual memory management (CUDA 10.2+), as cuda.h declares it: a physical
+// allocation (CUmemGenericAllocationHandle) mapped into a reserved range.
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct { int type; int id; } CUmemLocation;
+typedef struct {
+	int type;                 // CUmemAllocationType
+	int requestedHandleTypes; // CUmemAllocationHandleType
+	CUmemLocation location;
+	void* win32HandleMetaData;
+	struct {
+		unsigned char compressionType;
+		unsigned char gpuDirectRDMACapable;
+		unsigned short usage;
+		unsigned char reserved[4];
+	} allocFlags;
+} CUmemAllocationProp;
+typedef struct { CUmemLocation location; int flags; } CUmemAccessDesc;
+enum {
+	GC_MEM_ALLOCATION_TYPE_PINNED = 1,
+	GC_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1,
+	GC_MEM_LOCATION_TYPE_DEVICE = 1,
+	GC_MEM_ACCESS_FLAGS_PROT_READWRITE = 3,
+	GC_MEM_ALLOC_GRANULARITY_MINIMUM = 0,
+};
+
 // One slot per call; the Go table symbols names the library symbol of each.
 enum {
 	F_cuInit, F_cuDriverGetVersion, F_cuGetErrorName, F_cuGetErrorString,
@@ -39,12 +64,17 @@ enum {
 	F_cuEventElapsedTime, F_cuEventDestroy,
 	F_cuIpcGetMemHandle, F_cuIpcOpenMemHandle, F_cuIpcCloseMemHandle,
 	F_cuModuleLoadData, F_cuModuleGetFunction, F_cuModuleUnload, F_cuLaunchKernel,
+	// Optional: a driver without them loads, and VMM calls say so.
+	F_cuMemGetAllocationGranularity, F_cuMemCreate, F_cuMemRelease,
+	F_cuMemAddressReserve, F_cuMemAddressFree, F_cuMemMap, F_cuMemUnmap, F_cuMemSetAccess,
+	F_cuMemExportToShareableHandle, F_cuMemImportFromShareableHandle,
 	F_count
 };
 
 static void* gpucomm_cu[F_count];
 static void gpucomm_cu_set(int slot, void* fn) { gpucomm_cu[slot] = fn; }
 static void gpucomm_cu_clear(void) { for (int i = 0; i < F_count; i++) gpucomm_cu[i] = NULL; }
+static int gpucomm_cu_has(int slot) { return gpucomm_cu[slot] != NULL; }
 
 // CU(name, (param types)) is the table entry for name cast to its prototype.
 #define CU(name, params) ((CUresult (*) params) gpucomm_cu[F_##name])
@@ -168,4 +198,49 @@ static CUresult gc_cuLaunchKernel(uintptr_t f, unsigned gx, unsigned gy, unsigne
 		unsigned bx, unsigned by, unsigned bz, unsigned shmem, uintptr_t s, void* params) {
 	return CU(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**, void**))(
 		H(CUfunction, f), gx, gy, gz, bx, by, bz, shmem, H(CUstream, s), (void**)params, NULL);
+}
+
+// VMM. Allocations are always pinned device memory on one device, exportable
+// as a POSIX file descriptor; access is read/write for that device.
+static void gc_vmmProp(CUmemAllocationProp* p, int dev) {
+	char* b = (char*)p;
+	for (size_t i = 0; i < sizeof *p; i++) b[i] = 0;
+	p->type = GC_MEM_ALLOCATION_TYPE_PINNED;
+	p->requestedHandleTypes = GC_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	p->location.type = GC_MEM_LOCATION_TYPE_DEVICE;
+	p->location.id = dev;
+}
+static CUresult gc_cuMemGetAllocationGranularity(size_t* g, int dev) {
+	CUmemAllocationProp p;
+	gc_vmmProp(&p, dev);
+	return CU(cuMemGetAllocationGranularity, (size_t*, const CUmemAllocationProp*, int))(g, &p, GC_MEM_ALLOC_GRANULARITY_MINIMUM);
+}
+static CUresult gc_cuMemCreate(CUmemGenericAllocationHandle* h, size_t n, int dev) {
+	CUmemAllocationProp p;
+	gc_vmmProp(&p, dev);
+	return CU(cuMemCreate, (CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*, unsigned long long))(h, n, &p, 0);
+}
+static CUresult gc_cuMemRelease(CUmemGenericAllocationHandle h) { return CU(cuMemRelease, (CUmemGenericAllocationHandle))(h); }
+static CUresult gc_cuMemAddressReserve(CUdeviceptr* p, size_t n, size_t align) {
+	return CU(cuMemAddressReserve, (CUdeviceptr*, size_t, size_t, CUdeviceptr, unsigned long long))(p, n, align, 0, 0);
+}
+static CUresult gc_cuMemAddressFree(CUdeviceptr p, size_t n) { return CU(cuMemAddressFree, (CUdeviceptr, size_t))(p, n); }
+static CUresult gc_cuMemMap(CUdeviceptr p, size_t n, CUmemGenericAllocationHandle h) {
+	return CU(cuMemMap, (CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long))(p, n, 0, h, 0);
+}
+static CUresult gc_cuMemUnmap(CUdeviceptr p, size_t n) { return CU(cuMemUnmap, (CUdeviceptr, size_t))(p, n); }
+static CUresult gc_cuMemSetAccess(CUdeviceptr p, size_t n, int dev) {
+	CUmemAccessDesc d;
+	d.location.type = GC_MEM_LOCATION_TYPE_DEVICE;
+	d.location.id = dev;
+	d.flags = GC_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	return CU(cuMemSetAccess, (CUdeviceptr, size_t, const CUmemAccessDesc*, size_t))(p, n, &d, 1);
+}
+// The POSIX handle type writes an int where shareableHandle points.
+static CUresult gc_cuMemExportToShareableHandle(int* fd, CUmemGenericAllocationHandle h) {
+	return CU(cuMemExportToShareableHandle, (void*, CUmemGenericAllocationHandle, int, unsigned long long))(fd, h, GC_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+}
+// and takes the descriptor itself, cast to a pointer, on import.
+static CUresult gc_cuMemImportFromShareableHandle(CUmemGenericAllocationHandle* h, int fd) {
+	return CU(cuMemImportFromShareableHandle, (CUmemGenericAllocationHandle*, void*, int))(h, (void*)(uintptr_t)fd, GC_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
 }

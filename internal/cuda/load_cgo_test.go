@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -81,6 +82,48 @@ CUresult cuModuleGetFunction(void** f, void* m, const char* name) {
 	*f = (void*)0x88;
 	return 0;
 }
+/* VMM: each call checks that cuda.h's struct layouts arrived as declared. */
+typedef struct { int type, id; } Loc;
+typedef struct { int type, handles; Loc loc; void* win32; unsigned char comp, rdma; unsigned short usage; unsigned char res[4]; } Prop;
+typedef struct { Loc loc; int flags; } Access;
+static int goodProp(const Prop* p, int dev) {
+	return p->type == 1 && p->handles == 1 && p->loc.type == 1 && p->loc.id == dev && !p->win32 &&
+		!p->comp && !p->rdma && !p->usage && !p->res[0] && !p->res[3] && sizeof(Prop) == 32;
+}
+CUresult cuMemGetAllocationGranularity(size_t* g, const Prop* p, int option) {
+	if (!goodProp(p, p->loc.id) || option != 0) return 1;
+	*g = (size_t)2 << 20;
+	return 0;
+}
+CUresult cuMemCreate(unsigned long long* h, size_t n, const Prop* p, unsigned long long flags) {
+	if (!goodProp(p, 1) || flags != 0 || n != (size_t)4 << 20) return 1;
+	*h = 0x4321;
+	return 0;
+}
+CUresult cuMemAddressReserve(CUdeviceptr* p, size_t n, size_t align, CUdeviceptr addr, unsigned long long flags) {
+	if (n != (size_t)4 << 20 || align != (size_t)2 << 20 || addr || flags) return 1;
+	*p = 0x7f0000000000ULL;
+	return 0;
+}
+CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, unsigned long long h, unsigned long long flags) {
+	return p == 0x7f0000000000ULL && n == (size_t)4 << 20 && off == 0 && h == 0x4321 && flags == 0 ? 0 : 1;
+}
+CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const Access* d, size_t count) {
+	return p == 0x7f0000000000ULL && count == 1 && d->loc.type == 1 && d->loc.id == 1 && d->flags == 3 && sizeof(Access) == 12 ? 0 : 1;
+}
+CUresult cuMemExportToShareableHandle(void* out, unsigned long long h, int type, unsigned long long flags) {
+	if (h != 0x4321 || type != 1 || flags) return 1;
+	*(int*)out = 42;
+	return 0;
+}
+CUresult cuMemImportFromShareableHandle(unsigned long long* h, void* os, int type) {
+	if ((uintptr_t)os != 42 || type != 1) return 400;
+	*h = 0x4322;
+	return 0;
+}
+CUresult cuMemUnmap(CUdeviceptr p, size_t n) { return p == 0x7f0000000000ULL && n == (size_t)4 << 20 ? 0 : 1; }
+CUresult cuMemAddressFree(CUdeviceptr p, size_t n) { return p == 0x7f0000000000ULL && n == (size_t)4 << 20 ? 0 : 1; }
+CUresult cuMemRelease(unsigned long long h) { return h == 0x4321 || h == 0x4322 ? 0 : 400; }
 /* Succeeds only if every argument arrived where the Go side put it. */
 CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 		unsigned shmem, void* s, void** params, void** extra) {
@@ -168,7 +211,7 @@ func TestLoadNamesTheFirstMissingSymbol(t *testing.T) {
 	if !errors.Is(err, errs.ErrLibraryNotFound) {
 		t.Fatalf("Load = %v, want ErrLibraryNotFound", err)
 	}
-	want := fmt.Sprintf("has no %s (and %d more symbols)", symbols[1].names[0], len(symbols)-2)
+	want := fmt.Sprintf("has no %s (and %d more symbols)", symbols[1].names[0], len(symbols)-len(vmmSlots)-2)
 	if !strings.Contains(err.Error(), want) {
 		t.Fatalf("error %q lacks %q", err, want)
 	}
@@ -284,6 +327,80 @@ func TestCallsCarryArgumentsAndResults(t *testing.T) {
 	err = LaunchKernel(f, Dim3{2, 3, 1}, Dim3{128, 1, 1}, 256, s, Arg(int32(-7)), Arg(2.5), Arg(dev), Arg(uint8(8)))
 	if !IsCode(err, CUDA_ERROR_INVALID_VALUE) {
 		t.Errorf("LaunchKernel with a wrong argument = %v, want the fake's refusal", err)
+	}
+}
+
+func TestVMMCallsCarryTheirStructs(t *testing.T) {
+	useLib(t, buildFake(t, fakeDriver))
+	if !HasVMM() {
+		t.Fatal("HasVMM = false with every VMM symbol present")
+	}
+	const mib = 1 << 20
+	g, err := MemGetAllocationGranularity(1)
+	if err != nil || g != 2*mib {
+		t.Fatalf("MemGetAllocationGranularity = %d, %v", g, err)
+	}
+	h, err := MemCreate(4*mib, 1)
+	if err != nil || h != 0x4321 {
+		t.Fatalf("MemCreate = %#x, %v", h, err)
+	}
+	p, err := MemAddressReserve(4*mib, g)
+	if err != nil || p != 0x7f0000000000 {
+		t.Fatalf("MemAddressReserve = %#x, %v", p, err)
+	}
+	for name, err := range map[string]error{"MemMap": MemMap(p, 4*mib, h), "MemSetAccess": MemSetAccess(p, 4*mib, 1)} {
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	fd, err := MemExportToShareableHandle(h)
+	if err != nil || fd != 42 {
+		t.Fatalf("MemExportToShareableHandle = %d, %v", fd, err)
+	}
+	imp, err := MemImportFromShareableHandle(fd)
+	if err != nil || imp != 0x4322 {
+		t.Fatalf("MemImportFromShareableHandle = %#x, %v", imp, err)
+	}
+	if _, err := MemImportFromShareableHandle(7); !IsCode(err, CUDA_ERROR_INVALID_HANDLE) {
+		t.Errorf("import of another descriptor = %v, want the fake's refusal", err)
+	}
+	if _, err := MemImportFromShareableHandle(-1); !errors.Is(err, errs.ErrInvalidArgument) {
+		t.Errorf("import of descriptor -1 = %v, want ErrInvalidArgument", err)
+	}
+	for name, err := range map[string]error{"MemUnmap": MemUnmap(p, 4*mib), "MemAddressFree": MemAddressFree(p, 4*mib),
+		"MemRelease": MemRelease(h), "MemRelease(imported)": MemRelease(imp)} {
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := MemCreate(-1, 0); !errors.Is(err, errs.ErrInvalidArgument) {
+		t.Errorf("MemCreate(-1) = %v", err)
+	}
+}
+
+func TestDriverWithoutVMMLoadsAndSaysUnsupported(t *testing.T) {
+	var omit []string
+	for _, s := range symbols {
+		if slices.Contains(vmmSlots, s.slot) {
+			omit = append(omit, s.names[0])
+		}
+	}
+	src := fakeDriver[:strings.Index(fakeDriver, "/* VMM:")] + fakeDriver[strings.Index(fakeDriver, "/* Succeeds only"):]
+	useLib(t, buildFake(t, src, omit...))
+	if err := Load(); err != nil {
+		t.Fatalf("Load without the VMM symbols: %v", err)
+	}
+	if HasVMM() {
+		t.Fatal("HasVMM = true without the symbols")
+	}
+	if _, err := MemCreate(1<<20, 0); !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), "cuMemCreate") {
+		t.Errorf("MemCreate without the symbol = %v, want ErrUnsupported naming it", err)
+	}
+	if _, err := MemImportFromShareableHandle(3); !errors.Is(err, errs.ErrUnsupported) {
+		t.Errorf("MemImportFromShareableHandle without the symbol = %v", err)
+	}
+	if _, err := MemAlloc(64); err != nil {
+		t.Errorf("MemAlloc on a driver without VMM: %v", err)
 	}
 }
 
