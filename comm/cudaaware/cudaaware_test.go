@@ -140,6 +140,7 @@ func TestRankBadOptions(t *testing.T)            { mpitest.BadOptions(t, name) }
 func TestRankReceiveOfAnotherSize(t *testing.T)  { mpitest.ReceiveOfAnotherSizeIsAMismatch(t, name) }
 func TestRankTimeout(t *testing.T)               { mpitest.Timeout(t, name) }
 func TestRankStreamOrderedP2P(t *testing.T)      { mpitest.StreamOrderedP2P(t, name) }
+func TestRankSendThenClose(t *testing.T)         { mpitest.SendThenClose(t, name) }
 func TestRankNoStreamCallsAllocateNothing(t *testing.T) {
 	mpitest.NoStreamCallsAllocateNothing(t, name)
 }

@@ -1,6 +1,8 @@
 package mpi
 
 import (
+	"errors"
+
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 	"github.com/gpucomm/gpucomm/internal/mpicomm"
@@ -44,5 +46,11 @@ func Init() error { return mpi.Init() }
 // MPI up so that the program can open another backend instead): a program
 // that may exit after a failed Open calls it first, or Open MPI's mpirun
 // reports that the process exited without MPI_Finalize. It does nothing
-// when gpucomm did not initialise MPI.
-func Finalize() error { return mpi.Finalize() }
+// to MPI when gpucomm did not initialise MPI. First it waits until the
+// messages this process sent through the node path on communicators still
+// open have been received (they live in this process's memory, and a
+// completed send is delivered whatever the sender does next), each bounded
+// by its communicator's timeout.
+func Finalize() error {
+	return errors.Join(mpicomm.AwaitNodeMessages(), mpi.Finalize())
+}

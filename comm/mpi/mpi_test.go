@@ -52,16 +52,21 @@ func TestOpenWithoutMPIIsNotBuilt(t *testing.T) {
 
 func TestUnderLauncher(t *testing.T) { mpitest.UnderLauncher(t, name, 4, "rank 2 never sent it") }
 
-func TestRankConformance(t *testing.T)           { mpitest.Conformance(t, name) }
-func TestRankSmallChunks(t *testing.T)           { mpitest.SmallChunks(t, name) }
-func TestRankSolver(t *testing.T)                { mpitest.Solver(t, name) }
-func TestRankNodeShared(t *testing.T)            { mpitest.NodeShared(t, name) }
-func TestRankStreamsKeepCallOrder(t *testing.T)  { mpitest.StreamsKeepCallOrder(t, name) }
-func TestRankNothingLeftAfterClose(t *testing.T) { mpitest.NothingLeftAfterClose(t, name) }
-func TestRankDebugNamesMismatch(t *testing.T)    { mpitest.DebugNamesMismatch(t, name) }
-func TestRankOptionsAgree(t *testing.T)          { mpitest.OptionsAgree(t, name) }
-func TestRankBadOptions(t *testing.T)            { mpitest.BadOptions(t, name) }
-func TestRankReceiveOfAnotherSize(t *testing.T)  { mpitest.ReceiveOfAnotherSizeIsAMismatch(t, name) }
-func TestRankTimeout(t *testing.T)               { mpitest.Timeout(t, name) }
-func TestRankStreamOrderedP2P(t *testing.T)      { mpitest.StreamOrderedP2P(t, name) }
-func TestRankNodePath(t *testing.T)              { mpitest.NodePath(t, name) }
+func TestRankConformance(t *testing.T)              { mpitest.Conformance(t, name) }
+func TestRankSmallChunks(t *testing.T)              { mpitest.SmallChunks(t, name) }
+func TestRankSolver(t *testing.T)                   { mpitest.Solver(t, name) }
+func TestRankNodeShared(t *testing.T)               { mpitest.NodeShared(t, name) }
+func TestRankStreamsKeepCallOrder(t *testing.T)     { mpitest.StreamsKeepCallOrder(t, name) }
+func TestRankNothingLeftAfterClose(t *testing.T)    { mpitest.NothingLeftAfterClose(t, name) }
+func TestRankDebugNamesMismatch(t *testing.T)       { mpitest.DebugNamesMismatch(t, name) }
+func TestRankOptionsAgree(t *testing.T)             { mpitest.OptionsAgree(t, name) }
+func TestRankBadOptions(t *testing.T)               { mpitest.BadOptions(t, name) }
+func TestRankReceiveOfAnotherSize(t *testing.T)     { mpitest.ReceiveOfAnotherSizeIsAMismatch(t, name) }
+func TestRankTimeout(t *testing.T)                  { mpitest.Timeout(t, name) }
+func TestRankStreamOrderedP2P(t *testing.T)         { mpitest.StreamOrderedP2P(t, name) }
+func TestRankSendThenClose(t *testing.T)            { mpitest.SendThenClose(t, name) }
+func TestRankUnreceivedSendFailsClose(t *testing.T) { mpitest.UnreceivedSendFailsClose(t, name) }
+func TestRankSendThenFinalize(t *testing.T) {
+	mpitest.SendThenFinalize(t, name, gpumpi.Finalize)
+}
+func TestRankNodePath(t *testing.T) { mpitest.NodePath(t, name) }

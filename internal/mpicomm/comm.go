@@ -291,6 +291,7 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 			return c, err
 		}
 	}
+	live.add(c)
 	return c, nil
 }
 
@@ -339,6 +340,7 @@ func (c *Comm) setUpLocal(o comm.Options, parent *Comm) error {
 // (failed), MPI stays up even if this was its last user: the program may
 // open another communicator, and MPI cannot be initialised twice.
 func (c *Comm) teardown(failed bool) error {
+	live.remove(c)
 	var errs []error
 	if c.ann != nil {
 		errs = append(errs, c.ann.stop())
@@ -368,8 +370,10 @@ func (c *Comm) teardown(failed bool) error {
 	return errors.Join(errs...)
 }
 
-// Close waits for the operations already running, then releases the
-// communicator. On a communicator broken by a timeout (or by an operation
+// Close waits for the operations already running, and for the peers to
+// take the messages this rank sent them through the node path (which live
+// in this process's memory; with a timeout, at most that long, then Close
+// fails with ErrTimeout naming them), then releases the communicator. On a communicator broken by a timeout (or by an operation
 // that failed half way, leaving MPI requests pending), it writes why to
 // standard error and calls MPI_Abort, which ends every process of the job:
 // the ranks are out of step, and MPI_Finalize could wait for them forever.
@@ -390,6 +394,10 @@ func (c *Comm) Close() error {
 	}
 	broken := c.broken
 	c.mu.Unlock()
+	var undelivered error
+	if broken == nil {
+		undelivered = c.awaitTaken(c.timeout)
+	}
 	if broken == nil && c.announce {
 		broken = c.closeTogether()
 	}
@@ -401,7 +409,7 @@ func (c *Comm) Close() error {
 		time.Sleep(abortGrace)
 		mpi.World().Abort(1)
 	}
-	if err := c.teardown(false); err != nil {
+	if err := errors.Join(undelivered, c.teardown(false)); err != nil {
 		return comm.Wrap(c.backend, "Close", c.rank, err)
 	}
 	return nil

@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,6 +84,13 @@ type link struct {
 	slotBytes int
 	hdr       devmem.Buffer // receive: pinned room for incoming headers
 	ev        []*devmem.Event
+
+	// A send link's chunks of completed sends, and its ring's done counter
+	// (nil before the ring exists): a completed send is delivered whatever
+	// the sender does next, so Close waits for the receiver to take them
+	// before it frees the ring (awaitTaken).
+	sent  atomic.Uint64
+	taken atomic.Pointer[atomic.Uint64]
 }
 
 func (l *link) counter(off int) *atomic.Uint64 {
@@ -203,6 +213,101 @@ func (l *link) release() error {
 	return errors.Join(errs...)
 }
 
+// takenWarn is how long awaitTaken waits before it says on standard error
+// whom it waits for.
+var takenWarn = 10 * time.Second
+
+// awaitTaken returns once every rank this rank sent node path messages to
+// has taken all their chunks out of the ring: the ring is this process's
+// memory, so freeing it (Close) or exiting before then would lose messages
+// whose sends completed, which MPI delivers whatever the sender does next.
+// Past limit (when above 0) it fails with ErrTimeout naming the ranks that
+// have not taken theirs; without a limit it waits on, and past takenWarn it
+// says once on standard error whom it waits for. No operation runs on c
+// meanwhile (Close) or c is held open (AwaitNodeMessages).
+func (c *Comm) awaitTaken(limit time.Duration) error {
+	type owed struct {
+		peer  int
+		sent  uint64
+		taken *atomic.Uint64
+	}
+	var all []owed
+	c.peerMu.Lock()
+	for _, l := range c.links {
+		if p := l.taken.Load(); l.send && p != nil {
+			all = append(all, owed{l.peer, l.sent.Load(), p})
+		}
+	}
+	c.peerMu.Unlock()
+	slices.SortFunc(all, func(a, b owed) int { return a.peer - b.peer })
+	behind := func() []string {
+		var who []string
+		for _, o := range all {
+			if got := o.taken.Load(); got < o.sent {
+				who = append(who, fmt.Sprintf("rank %d has taken %d of the %d chunks sent it", o.peer, got, o.sent))
+			}
+		}
+		return who
+	}
+	start := time.Now()
+	sleep := 10 * time.Microsecond
+	for said := false; ; {
+		who := behind()
+		if len(who) == 0 {
+			return nil
+		}
+		waited := time.Since(start)
+		if limit > 0 && waited >= limit {
+			return fmt.Errorf("messages this rank sent through the node path were not received within %v (%s); their ring is freed now, so their receives will fail: %w",
+				limit, strings.Join(who, "; "), comm.ErrTimeout)
+		}
+		if !said && waited >= takenWarn {
+			fmt.Fprintf(os.Stderr, "gpucomm %s rank %d: Close has waited %v for messages this rank sent through the node path to be received (%s); it waits until they are, since they live in this process's memory\n",
+				c.backend, c.rank, takenWarn, strings.Join(who, "; "))
+			said = true
+		}
+		time.Sleep(sleep)
+		sleep = min(2*sleep, time.Millisecond)
+	}
+}
+
+// live is the set of communicators open in this process, for
+// AwaitNodeMessages.
+var live = liveSet{m: map[*Comm]struct{}{}}
+
+type liveSet struct {
+	mu sync.Mutex
+	m  map[*Comm]struct{}
+}
+
+func (s *liveSet) add(c *Comm)    { s.mu.Lock(); s.m[c] = struct{}{}; s.mu.Unlock() }
+func (s *liveSet) remove(c *Comm) { s.mu.Lock(); delete(s.m, c); s.mu.Unlock() }
+
+// AwaitNodeMessages waits, on every communicator still open, until the
+// peers have taken the messages this process sent them through the node
+// path, as Close does (each bounded by its own timeout): for a program that
+// ends MPI (comm/mpi's Finalize) and exits without closing its
+// communicators, whose completed sends must still be delivered.
+func AwaitNodeMessages() error {
+	live.mu.Lock()
+	cs := make([]*Comm, 0, len(live.m))
+	for c := range live.m {
+		cs = append(cs, c)
+	}
+	live.mu.Unlock()
+	var errs []error
+	for _, c := range cs {
+		if c.beginUnbroken() != nil {
+			continue // closed meanwhile (Close waited itself), or broken: nothing is owed
+		}
+		if err := c.awaitTaken(c.timeout); err != nil {
+			errs = append(errs, comm.Wrap(c.backend, "Finalize", c.rank, err))
+		}
+		c.end()
+	}
+	return errors.Join(errs...)
+}
+
 // closeLinks releases every link's ring; nothing runs any more.
 func (c *Comm) closeLinks() error {
 	var errs []error
@@ -246,6 +351,7 @@ func (c *Comm) makeRing(l *link) error {
 		return errors.Join(err, ring.Free())
 	}
 	l.ring, l.handle, l.slots, l.slotBytes, l.ev = ring, h, ringSlots, slotBytes, ev
+	l.taken.Store(l.counter(ringDoneOff))
 	return nil
 }
 
@@ -409,6 +515,7 @@ func (c *Comm) nodeSend(o *op, t transfer, inStep *bool) (err error) {
 		return err
 	}
 	l.chunks = base + uint64(k)
+	l.sent.Store(l.chunks)
 	*inStep = true
 	c.nodeSent.Add(1)
 	return nil

@@ -975,3 +975,142 @@ func StagedReductions(t *testing.T, backend string) {
 		conformance.RunConfig(t, NewGroup(backend, comm.WithStageReduceBytes(1)), conformance.Config{Short: true})
 	}
 }
+
+// SendThenClose: each even rank sends 400 KB (above the node path's
+// default threshold) to the next rank on no stream and closes its
+// communicator at once; the receiver posts its receive 500 ms later. A
+// completed send is delivered whatever the sender does next, as in MPI:
+// the receiver gets every element, and the sender's Close returns without
+// error once the message is taken. Run with NoInitEnv, the sender's Close
+// also ends MPI and its process exits.
+func SendThenClose(t *testing.T, backend string) {
+	RankOnly(t)
+	const count = 400_000 / 8
+	c := open(t, backend)
+	r := c.Rank()
+	peer := r + 1
+	if r%2 == 1 {
+		peer = r - 1
+	}
+	if peer >= c.Size() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+		return
+	}
+	mc, _ := c.(*mpicomm.Comm)
+	nodePath := mc != nil && mc.NodeBytes() > 0 && mc.NodeBytes() <= count*8
+	if r%2 == 0 {
+		x := upload(t, c, values(r, count))
+		err := comm.Send(c, x, peer, nil)
+		if nodePath {
+			if sent, _ := mc.NodeMessages(); sent != 1 {
+				t.Errorf("rank %d sent %d messages through the node path, want the one of %d bytes", r, sent, count*8)
+			}
+		}
+		start := time.Now()
+		if err := errors.Join(err, c.Close(), x.Free()); err != nil {
+			t.Fatalf("rank %d: Send, then Close at once: %v", r, err)
+		}
+		t.Logf("rank %d: Close returned after %v", r, time.Since(start).Round(time.Millisecond))
+		return
+	}
+	defer func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	x := upload(t, c, slices.Repeat([]float64{-7.25}, count))
+	defer x.Free()
+	time.Sleep(500 * time.Millisecond)
+	if err := comm.Recv(c, x, peer, nil); err != nil {
+		t.Fatalf("rank %d: Recv of %d bytes 500 ms after rank %d sent them and closed: %v", r, count*8, peer, err)
+	}
+	if nodePath {
+		if _, got := mc.NodeMessages(); got != 1 {
+			t.Errorf("rank %d received %d messages through the node path, want the one of %d bytes", r, got, count*8)
+		}
+	}
+	expect(t, fmt.Sprintf("rank %d's message, received after it closed", peer), x, values(peer, count))
+}
+
+// UnreceivedSendFailsClose: with a timeout, a rank whose node path message
+// is never received fails its Close with ErrTimeout naming the rank that
+// did not take it, within about the timeout, instead of waiting forever.
+func UnreceivedSendFailsClose(t *testing.T, backend string) {
+	RankOnly(t)
+	const count, timeout = 400_000 / 8, time.Second
+	c := open(t, backend, comm.WithTimeout(timeout))
+	mc, _ := c.(*mpicomm.Comm)
+	if mc == nil || mc.NodeBytes() == 0 || mc.NodeBytes() > count*8 || c.Size() < 2 {
+		c.Close()
+		t.Skip("no node path here: a send nobody receives blocks in MPI instead")
+	}
+	if c.Rank() != 0 {
+		// Rank 1 never receives.
+		if err := c.Close(); err != nil {
+			t.Errorf("rank %d: Close: %v", c.Rank(), err)
+		}
+		return
+	}
+	x := upload(t, c, values(0, count))
+	defer x.Free()
+	if err := comm.Send(c, x, 1, nil); err != nil {
+		t.Fatalf("Send of %d bytes through the node path: %v", count*8, err)
+	}
+	start := time.Now()
+	err := c.Close()
+	took := time.Since(start)
+	var ce *comm.Error
+	if !errors.Is(err, comm.ErrTimeout) || !errors.As(err, &ce) || ce.Backend != backend || ce.Op != "Close" ||
+		!strings.Contains(err.Error(), "rank 1 has taken 0 of the 1 chunks sent it") {
+		t.Errorf("Close with a message rank 1 never received: %v; want a %s Close error wrapping ErrTimeout naming rank 1", err, backend)
+	}
+	if took < timeout || took > timeout+5*time.Second {
+		t.Errorf("Close returned after %v; want about the timeout, %v", took, timeout)
+	}
+}
+
+// SendThenFinalize: rank 0 sends 400 KB to rank 1 through the node path
+// and calls finalize (comm/mpi's Finalize) without closing, as a program
+// that ends MPI and exits; rank 1 receives 500 ms later. finalize must
+// wait until the message is taken, so it returns no earlier than about
+// then, and rank 1 gets every element. Run alone (NoInitEnv): finalize
+// drops the program's reference to MPI, which the communicator's Close then
+// ends.
+func SendThenFinalize(t *testing.T, backend string, finalize func() error) {
+	RankOnly(t)
+	if Scenario() != "finalize" {
+		t.Skip("ends MPI: run by TestUnderLauncher/SentMessageOutlivesFinalize")
+	}
+	const count = 400_000 / 8
+	c := open(t, backend)
+	defer func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	switch c.Rank() {
+	case 0:
+		x := upload(t, c, values(0, count))
+		defer x.Free()
+		if err := comm.Send(c, x, 1, nil); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if err := finalize(); err != nil {
+			t.Fatalf("Finalize after a Send, without Close: %v", err)
+		}
+		if took := time.Since(start); took < 300*time.Millisecond {
+			t.Errorf("Finalize returned after %v, before rank 1 (which receives after 500 ms) can have taken the message", took)
+		}
+	case 1:
+		x := upload(t, c, slices.Repeat([]float64{-7.25}, count))
+		defer x.Free()
+		time.Sleep(500 * time.Millisecond)
+		if err := comm.Recv(c, x, 0, nil); err != nil {
+			t.Fatalf("Recv 500 ms after rank 0 sent and called Finalize: %v", err)
+		}
+		expect(t, "rank 0's message, received after its Finalize", x, values(0, count))
+	}
+}

@@ -340,6 +340,16 @@ func UnderLauncher(t *testing.T, backend string, np int, recvGap string) {
 		ExpectPass(t, 3, RunRanks(t, 3, "^TestRank(SmallChunks|StreamsKeepCallOrder|OptionsAgree|NodePath|StreamOrderedP2P)$", 3*time.Minute,
 			mpi.ThreadLevelEnv+"=serialized"))
 	})
+	// The senders' processes end (MPI_Finalize, exit) right after their
+	// Close, before the receivers ask for the message.
+	t.Run("SentMessageOutlivesTheSendersExit", func(t *testing.T) {
+		ExpectPass(t, 2, RunRanks(t, 2, "^TestRankSendThenClose$", time.Minute, NoInitEnv+"=1"))
+	})
+	if backend == "mpi" {
+		t.Run("SentMessageOutlivesFinalize", func(t *testing.T) {
+			ExpectPass(t, 2, RunRanks(t, 2, "^TestRankSendThenFinalize$", time.Minute, NoInitEnv+"=1", ScenarioEnv+"=finalize"))
+		})
+	}
 	t.Run("CollectiveTimeoutNamesTheMissingRank", func(t *testing.T) {
 		j := RunRanks(t, np, "^TestRankTimeout$", time.Minute, ScenarioEnv+"=collective")
 		ExpectTimeoutEndsTheJob(t, j, fmt.Sprintf("ranks that never arrived: %d", np-1))
