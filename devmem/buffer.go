@@ -16,6 +16,11 @@ type allocation struct {
 	freed   atomic.Bool
 	release func() error // returns the memory to the driver
 	shared  *sharedMem   // host driver memory that can be exported
+	vmm     *vmmMem      // GPU memory from the driver's virtual memory management
+	// home is the allocation whose memory this one is, at homeOff, for the
+	// views OpenIPC returns (nil otherwise): overlap is judged on it.
+	home    *allocation
+	homeOff int
 	once    sync.Once
 	err     error
 }
@@ -131,15 +136,33 @@ func (b Buffer) Slice(off, n int) (Buffer, error) {
 	return Buffer{a: b.a, off: b.off + off, n: n}, nil
 }
 
-// Same reports whether a and b are the same bytes.
+// memory returns the allocation whose memory b is and where b starts in it:
+// an opened IPC view resolves to the exported allocation (opened in its
+// exporter) or to the one mapping of another process's allocation, which
+// every view of it shares.
+func (b Buffer) memory() (*allocation, int) {
+	if b.a.home != nil {
+		return b.a.home, b.a.homeOff + b.off
+	}
+	return b.a, b.off
+}
+
+// Same reports whether a and b are the same Buffer: the same range of the
+// same allocation or opened view. (Two views of one memory are not the
+// same Buffer, though they overlap: closing one does not close the other.)
 func (b Buffer) Same(o Buffer) bool { return b.a == o.a && b.off == o.off && b.n == o.n }
 
-// Overlaps reports whether a and b share any byte.
+// Overlaps reports whether a and b share any byte of memory. Views that
+// OpenIPC returned are judged on the memory they open: a view of an
+// allocation overlaps the allocation itself, and two views of one other
+// process's allocation overlap where their ranges meet.
 func (b Buffer) Overlaps(o Buffer) bool {
-	if b.a == nil || b.a != o.a || b.n == 0 || o.n == 0 {
+	if b.a == nil || o.a == nil || b.n == 0 || o.n == 0 {
 		return false
 	}
-	return b.off < o.off+o.n && o.off < b.off+b.n
+	bm, boff := b.memory()
+	om, ooff := o.memory()
+	return bm == om && boff < ooff+o.n && ooff < boff+b.n
 }
 
 // Check returns an error unless b is live, on dev (when dev is not nil) and

@@ -38,6 +38,10 @@ type cudaDriver struct {
 	// before it is done.
 	now cuda.Stream
 
+	vmmOnce sync.Once // vmmSupport's answer, asked once
+	vmmOK   bool
+	vmmWhy  string
+
 	streamsMu sync.Mutex
 	streams   map[*cudaStream]struct{} // live streams, whose host queues Synchronize drains
 }

@@ -22,7 +22,15 @@ import (
 //     leaves its DMA queued on the legacy stream as the real one may;
 //   - asynchronous host copies refuse memory that is not page-locked;
 //   - an IPC handle opens once per process, with lazy peer access only;
-//   - device memory is a memfd, so IPC works between processes.
+//   - device memory is a memfd, so IPC works between processes; as on an
+//     H200, a legacy IPC handle of memory since freed still opens (cuMemFree
+//     keeps an exported allocation's file), so only gpucomm's own checks
+//     stand between such a handle and a use after free;
+//   - VMM (cuMemCreate, cuMemMap, ...): physical allocations are memfds,
+//     exported as descriptors; a mapping is usable only after
+//     cuMemSetAccess, cuIpcGetMemHandle refuses VMM memory, and the memory
+//     lives while a handle or a mapping of it does (GPUCOMM_FAKE_CUDA_NO_VMM
+//     makes the device say it has no VMM).
 //
 // Its one kernel, add_one(float* x, unsigned n), adds 1 to x[i] for each
 // thread i < n, from any PTX image that declares ".entry add_one".
@@ -60,8 +68,8 @@ static Ctx ctxs[NDEV] = {{0, 0}, {1, 0}};
 static __thread Ctx* cur;
 #define NEED_CTX if (!cur) RET(R_INVALID_CONTEXT)
 
-enum { DEVMEM = 1, PINNED = 2, REGISTERED = 4, MAPPED = 8 };
-typedef struct { uintptr_t base; size_t size; int kind, dev, fd, peer_pid, peer_fd; } Alloc;
+enum { DEVMEM = 1, PINNED = 2, REGISTERED = 4, MAPPED = 8, VMAP = 16, RESERVED = 32 };
+typedef struct { uintptr_t base; size_t size; int kind, dev, fd, peer_pid, peer_fd, exported, ph, access; } Alloc;
 #define MAXA 4096
 static Alloc allocs[MAXA];
 
@@ -81,8 +89,8 @@ static Alloc* slot(void) {
 	return NULL;
 }
 static int ondev(CUdeviceptr p, size_t n, int dev) {
-	Alloc* a = find((uintptr_t)p, n, DEVMEM | MAPPED);
-	return a && a->dev == dev;
+	Alloc* a = find((uintptr_t)p, n, DEVMEM | MAPPED | VMAP);
+	return a && a->dev == dev && (a->kind != VMAP || a->access);
 }
 static int pinned(const void* p, size_t n) { return find((uintptr_t)p, n, PINNED | REGISTERED) != NULL; }
 
@@ -162,6 +170,7 @@ CUresult cuDeviceTotalMem_v2(size_t* n, int d) { *n = TOTAL; return 0; }
 CUresult cuDeviceGetAttribute(int* v, int attr, int d) {
 	switch (attr) {
 	case 75: *v = 9; break;
+	case 102: case 103: *v = getenv("GPUCOMM_FAKE_CUDA_NO_VMM") ? 0 : 1; break;
 	case 76: *v = 0; break;
 	case 10: *v = 32; break;
 	default: *v = 0;
@@ -224,7 +233,7 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
 	if (!a) RET(R_INVALID_VALUE);
 	if (a->dev != cur->dev) RET(R_INVALID_CONTEXT);
 	munmap((void*)a->base, a->size);
-	close(a->fd);
+	if (!a->exported) close(a->fd); // an exported one's file stays: its handle still opens
 	a->kind = 0;
 	RET(0);
 }
@@ -349,11 +358,133 @@ CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void* h) {
 	push(s, (Op){.kind = OP_SET, .dst = (void*)(uintptr_t)dst, .n = n, .v = v});
 	RET(0);
 }
+
+// VMM. A physical allocation is a memfd with a count of what holds it
+// (its handle until cuMemRelease, and each mapping); imported ones too.
+#define GRAN ((size_t)1 << 16)
+typedef struct { int live, fd, dev, released, refs; size_t size; } Phys;
+#define MAXP 1024
+static Phys phys[MAXP];
+typedef struct { int type, id; } Loc;
+typedef struct { int type, handles; Loc loc; void* win32; unsigned char comp, rdma; unsigned short usage; unsigned char res[4]; } Prop;
+typedef struct { Loc loc; int flags; } Access;
+static size_t vmmUsed(int dev) {
+	size_t n = 0;
+	for (int i = 0; i < MAXP; i++) if (phys[i].live && phys[i].dev == dev) n += phys[i].size;
+	return n;
+}
+static int goodProp(const Prop* p) {
+	return p && p->type == 1 && p->handles == 1 && p->loc.type == 1 && p->loc.id >= 0 && p->loc.id < NDEV && !p->win32;
+}
+static Phys* physOf(unsigned long long h) {
+	if (h == 0 || h > MAXP || !phys[h - 1].live || phys[h - 1].released) return NULL;
+	return &phys[h - 1];
+}
+static void physDrop(Phys* ph) {
+	if (--ph->refs == 0) { close(ph->fd); ph->live = 0; }
+}
+static unsigned long long physNew(int fd, size_t size, int dev) {
+	for (int i = 0; i < MAXP; i++) {
+		if (phys[i].live) continue;
+		phys[i] = (Phys){.live = 1, .fd = fd, .dev = dev, .refs = 1, .size = size};
+		return i + 1;
+	}
+	return 0;
+}
+CUresult cuMemGetAllocationGranularity(size_t* g, const Prop* p, int option) {
+	if (!goodProp(p) || option != 0) return R_INVALID_VALUE;
+	*g = GRAN;
+	return 0;
+}
+CUresult cuMemCreate(unsigned long long* h, size_t n, const Prop* p, unsigned long long flags) {
+	LOCK;
+	if (!goodProp(p) || flags || n == 0 || n % GRAN) RET(R_INVALID_VALUE);
+	if (n > TOTAL - vmmUsed(p->loc.id)) RET(R_OUT_OF_MEMORY);
+	int fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, n) != 0) RET(R_OUT_OF_MEMORY);
+	if (!(*h = physNew(fd, n, p->loc.id))) { close(fd); RET(R_OUT_OF_MEMORY); }
+	RET(0);
+}
+CUresult cuMemRelease(unsigned long long h) {
+	LOCK;
+	Phys* ph = physOf(h);
+	if (!ph) RET(R_INVALID_VALUE);
+	ph->released = 1;
+	physDrop(ph);
+	RET(0);
+}
+CUresult cuMemAddressReserve(CUdeviceptr* p, size_t n, size_t align, CUdeviceptr addr, unsigned long long flags) {
+	LOCK;
+	if (n == 0 || n % GRAN || align % GRAN || addr || flags) RET(R_INVALID_VALUE);
+	Alloc* a = slot();
+	void* m = mmap(NULL, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (!a || m == MAP_FAILED) RET(R_OUT_OF_MEMORY);
+	*a = (Alloc){.base = (uintptr_t)m, .size = n, .kind = RESERVED};
+	*p = (CUdeviceptr)(uintptr_t)m;
+	RET(0);
+}
+CUresult cuMemAddressFree(CUdeviceptr p, size_t n) {
+	LOCK;
+	Alloc* a = exact((uintptr_t)p, RESERVED);
+	if (!a || a->size != n || find((uintptr_t)p, 0, VMAP)) RET(R_INVALID_VALUE);
+	munmap((void*)a->base, a->size);
+	a->kind = 0;
+	RET(0);
+}
+CUresult cuMemMap(CUdeviceptr p, size_t n, size_t off, unsigned long long h, unsigned long long flags) {
+	LOCK;
+	Phys* ph = physOf(h);
+	if (!ph || off || flags || n != ph->size || !find((uintptr_t)p, n, RESERVED) || find((uintptr_t)p, 0, VMAP)) RET(R_INVALID_VALUE);
+	Alloc* a = slot();
+	if (!a) RET(R_OUT_OF_MEMORY);
+	if (mmap((void*)(uintptr_t)p, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, ph->fd, 0) == MAP_FAILED) RET(R_OUT_OF_MEMORY);
+	*a = (Alloc){.base = (uintptr_t)p, .size = n, .kind = VMAP, .dev = -1, .ph = (int)h};
+	ph->refs++;
+	RET(0);
+}
+CUresult cuMemSetAccess(CUdeviceptr p, size_t n, const Access* d, size_t count) {
+	LOCK;
+	Alloc* a = exact((uintptr_t)p, VMAP);
+	if (!a || a->size != n || count != 1 || d->loc.type != 1 || d->loc.id < 0 || d->loc.id >= NDEV || d->flags != 3) RET(R_INVALID_VALUE);
+	a->access = 1;
+	a->dev = d->loc.id;
+	RET(0);
+}
+CUresult cuMemUnmap(CUdeviceptr p, size_t n) {
+	LOCK;
+	Alloc* a = exact((uintptr_t)p, VMAP);
+	if (!a || a->size != n) RET(R_INVALID_VALUE);
+	for (int d = 0; d < NDEV; d++) flushdev(d, 0); // the real one waits for work on the memory
+	mmap((void*)a->base, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+	physDrop(&phys[a->ph - 1]);
+	a->kind = 0;
+	RET(0);
+}
+CUresult cuMemExportToShareableHandle(void* out, unsigned long long h, int type, unsigned long long flags) {
+	LOCK;
+	Phys* ph = physOf(h);
+	if (!ph || type != 1 || flags) RET(R_INVALID_VALUE);
+	int fd = fcntl(ph->fd, F_DUPFD_CLOEXEC, 0);
+	if (fd < 0) RET(R_OUT_OF_MEMORY);
+	*(int*)out = fd;
+	RET(0);
+}
+CUresult cuMemImportFromShareableHandle(unsigned long long* h, void* os, int type) {
+	LOCK;
+	int fd = (int)(intptr_t)os;
+	struct stat st;
+	if (type != 1 || fstat(fd, &st) != 0 || st.st_size <= 0 || st.st_size % GRAN) RET(R_INVALID_VALUE);
+	int mine = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (mine < 0) RET(R_OUT_OF_MEMORY);
+	if (!(*h = physNew(mine, st.st_size, cur ? cur->dev : 0))) { close(mine); RET(R_OUT_OF_MEMORY); }
+	RET(0);
+}
 CUresult cuMemGetInfo_v2(size_t* f, size_t* t) {
 	LOCK;
 	NEED_CTX;
 	size_t used = 0;
 	for (int i = 0; i < MAXA; i++) if (allocs[i].kind == DEVMEM && allocs[i].dev == cur->dev) used += allocs[i].size;
+	used += vmmUsed(cur->dev);
 	*f = TOTAL - used;
 	*t = TOTAL;
 	RET(0);
@@ -361,7 +492,7 @@ CUresult cuMemGetInfo_v2(size_t* f, size_t* t) {
 CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* n, CUdeviceptr p) {
 	LOCK;
 	NEED_CTX;
-	Alloc* a = find((uintptr_t)p, 0, DEVMEM | MAPPED);
+	Alloc* a = find((uintptr_t)p, 0, DEVMEM | MAPPED | VMAP);
 	if (!a || a->dev != cur->dev) RET(R_NOT_FOUND);
 	*base = a->base;
 	*n = a->size;
@@ -478,6 +609,7 @@ CUresult cuIpcGetMemHandle(IpcHandle* h, CUdeviceptr p) {
 	memcpy(h->b + 8, &pid, 4);
 	memcpy(h->b + 12, &fd, 4);
 	memcpy(h->b + 16, &size, 8);
+	a->exported = 1;
 	RET(0);
 }
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, IpcHandle h, unsigned flags) {

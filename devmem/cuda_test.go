@@ -258,6 +258,7 @@ var contextFree = map[string]bool{
 	"DeviceUUID": true, "DeviceTotalMem": true, "DeviceAttribute": true, "DevicePCIBusID": true,
 	"DeviceCanAccessPeer": true, "PrimaryCtxRetain": true, "PrimaryCtxRelease": true,
 	"IsCode": true, "ErrorName": true, "ErrorString": true, "WithContext": true, "Arg": true,
+	"HasVMM": true,
 }
 
 // TestCUDACallsRunInsideTheContext enforces the threading rule on the

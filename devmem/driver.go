@@ -37,16 +37,22 @@ type eventImpl interface {
 // the node can map. It is optional, found by type assertion, so a driver
 // without it still builds; Export and OpenIPC then return ErrUnsupported.
 // The cuda driver wraps cuIpcGetMemHandle, cuIpcOpenMemHandle and
-// cuIpcCloseMemHandle.
+// cuIpcCloseMemHandle for cuMemAlloc memory, and the VMM calls
+// (cuMemExportToShareableHandle, cuMemImportFromShareableHandle, cuMemMap)
+// for AllocShared memory.
 type ipcDriver interface {
 	// ipcExport returns the bytes through which another process maps all of
-	// a (which is live, on this driver's device, and not pinned).
-	ipcExport(a *allocation) ([64]byte, error)
-	// ipcOpen maps the allocation another process exported as h; need is
-	// how many bytes the handle's range reaches. The result must have addr,
-	// size (the whole allocation) and, for host-accessible memory, host set;
-	// an h that names nothing mappable is an error wrapping ErrBadHandle.
-	ipcOpen(h [64]byte, need int) (*allocation, error)
+	// a (which is live, on this driver's device, and not pinned); for VMM
+	// memory vmm is true and fd a new descriptor of the memory, which the
+	// exporter's service hands out (and ipc.go closes), else fd is -1.
+	ipcExport(a *allocation) (drv [64]byte, vmm bool, fd int, err error)
+	// ipcOpen maps the allocation another process exported as drv; fd is
+	// the descriptor its service sent for VMM memory (the caller closes it),
+	// else -1; need is how many bytes the handle's range reaches. The result
+	// must have addr, size (the whole allocation) and, for host-accessible
+	// memory, host set; drv that names nothing mappable is an error wrapping
+	// ErrBadHandle.
+	ipcOpen(drv [64]byte, fd int, need int) (*allocation, error)
 	// ipcClose unmaps what ipcOpen returned.
 	ipcClose(a *allocation) error
 }

@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // HandleSize is the length of a marshalled IPCHandle.
@@ -18,31 +20,37 @@ const HandleSize = 196
 
 // handleVersion is bumped whenever the layout below changes, so that a
 // process built from another version refuses a handle instead of misreading it.
-const handleVersion = 1
+// Version 2: the token of the exporter's service, and VMM handles.
+const handleVersion = 2
 
 var handleMagic = [4]byte{'g', 'c', 'I', 'H'}
 
 // Marshalled layout, little-endian. The checksum covers every byte before it.
 const (
-	hoMagic    = 0   // [4]byte
-	hoVersion  = 4   // uint16
-	hoKind     = 6   // uint8: Kind
-	hoFlags    = 7   // uint8: flagPinned or zero
-	hoPID      = 8   // uint32: the exporting process
-	hoReserved = 12  // uint32: zero
-	hoOffset   = 16  // uint64: the view's offset into its allocation
-	hoSize     = 24  // uint64: the view's length
-	hoUUID     = 32  // [16]byte: the exporting device
-	hoBoot     = 48  // [16]byte: the node's boot_id
-	hoHost     = 64  // [64]byte: the node's hostname, zero-padded
-	hoDriver   = 128 // [64]byte: the driver's opaque bytes (cudaIpcMemHandle_t)
-	hoCRC      = 192 // uint32: CRC-32C of [0, 192)
+	hoMagic   = 0   // [4]byte
+	hoVersion = 4   // uint16
+	hoKind    = 6   // uint8: Kind
+	hoFlags   = 7   // uint8: flagPinned, flagVMM or zero
+	hoPID     = 8   // uint32: the exporting process
+	hoToken   = 12  // uint32: its service's token (ipc_service.go); zero for host memory
+	hoOffset  = 16  // uint64: the view's offset into its allocation
+	hoSize    = 24  // uint64: the view's length
+	hoUUID    = 32  // [16]byte: the exporting device
+	hoBoot    = 48  // [16]byte: the node's boot_id
+	hoHost    = 64  // [64]byte: the node's hostname, zero-padded
+	hoDriver  = 128 // [64]byte: the driver's bytes (cudaIpcMemHandle_t, or vmmIPC's)
+	hoCRC     = 192 // uint32: CRC-32C of [0, 192)
 )
 
 // flagPinned marks a handle to pinned host memory from AllocPinnedShared;
 // its driver bytes are then the memfd's (as a host device's), whatever the
-// device.
-const flagPinned = 1
+// device. flagVMM marks GPU memory from the driver's virtual memory
+// management (AllocShared), whose driver bytes are vmmIPC's and whose
+// descriptor the exporter's service hands out.
+const (
+	flagPinned = 1
+	flagVMM    = 2
+)
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -60,7 +68,9 @@ type IPCHandle struct {
 type handleFields struct {
 	kind      Kind
 	pinned    bool
+	vmm       bool
 	pid       uint32
+	token     uint32
 	off, size uint64
 	uuid      [16]byte
 	node      nodeID
@@ -106,7 +116,11 @@ func (f *handleFields) seal() IPCHandle {
 	if f.pinned {
 		r[hoFlags] = flagPinned
 	}
+	if f.vmm {
+		r[hoFlags] = flagVMM
+	}
 	binary.LittleEndian.PutUint32(r[hoPID:], f.pid)
+	binary.LittleEndian.PutUint32(r[hoToken:], f.token)
 	binary.LittleEndian.PutUint64(r[hoOffset:], f.off)
 	binary.LittleEndian.PutUint64(r[hoSize:], f.size)
 	copy(r[hoUUID:], f.uuid[:])
@@ -136,7 +150,9 @@ func decodeHandle(r []byte) (handleFields, error) {
 	}
 	f.kind = Kind(r[hoKind])
 	f.pinned = r[hoFlags] == flagPinned
+	f.vmm = r[hoFlags] == flagVMM
 	f.pid = binary.LittleEndian.Uint32(r[hoPID:])
+	f.token = binary.LittleEndian.Uint32(r[hoToken:])
 	f.off = binary.LittleEndian.Uint64(r[hoOffset:])
 	f.size = binary.LittleEndian.Uint64(r[hoSize:])
 	copy(f.uuid[:], r[hoUUID:])
@@ -148,14 +164,28 @@ func decodeHandle(r []byte) (handleFields, error) {
 	switch {
 	case f.kind != Host && f.kind != CUDA:
 		return f, badHandle("unknown device kind %d", r[hoKind])
-	case (r[hoFlags] != 0 && r[hoFlags] != flagPinned) || binary.LittleEndian.Uint32(r[hoReserved:]) != 0:
-		return f, badHandle("reserved bytes set")
+	case r[hoFlags] != 0 && r[hoFlags] != flagPinned && r[hoFlags] != flagVMM:
+		return f, badHandle("unknown flags %#x", r[hoFlags])
+	case f.vmm && f.kind != CUDA:
+		return f, badHandle("VMM memory of a %s device", f.kind)
+	case (f.token != 0) != (f.kind == CUDA && !f.pinned):
+		// GPU memory is served by its exporter; host memory needs no service.
+		return f, badHandle("service token %#x for %s memory (pinned %v)", f.token, f.kind, f.pinned)
 	case f.pid == 0 || f.pid > math.MaxInt32:
 		return f, badHandle("exporting process %d", f.pid)
 	case f.off > math.MaxInt || f.size > math.MaxInt-f.off:
 		return f, badHandle("range [%d:+%d] out of bounds", f.off, f.size)
 	case !canonicalHost(f.node.host[:]):
 		return f, badHandle("malformed hostname")
+	}
+	if f.vmm {
+		x, err := parseVMMIPC(f.drv)
+		if err != nil {
+			return f, err
+		}
+		if f.off > x.size || f.size > x.size-f.off {
+			return f, badHandle("range [%d:+%d] outside the %d-byte VMM allocation", f.off, f.size, x.size)
+		}
 	}
 	return f, nil
 }
@@ -213,11 +243,16 @@ func (h IPCHandle) IsZero() bool { return h.raw == IPCHandle{}.raw }
 // Kind is the kind of the exporting device.
 func (h IPCHandle) Kind() Kind { return Kind(h.raw[hoKind]) }
 
-// Size is the length of the exported range in bytes.
 // Pinned reports whether the handle names pinned host memory
 // (AllocPinnedShared) rather than device memory.
 func (h IPCHandle) Pinned() bool { return h.raw[hoFlags] == flagPinned }
 
+// VMM reports whether the handle names GPU memory from the driver's virtual
+// memory management (AllocShared on a GPU), opened through a file
+// descriptor, rather than a legacy CUDA IPC handle.
+func (h IPCHandle) VMM() bool { return h.raw[hoFlags] == flagVMM }
+
+// Size is the length of the exported range in bytes.
 func (h IPCHandle) Size() int { return int(binary.LittleEndian.Uint64(h.raw[hoSize:])) }
 
 // Offset is where the exported range starts in the exporter's allocation.
@@ -253,15 +288,21 @@ var (
 	// device (by UUID, as two Device values of one GPU share its context)
 	// and handle.
 	mappings = map[mappingKey]*mapping{}
+	// served holds this process's exported GPU allocations by driver bytes,
+	// for the service's answers (ipc_service.go).
+	served = map[[64]byte]*export{}
 	// views holds every Buffer OpenIPC returned and that is not closed yet.
 	views = map[*allocation]*ipcView{}
 )
 
+// exportKey names an allocation across processes: VMM driver bytes are
+// unique only within their exporter, hence its pid and token.
 type exportKey struct {
-	kind   Kind
-	pinned bool
-	uuid   [16]byte
-	drv    [64]byte
+	kind        Kind
+	pinned, vmm bool
+	pid, token  uint32
+	uuid        [16]byte
+	drv         [64]byte
 }
 
 type mappingKey = exportKey
@@ -272,6 +313,9 @@ type export struct {
 	a       *allocation
 	key     exportKey
 	drv     [64]byte
+	vmm     bool
+	token   uint32       // the service's, for GPU memory
+	fd      int          // a VMM allocation's descriptor, which the service sends; -1 otherwise
 	views   int          // in-process views still open
 	freed   bool         // the owner called Free
 	release func() error // the driver's release, run once freed and views is 0
@@ -295,10 +339,13 @@ type ipcView struct {
 
 // Export returns a handle through which other processes of this node (and
 // this one) can open b's bytes with OpenIPC. The handle stays valid while b's
-// allocation is not freed. Exporting an opened view gives a handle to the
-// same memory, so a handle can be passed along. Pinned host memory can be
-// exported when it comes from AllocPinnedShared, not from AllocPinned or
-// RegisterHost.
+// allocation is not freed: once it is, OpenIPC refuses it with ErrBadHandle
+// (GPU memory: the exporter's service says so; host memory: its file is
+// gone). Exporting an opened view gives a handle to the same memory, so a
+// handle can be passed along. Pinned host memory can be exported when it
+// comes from AllocPinnedShared, not from AllocPinned or RegisterHost. GPU
+// memory from AllocShared gets a VMM handle, from Alloc a legacy CUDA IPC
+// handle (see the package documentation for the difference).
 func (b Buffer) Export() (IPCHandle, error) {
 	if err := b.Check("devmem: export", nil, 0); err != nil {
 		return IPCHandle{}, err
@@ -321,25 +368,36 @@ func (b Buffer) Export() (IPCHandle, error) {
 	}
 	e := exports[b.a]
 	if e == nil {
-		var raw [64]byte
+		e = &export{a: b.a, release: b.a.release, fd: -1}
 		var err error
 		if pinned {
-			raw, err = exportShared(b.a)
+			e.drv, err = exportShared(b.a)
 		} else if drv, ok := b.a.dev.drv.(ipcDriver); ok {
-			raw, err = drv.ipcExport(b.a)
+			e.drv, e.vmm, e.fd, err = drv.ipcExport(b.a)
 		} else {
 			err = fmt.Errorf("devmem: export from %v: the driver cannot share memory: %w", b.a.dev, ErrUnsupported)
 		}
+		if err == nil && b.a.dev.kind == CUDA && !pinned {
+			// GPU memory is served: openers ask before they map it.
+			e.token, err = serviceToken()
+		}
 		if err != nil {
+			if e.fd >= 0 {
+				unix.Close(e.fd)
+			}
 			return IPCHandle{}, err
 		}
-		e = &export{a: b.a, drv: raw, key: exportKey{b.a.dev.kind, pinned, b.a.dev.uuid, raw}, release: b.a.release}
+		e.key = exportKey{b.a.dev.kind, pinned, e.vmm, uint32(os.Getpid()), e.token, b.a.dev.uuid, e.drv}
 		exports[b.a], exportsByKey[e.key] = e, e
+		if e.token != 0 {
+			served[e.drv] = e
+		}
 		// Free runs this instead of the driver's release, so that views
 		// opened in this process keep the memory until they close.
 		b.a.release = e.ownerFree
 	}
-	f := handleFields{kind: b.a.dev.kind, pinned: pinned, pid: uint32(os.Getpid()), off: uint64(b.off), size: uint64(b.n), uuid: b.a.dev.uuid, node: node, drv: e.drv}
+	f := handleFields{kind: b.a.dev.kind, pinned: pinned, vmm: e.vmm, pid: uint32(os.Getpid()), token: e.token,
+		off: uint64(b.off), size: uint64(b.n), uuid: b.a.dev.uuid, node: node, drv: e.drv}
 	return f.seal(), nil
 }
 
@@ -348,12 +406,28 @@ func (e *export) ownerFree() error {
 	e.freed = true
 	delete(exports, e.a)
 	delete(exportsByKey, e.key)
+	if served[e.drv] == e {
+		delete(served, e.drv)
+	}
 	last := e.views == 0
 	ipcMu.Unlock()
 	if last {
-		return e.release()
+		return e.finalRelease()
 	}
 	return nil
+}
+
+// finalRelease closes the descriptor the service sent copies of (processes
+// that imported it keep the memory alive) and returns the memory.
+func (e *export) finalRelease() error {
+	var closeErr error
+	if e.fd >= 0 {
+		if err := unix.Close(e.fd); err != nil {
+			closeErr = fmt.Errorf("devmem: closing an exported descriptor: %w", err)
+		}
+		e.fd = -1
+	}
+	return errors.Join(e.release(), closeErr)
 }
 
 // OpenIPC opens the memory a handle names and returns a view of it on d. An
@@ -361,7 +435,9 @@ func (e *export) ownerFree() error {
 // opened; each view is released by CloseIPC and the mapping goes with the
 // last. Opened in the exporting process, the view is the exported memory
 // itself. A handle that is corrupt, from another node, or for another kind
-// of device is refused with ErrBadHandle before any driver call.
+// of device is refused with ErrBadHandle before any driver call, and so is
+// a handle of GPU memory its exporter has freed (or an exporter that has
+// exited): the exporter's service is asked first.
 func (d *Device) OpenIPC(h IPCHandle) (Buffer, error) {
 	if d == nil {
 		return Buffer{}, fmt.Errorf("devmem: OpenIPC on nil device: %w", ErrInvalidArgument)
@@ -381,13 +457,36 @@ func (d *Device) OpenIPC(h IPCHandle) (Buffer, error) {
 		return Buffer{}, badHandle("exported on node %v, this is node %v", f.node, node)
 	}
 	off, n := int(f.off), int(f.size)
+	remote := int(f.pid) != os.Getpid()
+	key := mappingKey{d.kind, f.pinned, f.vmm, f.pid, f.token, d.uuid, f.drv}
+
+	// Questions to the exporter are asked with ipcMu released: two processes
+	// opening each other's handles would otherwise wait for each other.
+	fd := -1
+	if remote && f.token != 0 {
+		ipcMu.Lock()
+		_, have := mappings[key]
+		ipcMu.Unlock()
+		// A legacy handle is checked on every open, cached or not; a VMM
+		// mapping keeps its memory alive, so only the first open asks.
+		if !f.vmm || !have {
+			if fd, err = askExporter(f, f.vmm); err != nil {
+				return Buffer{}, err
+			}
+			defer func() {
+				if fd >= 0 {
+					unix.Close(fd)
+				}
+			}()
+		}
+	}
 
 	ipcMu.Lock()
 	defer ipcMu.Unlock()
 	v := &ipcView{f: f}
 	var mem *allocation // the whole allocation the view is cut from
-	if int(f.pid) == os.Getpid() {
-		e := exportsByKey[exportKey{f.kind, f.pinned, f.uuid, f.drv}]
+	if !remote {
+		e := exportsByKey[exportKey{f.kind, f.pinned, f.vmm, f.pid, f.token, f.uuid, f.drv}]
 		if e == nil {
 			return Buffer{}, badHandle("exported by this process from memory since freed")
 		}
@@ -397,7 +496,6 @@ func (d *Device) OpenIPC(h IPCHandle) (Buffer, error) {
 		e.views++
 		v.exp, mem = e, e.a
 	} else {
-		key := mappingKey{d.kind, f.pinned, d.uuid, f.drv}
 		m := mappings[key]
 		if m == nil {
 			var base *allocation
@@ -412,8 +510,12 @@ func (d *Device) OpenIPC(h IPCHandle) (Buffer, error) {
 				if !ok {
 					return Buffer{}, fmt.Errorf("devmem: OpenIPC on %v: the driver cannot share memory: %w", d, ErrUnsupported)
 				}
+				if f.vmm && fd < 0 {
+					// Another goroutine's mapping went away while we asked; ask again.
+					return Buffer{}, fmt.Errorf("devmem: OpenIPC: the mapping of %v closed during the open; open again: %w", h, ErrBadHandle)
+				}
 				var err error
-				if base, err = drv.ipcOpen(f.drv, off+n); err != nil {
+				if base, err = drv.ipcOpen(f.drv, fd, off+n); err != nil {
 					return Buffer{}, err
 				}
 				unmap = func() error { return drv.ipcClose(base) }
@@ -433,7 +535,7 @@ func (d *Device) OpenIPC(h IPCHandle) (Buffer, error) {
 		m.refs++
 		v.m, mem = m, m.base
 	}
-	a := &allocation{dev: d, addr: mem.addr + uintptr(off), size: n, pinned: mem.pinned}
+	a := &allocation{dev: d, addr: mem.addr + uintptr(off), size: n, pinned: mem.pinned, home: mem, homeOff: off}
 	if mem.host != nil {
 		a.host = mem.host[off : off+n : off+n]
 	}
@@ -465,7 +567,7 @@ func (b Buffer) CloseIPC() error {
 	if e := v.exp; e != nil {
 		e.views--
 		if e.views == 0 && e.freed {
-			release = e.release
+			release = e.finalRelease
 		}
 	} else if m := v.m; m != nil {
 		m.refs--

@@ -57,9 +57,14 @@ func parseHostIPC(b [64]byte) (hostIPC, error) {
 	return x, nil
 }
 
-func (h *hostDriver) ipcExport(a *allocation) ([64]byte, error) { return exportShared(a) }
+func (h *hostDriver) ipcExport(a *allocation) ([64]byte, bool, int, error) {
+	b, err := exportShared(a)
+	return b, false, -1, err
+}
 
-func (h *hostDriver) ipcOpen(b [64]byte, need int) (*allocation, error) { return openShared(b, need) }
+func (h *hostDriver) ipcOpen(b [64]byte, _ int, need int) (*allocation, error) {
+	return openShared(b, need)
+}
 
 func (h *hostDriver) ipcClose(a *allocation) error { return closeShared(a) }
 

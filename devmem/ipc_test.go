@@ -723,9 +723,9 @@ type countingDriver struct {
 	opens atomic.Int64
 }
 
-func (c *countingDriver) ipcOpen(h [64]byte, need int) (*allocation, error) {
+func (c *countingDriver) ipcOpen(h [64]byte, fd int, need int) (*allocation, error) {
 	c.opens.Add(1)
-	return c.hostDriver.ipcOpen(h, need)
+	return c.hostDriver.ipcOpen(h, fd, need)
 }
 
 func newCountingDevice() (*Device, *countingDriver) {
@@ -770,9 +770,15 @@ func TestOpenIPCRefusesBadHandlesBeforeTheDriver(t *testing.T) {
 		"other host":            reseal(t, foreign, func(f *handleFields) { f.node.host = [64]byte{'e', 'l', 's', 'e'} }),
 		"cuda kind":             reseal(t, foreign, func(f *handleFields) { f.kind = CUDA }),
 		"unknown kind":          reseal(t, foreign, func(f *handleFields) { f.kind = 9 }),
-		"version 2": func() IPCHandle {
+		"older version": func() IPCHandle {
 			h := foreign
-			binary.LittleEndian.PutUint16(h.raw[hoVersion:], 2)
+			binary.LittleEndian.PutUint16(h.raw[hoVersion:], handleVersion-1)
+			binary.LittleEndian.PutUint32(h.raw[hoCRC:], crc32.Checksum(h.raw[:hoCRC], castagnoli))
+			return h
+		}(),
+		"newer version": func() IPCHandle {
+			h := foreign
+			binary.LittleEndian.PutUint16(h.raw[hoVersion:], handleVersion+1)
 			binary.LittleEndian.PutUint32(h.raw[hoCRC:], crc32.Checksum(h.raw[:hoCRC], castagnoli))
 			return h
 		}(),

@@ -94,7 +94,10 @@ func NewNodeShared(c NodeComm, count int64, elemSize int) (*NodeShared, error) {
 	if rank == 0 {
 		// At least one byte, so that a node whose ranks all bring zero
 		// elements still has a buffer to export.
-		owned, rootErr = dev.Alloc(max(totalBytes, 1))
+		// AllocShared: VMM memory on a GPU, which every rank maps from a
+		// descriptor, so that a CUDA-aware MPI's own mappings of it do not
+		// collide with the ranks'.
+		owned, rootErr = dev.AllocShared(max(totalBytes, 1))
 		var h IPCHandle
 		if rootErr == nil {
 			var whole Buffer
