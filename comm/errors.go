@@ -3,6 +3,8 @@ package comm
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/gpucomm/gpucomm/internal/errs"
 )
@@ -26,24 +28,57 @@ var (
 type Error struct {
 	Backend string
 	Op      string
-	Rank    int
+	Rank    int // -1 when the rank is not known (MPI not up yet)
 	Err     error
 }
 
+// Error reads "gpucomm BACKEND rank R: OP: cause"; an unknown rank (negative)
+// and an empty Op are left out rather than printed as "rank -1".
 func (e *Error) Error() string {
-	return fmt.Sprintf("gpucomm %s rank %d: %s: %v", e.Backend, e.Rank, e.Op, e.Err)
+	var b strings.Builder
+	b.WriteString("gpucomm")
+	if e.Backend != "" {
+		b.WriteString(" " + e.Backend)
+	}
+	if e.Rank >= 0 {
+		b.WriteString(" rank " + strconv.Itoa(e.Rank))
+	}
+	b.WriteString(": ")
+	if e.Op != "" {
+		b.WriteString(e.Op + ": ")
+	}
+	fmt.Fprint(&b, e.Err)
+	return b.String()
 }
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// Errorf builds an *Error whose cause wraps sentinel (which may be nil).
+// Errorf builds an *Error whose cause wraps sentinel (which may be nil). The
+// sentinel's text is added to the message only when the message does not
+// already say it, so that "communicator is closed" never reads twice.
 func Errorf(backend, op string, rank int, sentinel error, format string, args ...any) error {
-	err := fmt.Errorf(format, args...)
-	if sentinel != nil && !errors.Is(err, sentinel) {
-		err = fmt.Errorf("%w: %w", err, sentinel)
-	}
-	return &Error{Backend: backend, Op: op, Rank: rank, Err: err}
+	return &Error{Backend: backend, Op: op, Rank: rank, Err: withSentinel(fmt.Errorf(format, args...), sentinel)}
 }
+
+// withSentinel makes err wrap sentinel too, without repeating its text.
+func withSentinel(err, sentinel error) error {
+	switch {
+	case sentinel == nil || errors.Is(err, sentinel):
+		return err
+	case strings.Contains(err.Error(), sentinel.Error()):
+		return &joined{msg: err.Error(), errs: []error{err, sentinel}}
+	}
+	return fmt.Errorf("%w: %w", err, sentinel)
+}
+
+// joined is an error whose text is msg and which wraps every one of errs.
+type joined struct {
+	msg  string
+	errs []error
+}
+
+func (j *joined) Error() string   { return j.msg }
+func (j *joined) Unwrap() []error { return j.errs }
 
 // Wrap makes err an *Error of the given backend, operation and rank, unless
 // it is nil or already one.

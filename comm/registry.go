@@ -10,6 +10,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/launcher"
 )
 
 // Options configure Open. Zero values mean the defaults; DefaultOptions fills
@@ -57,7 +60,9 @@ func WithTimeout(d time.Duration) Option { return func(o *Options) { o.Timeout =
 // WithDebug turns signature checks across ranks on or off.
 func WithDebug(on bool) Option { return func(o *Options) { o.Debug = on } }
 
-// WithChunkBytes sets the pipelining chunk of host-staged transfers.
+// WithChunkBytes sets the pipelining chunk of host-staged transfers: 0 for
+// the backend's default, else MinChunkBytes to MaxChunkBytes (Open refuses
+// other sizes).
 func WithChunkBytes(n int) Option { return func(o *Options) { o.ChunkBytes = n } }
 
 // WithNodeBytes sets the size from which host-staged point-to-point
@@ -68,12 +73,24 @@ func WithNodeBytes(n int) Option { return func(o *Options) { o.NodeBytes = n } }
 // reductions go through host staging; -1 hands every reduction to MPI.
 func WithStageReduceBytes(n int) Option { return func(o *Options) { o.StageReduceBytes = n } }
 
+// The sizes a pipelining chunk may have. A chunk of a few bytes makes every
+// host-staged transfer thousands of MPI messages (an 8 MiB AllGather took 40 s
+// instead of 2 with 8-byte chunks), so sizes outside this range are refused
+// as a mistake rather than obeyed.
+const (
+	MinChunkBytes = 4 << 10
+	MaxChunkBytes = 1 << 30
+)
+
 // DefaultOptions reads GPUCOMM_DEVICE, GPUCOMM_TIMEOUT, GPUCOMM_DEBUG,
 // GPUCOMM_CHUNK_BYTES, GPUCOMM_NODE_BYTES and GPUCOMM_STAGE_REDUCE_BYTES. A
 // malformed value is an error rather than ignored.
 func DefaultOptions() (Options, error) {
 	var o Options
 	o.Device = os.Getenv("GPUCOMM_DEVICE")
+	if err := devmem.CheckSpec(o.Device); err != nil {
+		return o, fmt.Errorf("GPUCOMM_DEVICE=%q: want auto, host, cuda or cuda:N: %w", o.Device, ErrInvalidArgument)
+	}
 	if v := os.Getenv("GPUCOMM_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -96,7 +113,10 @@ func DefaultOptions() (Options, error) {
 	if v := os.Getenv("GPUCOMM_CHUNK_BYTES"); v != "" {
 		n, err := parseBytes(v)
 		if err != nil || n <= 0 {
-			return o, fmt.Errorf("GPUCOMM_CHUNK_BYTES=%q: want a positive byte count such as 1048576, 512K or 4M: %w", v, ErrInvalidArgument)
+			return o, fmt.Errorf("GPUCOMM_CHUNK_BYTES=%q: want a byte count from 4K to 1G, such as 1048576, 512K or 4M: %w", v, ErrInvalidArgument)
+		}
+		if err := checkChunk(n); err != nil {
+			return o, fmt.Errorf("GPUCOMM_CHUNK_BYTES=%q: %w", v, err)
 		}
 		o.ChunkBytes = n
 	}
@@ -108,6 +128,26 @@ func DefaultOptions() (Options, error) {
 		return o, err
 	}
 	return o, nil
+}
+
+// checkChunk refuses a pipelining chunk that cannot be meant; 0 is the default.
+func checkChunk(n int) error {
+	if n != 0 && (n < MinChunkBytes || n > MaxChunkBytes) {
+		return fmt.Errorf("a pipelining chunk of %d bytes: want 4K (%d) to 1G (%d), or 0 for the default: %w",
+			n, MinChunkBytes, MaxChunkBytes, ErrInvalidArgument)
+	}
+	return nil
+}
+
+// validate checks what the options say on their own, after opts applied.
+func (o Options) validate() error {
+	if err := devmem.CheckSpec(o.Device); err != nil {
+		return fmt.Errorf("comm: %w", err)
+	}
+	if o.Timeout < 0 {
+		return fmt.Errorf("comm: timeout %v: want 0 (none) or more: %w", o.Timeout, ErrInvalidArgument)
+	}
+	return checkChunk(o.ChunkBytes)
 }
 
 // threshold reads a size from the environment variable name: unset is 0
@@ -145,6 +185,11 @@ type Driver struct {
 	Probe func() Verdict
 	// Rank orders backends for "auto": higher is preferred.
 	Rank int
+	// InProcess marks a backend whose Open makes a job of this process
+	// alone (local). Under a launcher that started several ranks, Open of
+	// it fails, naming the launcher, instead of making every process a
+	// one-rank job of its own; "auto" never picks it there.
+	InProcess bool
 }
 
 var (
@@ -203,7 +248,15 @@ func unknown(name string) error {
 
 // Open opens this process's communicator on the named backend, or on the
 // best usable one for "auto" or "". GPUCOMM_BACKEND, when set, overrides
-// name. Options from the environment apply first, then opts.
+// name. Options from the environment apply first, then opts; a malformed
+// one (an unknown device, a chunk size outside MinChunkBytes..MaxChunkBytes)
+// is an error wrapping ErrInvalidArgument.
+//
+// Under a launcher that started several ranks (mpirun -np 4, mpiexec, srun),
+// an in-process backend (local) is refused, and "auto" never falls back to
+// it: every process would otherwise be rank 0 of a job of its own and
+// compute a wrong answer without a word. The error names the launcher, the
+// job's size, the MPI this binary was built with and the fix.
 func Open(name string, opts ...Option) (Communicator, error) {
 	if env := os.Getenv("GPUCOMM_BACKEND"); env != "" {
 		name = env
@@ -214,6 +267,9 @@ func Open(name string, opts ...Option) (Communicator, error) {
 	}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
 	}
 	if name == "" || name == "auto" {
 		names, err := candidates()
@@ -228,7 +284,55 @@ func Open(name string, opts ...Option) (Communicator, error) {
 	if !ok {
 		return nil, unknown(name)
 	}
+	if err := CheckLauncher(name); err != nil {
+		return nil, err
+	}
 	return d.Open(o)
+}
+
+// CheckLauncher reports whether the named backend can serve the job this
+// process was launched into: an error, wrapping ErrNotBuilt when this binary
+// has no MPI and ErrUnsupported otherwise, when the backend runs in-process
+// (local) and a launcher (Open MPI's mpirun, MPICH's mpiexec, srun, PMIx)
+// started several ranks; nil otherwise, and for names not registered.
+// Programs that make in-process groups themselves (local.NewGroup) under a
+// launcher call it first, as the gpucomm command does.
+func CheckLauncher(name string) error {
+	regMu.RLock()
+	d, ok := drivers[name]
+	regMu.RUnlock()
+	if !ok || !d.InProcess {
+		return nil
+	}
+	job, ok := launcher.FromEnv()
+	if !ok || !job.MultiRank() {
+		return nil
+	}
+	return launcherRefusal(name, job)
+}
+
+// launcherRefusal says why the in-process backend name cannot serve job, and
+// what to do.
+func launcherRefusal(name string, job launcher.Job) error {
+	size := "several ranks"
+	if job.Size > 0 {
+		size = fmt.Sprintf("%d ranks", job.Size)
+	}
+	head := fmt.Sprintf("comm: backend %s keeps every rank in one process, but %s started this process as rank %d of %s (%s)",
+		name, job.Launcher, job.Rank, size, job.From)
+	if builtMPI == "" {
+		tag := "-tags mpi (Open MPI) or -tags mpich (MPICH)"
+		switch job.Family {
+		case launcher.FamilyOpenMPI:
+			tag = "-tags mpi (Open MPI, whose mpirun this is)"
+		case launcher.FamilyMPICH:
+			tag = "-tags mpich (MPICH, whose mpiexec this is)"
+		}
+		return fmt.Errorf("%s; this binary was built without MPI (neither -tags mpi nor -tags mpich), so each process would run alone: "+
+			"rebuild it with %s and open backend mpi, cudaaware, nccl or auto: %w", head, tag, ErrNotBuilt)
+	}
+	return fmt.Errorf("%s; this binary was built with %s: open backend mpi, cudaaware, nccl or auto (-backend or GPUCOMM_BACKEND) instead of %s: %w",
+		head, builtMPI, name, ErrUnsupported)
 }
 
 // Auto names the backend "auto" tries first: the best backend usable for
@@ -242,13 +346,24 @@ func Auto() (string, error) {
 }
 
 // candidates lists the usable backends in the order "auto" tries them: those
-// usable for certain, best first, then the tentative ones.
+// usable for certain, best first, then the tentative ones. Under a launcher
+// of several ranks in-process backends are left out, and when nothing else
+// is usable the error is the launcher's refusal of the best in-process one.
 func candidates() ([]string, error) {
 	var why, certain, tentative []string
+	job, launched := launcher.FromEnv()
+	launched = launched && job.MultiRank()
+	var refusal error
 	for _, n := range Backends() {
 		regMu.RLock()
 		d := drivers[n]
 		regMu.RUnlock()
+		if d.InProcess && launched {
+			if refusal == nil {
+				refusal = launcherRefusal(n, job)
+			}
+			continue
+		}
 		switch v := d.Probe(); {
 		case v.Usable && !v.Tentative:
 			certain = append(certain, n)
@@ -260,6 +375,11 @@ func candidates() ([]string, error) {
 	}
 	if all := append(certain, tentative...); len(all) > 0 {
 		return all, nil
+	}
+	if refusal != nil && why != nil {
+		return nil, fmt.Errorf("%w (auto found no backend for a launched job: %s)", refusal, strings.Join(why, "; "))
+	} else if refusal != nil {
+		return nil, refusal
 	}
 	return nil, fmt.Errorf("comm: no usable backend (%s): %w", strings.Join(why, "; "), ErrUnsupported)
 }

@@ -151,7 +151,7 @@ func TestErrorWrapsSentinelAndNamesRank(t *testing.T) {
 }
 
 func TestChunkBytesFromTheEnvironmentTakesSuffixes(t *testing.T) {
-	for v, want := range map[string]int{"65536": 65536, "512K": 512 << 10, "4M": 4 << 20, "4MiB": 4 << 20, "1g": 1 << 30, " 2k ": 2048} {
+	for v, want := range map[string]int{"65536": 65536, "512K": 512 << 10, "4M": 4 << 20, "4MiB": 4 << 20, "1g": 1 << 30, " 4k ": 4096} {
 		t.Setenv("GPUCOMM_CHUNK_BYTES", v)
 		o, err := DefaultOptions()
 		if err != nil || o.ChunkBytes != want {
@@ -228,5 +228,94 @@ func TestAutoFallsBackPastABackendThatRefusesTheJob(t *testing.T) {
 	c, err := openFirst(Options{}, []string{"fake-auto-a", "fake-auto-b"})
 	if c != nil || !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), notAware.Error()) || !strings.Contains(err.Error(), shared.Error()) {
 		t.Errorf("every candidate refusing: %v, %v; want ErrUnsupported naming both refusals", c, err)
+	}
+}
+
+// A chunk of a few bytes turns one transfer into thousands of MPI messages
+// (8 bytes made an 8 MiB AllGather take 40 s): sizes outside 4K..1G are
+// refused, from the environment and from WithChunkBytes alike.
+func TestChunkBytesOutsideTheSaneRangeAreRefused(t *testing.T) {
+	registerFakes(t)
+	t.Setenv("GPUCOMM_BACKEND", "")
+	for _, v := range []string{"8", "4095", "2G", "1025M"} {
+		t.Setenv("GPUCOMM_CHUNK_BYTES", v)
+		_, err := DefaultOptions()
+		if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "GPUCOMM_CHUNK_BYTES") || !strings.Contains(err.Error(), "4K") {
+			t.Errorf("GPUCOMM_CHUNK_BYTES=%s: %v; want ErrInvalidArgument naming the variable and the range", v, err)
+		}
+	}
+	for v, want := range map[string]int{"4K": MinChunkBytes, "1G": MaxChunkBytes} {
+		t.Setenv("GPUCOMM_CHUNK_BYTES", v)
+		if o, err := DefaultOptions(); err != nil || o.ChunkBytes != want {
+			t.Errorf("GPUCOMM_CHUNK_BYTES=%s: %d, %v; want %d", v, o.ChunkBytes, err, want)
+		}
+	}
+	t.Setenv("GPUCOMM_CHUNK_BYTES", "")
+	fakeOpened = nil
+	for _, n := range []int{8, MinChunkBytes - 1, MaxChunkBytes + 1, -4096} {
+		c, err := Open("fake-good", WithChunkBytes(n))
+		if c != nil || !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("WithChunkBytes(%d): %v, %v; want ErrInvalidArgument", n, c, err)
+		}
+	}
+	if len(fakeOpened) != 0 {
+		t.Errorf("a backend opened with a refused chunk: %v", fakeOpened)
+	}
+	if c, err := Open("fake-good", WithChunkBytes(0)); err != nil || c.(*fakeComm).opts.ChunkBytes != 0 {
+		t.Errorf("WithChunkBytes(0) (the default): %v, %v", c, err)
+	}
+}
+
+// GPUCOMM_DEVICE=bogus used to reach a backend that never looked at it; an
+// unknown device is an error from DefaultOptions and from Open.
+func TestUnknownDeviceIsAnError(t *testing.T) {
+	registerFakes(t)
+	t.Setenv("GPUCOMM_BACKEND", "")
+	for _, v := range []string{"bogus", "cuda:", "cuda:-1", "gpu0", "cuda:x"} {
+		t.Setenv("GPUCOMM_DEVICE", v)
+		if _, err := DefaultOptions(); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "GPUCOMM_DEVICE") {
+			t.Errorf("GPUCOMM_DEVICE=%s: %v; want ErrInvalidArgument naming the variable", v, err)
+		}
+		if c, err := Open("fake-good"); c != nil || !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("Open with GPUCOMM_DEVICE=%s: %v, %v", v, c, err)
+		}
+	}
+	for _, v := range []string{"", "auto", "host", "cuda", "CUDA:7", " cuda:0 "} {
+		t.Setenv("GPUCOMM_DEVICE", v)
+		if o, err := DefaultOptions(); err != nil || o.Device != v {
+			t.Errorf("GPUCOMM_DEVICE=%q: %+v, %v", v, o, err)
+		}
+	}
+	t.Setenv("GPUCOMM_DEVICE", "")
+	if c, err := Open("fake-good", WithDevice("bogus")); c != nil || !errors.Is(err, ErrInvalidArgument) {
+		t.Errorf("WithDevice(bogus): %v, %v; want ErrInvalidArgument", c, err)
+	}
+}
+
+// Errors read once: no sentinel text twice, no "rank -1".
+func TestErrorMessagesSayEachThingOnce(t *testing.T) {
+	for _, tc := range []struct {
+		err      error
+		sentinel error
+		want     string
+	}{
+		{Errorf("local", "AllReduce", 0, ErrClosed, "communicator is closed"), ErrClosed,
+			"gpucomm local rank 0: AllReduce: communicator is closed"},
+		{Errorf("mpi", "Open", -1, ErrNotBuilt, "MPI is missing"), ErrNotBuilt,
+			"gpucomm mpi: Open: MPI is missing: backend not built into this binary"},
+		{Errorf("nccl", "Open", 2, ErrTimeout, "after 3s: operation timed out"), ErrTimeout,
+			"gpucomm nccl rank 2: Open: after 3s: operation timed out"},
+		{Wrap("mpi", "Open", -1, ErrNotBuilt), ErrNotBuilt, "gpucomm mpi: Open: backend not built into this binary"},
+		{&Error{Backend: "x", Rank: 1, Err: ErrClosed}, ErrClosed, "gpucomm x rank 1: communicator is closed"},
+	} {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("message %q, want %q", got, tc.want)
+		}
+		if !errors.Is(tc.err, tc.sentinel) {
+			t.Errorf("%v does not wrap %v", tc.err, tc.sentinel)
+		}
+		if s := tc.err.Error(); strings.Count(s, tc.sentinel.Error()) > 1 || strings.Contains(s, "rank -1") {
+			t.Errorf("%q repeats itself or prints rank -1", s)
+		}
 	}
 }

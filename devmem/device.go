@@ -2,6 +2,7 @@ package devmem
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -110,6 +111,84 @@ var CUDADeviceCount = func() (int, error) {
 	return 0, fmt.Errorf("devmem: cuda driver not available: %w", ErrLibraryNotFound)
 }
 
+// CheckSpec reports whether Open understands spec: "", "auto", "host",
+// "cuda" or "cuda:N" with N >= 0, in any case and with spaces around. It
+// opens nothing, so a GPU that is not there is Open's error, not this one's.
+func CheckSpec(spec string) error {
+	s := strings.ToLower(strings.TrimSpace(spec))
+	switch s {
+	case "", "auto", "host", "cuda":
+		return nil
+	}
+	if rest, ok := strings.CutPrefix(s, "cuda:"); ok {
+		if n, err := strconv.Atoi(rest); err == nil && n >= 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("devmem: unknown device %q (want auto, host, cuda or cuda:N): %w", spec, ErrInvalidArgument)
+}
+
+// IsGPUSpec reports whether spec asks for a GPU ("cuda" or "cuda:N"), which
+// a backend that runs on host devices only must refuse.
+func IsGPUSpec(spec string) bool {
+	s := strings.ToLower(strings.TrimSpace(spec))
+	return s == "cuda" || strings.HasPrefix(s, "cuda:")
+}
+
+// Memory reports the bytes free and in total where the device's buffers
+// live: the GPU's memory (MemInfo) for a cuda device, and for a host device
+// the host's memory as Linux counts it (MemAvailable and MemTotal of
+// /proc/meminfo), since its buffers are host memory. Elsewhere the error
+// wraps ErrUnsupported.
+func (d *Device) Memory() (free, total int, err error) {
+	if d == nil {
+		return 0, 0, fmt.Errorf("devmem: Memory of a nil device: %w", ErrInvalidArgument)
+	}
+	if d.kind != Host {
+		return d.MemInfo()
+	}
+	return HostMemory()
+}
+
+// HostMemory reports the host's available and total memory in bytes, from
+// /proc/meminfo's MemAvailable and MemTotal.
+func HostMemory() (available, total int, err error) {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, 0, fmt.Errorf("devmem: host memory: %v: %w", err, ErrUnsupported)
+	}
+	return parseMeminfo(string(b))
+}
+
+func parseMeminfo(s string) (available, total int, err error) {
+	found := 0
+	for _, line := range strings.Split(s, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[2] != "kB" {
+			continue
+		}
+		var dst *int
+		switch f[0] {
+		case "MemAvailable:":
+			dst = &available
+		case "MemTotal:":
+			dst = &total
+		default:
+			continue
+		}
+		kb, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil || kb < 0 || kb > math.MaxInt>>10 {
+			return 0, 0, fmt.Errorf("devmem: /proc/meminfo line %q: %w", line, ErrUnsupported)
+		}
+		*dst = int(kb) << 10
+		found++
+	}
+	if found != 2 {
+		return 0, 0, fmt.Errorf("devmem: /proc/meminfo lacks MemAvailable or MemTotal: %w", ErrUnsupported)
+	}
+	return available, total, nil
+}
+
 // Open returns the device named by spec for a process with the given local
 // rank: "host", "cuda" (GPU localRank mod count), "cuda:N", or "auto"/"" (a
 // GPU when one is usable, else the host device). An empty spec reads
@@ -117,6 +196,9 @@ var CUDADeviceCount = func() (int, error) {
 func Open(spec string, localRank int) (*Device, error) {
 	if spec == "" {
 		spec = os.Getenv("GPUCOMM_DEVICE")
+	}
+	if err := CheckSpec(spec); err != nil {
+		return nil, err // a typo is the user's error, whatever the machine has
 	}
 	spec = strings.ToLower(strings.TrimSpace(spec))
 	if localRank < 0 {

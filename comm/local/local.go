@@ -18,6 +18,9 @@ const Name = "local"
 func init() {
 	comm.Register(Name, comm.Driver{
 		Open: func(o comm.Options) (comm.Communicator, error) {
+			if err := CheckDevice(o.Device); err != nil {
+				return nil, err
+			}
 			cs, err := newGroup(1, o)
 			if err != nil {
 				return nil, err
@@ -27,19 +30,43 @@ func init() {
 		Probe: func() comm.Verdict {
 			return comm.Verdict{Usable: true, Reason: "in-process ranks on host devices; always available"}
 		},
+		InProcess: true,
 	})
+}
+
+// CheckDevice says whether the local backend can run on the device spec
+// names: "", "auto" and "host" give host devices; a GPU ("cuda", "cuda:N")
+// is an error wrapping comm.ErrUnsupported and anything else one wrapping
+// comm.ErrInvalidArgument, so that GPUCOMM_DEVICE=cuda never runs on the
+// host device without a word.
+func CheckDevice(spec string) error {
+	if err := devmem.CheckSpec(spec); err != nil {
+		return comm.Wrap(Name, "Open", 0, err)
+	}
+	if devmem.IsGPUSpec(spec) {
+		return comm.Errorf(Name, "Open", 0, comm.ErrUnsupported,
+			"device %q: the local backend runs on simulated host devices only; use device host or auto, or an MPI backend (mpi, cudaaware, nccl) for GPUs", spec)
+	}
+	return nil
 }
 
 // NewGroup makes n communicators that talk to each other in this process,
 // rank r at index r, each on a fresh host device. Options give the timeout
-// (GPUCOMM_TIMEOUT by default); the device option is ignored.
+// (GPUCOMM_TIMEOUT by default). A device given as an option must be a host
+// device (CheckDevice); GPUCOMM_DEVICE, which chooses the device of the
+// communicators a job opens (comm.Open), is checked for its spelling only,
+// so that in-process test groups run under GPUCOMM_DEVICE=cuda too.
 func NewGroup(n int, opts ...comm.Option) ([]comm.Communicator, error) {
 	o, err := comm.DefaultOptions()
 	if err != nil {
 		return nil, err
 	}
+	o.Device = ""
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if err := CheckDevice(o.Device); err != nil {
+		return nil, err
 	}
 	return newGroup(n, o)
 }

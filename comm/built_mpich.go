@@ -1,0 +1,5 @@
+//go:build mpich && !mpi && cgo
+
+package comm
+
+const builtMPI = "MPICH (-tags mpich)"
