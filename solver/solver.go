@@ -87,7 +87,11 @@ func New(c comm.Communicator, cfg Config) (*Solver, error) {
 	if err := agree(c, cfg, cerr); err != nil {
 		return nil, err
 	}
-	s := &Solver{c: c, cfg: cfg, l: newLayout(cfg, c.Rank()), dev: c.Device(), residual: math.NaN()}
+	l := newLayout(cfg, c.Rank())
+	if err := checkMemory(c, cfg, l); err != nil {
+		return nil, err
+	}
+	s := &Solver{c: c, cfg: cfg, l: l, dev: c.Device(), residual: math.NaN()}
 	if err := s.setup(); err != nil {
 		return nil, errors.Join(err, s.release())
 	}
@@ -126,6 +130,83 @@ func agree(c comm.Communicator, cfg Config, cerr error) error {
 	return nil
 }
 
+// deviceBytes is what setup allocates on the device for layout l: two
+// copies of the slab with its halos, the residual's partial sums, and the
+// packed column halos of the 2-D decomposition.
+func (l layout) deviceBytes() int64 {
+	n := 2*int64(l.rows+2)*int64(l.nx()) + int64(l.rows) + 2
+	for _, side := range []int{l.left, l.right} {
+		if side >= 0 {
+			n += 2 * int64(l.rows)
+		}
+	}
+	return 8 * n
+}
+
+// checkMemory has the ranks agree, before anything is allocated, that every
+// device can hold its block: one AllReduce(Max) of {need, need of the ranks
+// sharing one memory, -free, -total}. Host devices share the host's memory
+// with the other ranks of the node; a GPU is taken to be this rank's own.
+// Every rank returns the same error, so that a caller printing each rank's
+// error can print it once.
+func checkMemory(c comm.Communicator, cfg Config, l layout) error {
+	const unknown = math.MaxInt64
+	need := l.deviceBytes()
+	sharers := int64(1)
+	if c.Device().Kind() == devmem.Host {
+		sharers = int64(max(c.LocalSize(), 1))
+	}
+	free, total := int64(unknown), int64(unknown)
+	if f, t, err := deviceMemory(c.Device()); err == nil {
+		free, total = int64(f), int64(t)
+	}
+	v, err := allMax(c, need, need*sharers, -free, -total)
+	if err != nil {
+		return fmt.Errorf("solver: checking the devices' memory: %w", err)
+	}
+	need, nodeNeed, free, total := v[0], v[1], -v[2], -v[3]
+	if free == unknown || nodeNeed <= free {
+		return nil
+	}
+	where := "the GPU"
+	if c.Device().Kind() == devmem.Host {
+		where = "host memory"
+	}
+	if nodeNeed > need {
+		where = fmt.Sprintf("%s, up to %s a rank for the ranks sharing it", where, gb(need))
+	}
+	return fmt.Errorf("solver: a %d×%d grid over %d ranks needs %s of %s, but the fullest device has %s free of %s: choose a smaller grid or more ranks: %w",
+		cfg.N, cfg.M, c.Size(), gb(nodeNeed), where, gb(free), gb(total), comm.ErrUnsupported)
+}
+
+// deviceMemory is Device.Memory; tests shrink it to check the refusal
+// without filling the machine.
+var deviceMemory = (*devmem.Device).Memory
+
+// gb writes a byte count in decimal gigabytes, or megabytes below one.
+func gb(n int64) string {
+	if n < 1e9 {
+		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	}
+	return fmt.Sprintf("%.1f GB", float64(n)/1e9)
+}
+
+// allMax all-reduces a few int64 values with Max, now.
+func allMax(c comm.Communicator, vals ...int64) ([]int64, error) {
+	buf, err := devmem.AllocSlice[int64](c.Device(), len(vals))
+	if err != nil {
+		return nil, err
+	}
+	defer buf.Free()
+	if err := buf.CopyFrom(vals, nil); err != nil {
+		return nil, err
+	}
+	if err := comm.AllReduce(c, buf, buf, comm.Max, nil); err != nil {
+		return nil, err
+	}
+	return buf.ToHost(nil)
+}
+
 func (s *Solver) setup() error {
 	l, nx := s.l, s.l.nx()
 	var err error
@@ -150,21 +231,21 @@ func (s *Solver) setup() error {
 			}
 		}
 	}
-	alloc := func(x *devmem.Slice[float64], n int) error {
-		*x, err = devmem.AllocSlice[float64](s.dev, n)
-		return err
+	// One allocation after another, stopping at the first failure, so that
+	// a failure is reported once, not once for each buffer that also failed.
+	type want struct {
+		x *devmem.Slice[float64]
+		n int
 	}
-	if err := errors.Join(alloc(&s.u[0], (l.rows+2)*nx), alloc(&s.u[1], (l.rows+2)*nx),
-		alloc(&s.partial, l.rows), alloc(&s.localSum, 1), alloc(&s.globalSum, 1)); err != nil {
-		return err
-	}
+	wants := []want{{&s.u[0], (l.rows + 2) * nx}, {&s.u[1], (l.rows + 2) * nx}, {&s.partial, l.rows}, {&s.localSum, 1}, {&s.globalSum, 1}}
 	if l.left >= 0 {
-		if err := errors.Join(alloc(&s.sendL, l.rows), alloc(&s.recvL, l.rows)); err != nil {
-			return err
-		}
+		wants = append(wants, want{&s.sendL, l.rows}, want{&s.recvL, l.rows})
 	}
 	if l.right >= 0 {
-		if err := errors.Join(alloc(&s.sendR, l.rows), alloc(&s.recvR, l.rows)); err != nil {
+		wants = append(wants, want{&s.sendR, l.rows}, want{&s.recvR, l.rows})
+	}
+	for _, w := range wants {
+		if *w.x, err = devmem.AllocSlice[float64](s.dev, w.n); err != nil {
 			return err
 		}
 	}
