@@ -276,8 +276,8 @@ func checkForeignMPIStaysUp() error {
 	return nil
 }
 
-// launcher finds the family's launcher and its arguments for np ranks.
-func launcher(np int) (path string, args []string, err error) {
+// ownLauncher finds the family's launcher and its arguments for np ranks.
+func ownLauncher(np int) (path string, args []string, err error) {
 	var names []string
 	switch Family() {
 	case "openmpi":
@@ -301,7 +301,7 @@ func runRanks(t *testing.T, np int, pattern string, env ...string) (string, erro
 	if inRanks() {
 		t.Skip("already one rank of a launched job")
 	}
-	path, args, err := launcher(np)
+	path, args, err := ownLauncher(np)
 	if err != nil {
 		t.Skip(err)
 	}

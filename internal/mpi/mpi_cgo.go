@@ -36,6 +36,7 @@ var (
 	provided      ThreadSupport
 	tagUB         int
 	finalizeCalls int       // MPI_Finalize calls made here; the tests check it ends at 1
+	joinErr       error     // MPI_Init did not join the launcher's job (sizeMismatch)
 	initThread    *osThread // the thread that ran MPI_Init_thread, kept for MPI_Finalize
 
 	// MPICH before 4.2 crashes in MPI_Reduce with MPI_IN_PLACE at a root
@@ -182,6 +183,9 @@ func bringUpLocked() error {
 		}
 		return nil
 	case stateFinalized:
+		if joinErr != nil {
+			return joinErr
+		}
 		return errFinalized
 	}
 	if C.gc_is_finalized() != 0 {
@@ -190,6 +194,9 @@ func bringUpLocked() error {
 	}
 	level, err := requestedLevel()
 	if err != nil {
+		return err
+	}
+	if err := launcherConflict(family, os.LookupEnv); err != nil {
 		return err
 	}
 	var rc, prov, own C.int
@@ -210,6 +217,19 @@ func bringUpLocked() error {
 		return err
 	}
 	if err := check("MPI_Comm_get_attr", C.gc_tag_ub(&ub)); err != nil {
+		return err
+	}
+	if err := sizeMismatch(family, int(size), os.LookupEnv); err != nil {
+		// Not this launcher's job: MPI ends here (if it is ours), and every
+		// later Init or Acquire gives the same reason.
+		joinErr = err
+		state.Store(stateFinalized)
+		if own != 0 {
+			var called C.int
+			t.run(func() { C.gc_finalize(&called) })
+			t.stop()
+			finalizeCalls += int(called)
+		}
 		return err
 	}
 	world.h, world.rank, world.size = C.gc_comm_world(), int(rank), int(size)

@@ -300,6 +300,64 @@ func CheckCommand(t *testing.T, np int, name string) {
 	}
 }
 
+// OtherLauncher is the launcher of the other MPI family than this binary's
+// and its arguments for np ranks; it skips t when there is none on PATH (CI
+// installs both families).
+func OtherLauncher(t *testing.T, np int) (path string, args []string) {
+	t.Helper()
+	var names []string
+	switch mpi.Family() {
+	case "openmpi":
+		names = []string{"mpiexec.mpich", "mpiexec.hydra"}
+	case "mpich":
+		names = []string{"mpirun.openmpi", "mpiexec.openmpi"}
+		args = []string{"--oversubscribe", "--allow-run-as-root"}
+	default:
+		t.Skip("MPI is not built in")
+	}
+	for _, n := range names {
+		if p, err := exec.LookPath(n); err == nil {
+			return p, append(args, "-np", strconv.Itoa(np))
+		}
+	}
+	t.Skipf("the other MPI family's launcher is not on PATH (tried %s); this test needs both families installed", strings.Join(names, ", "))
+	return "", nil
+}
+
+// CheckUnderOtherLauncher runs "gpucomm check -backend name", built for this
+// binary's MPI, under the other family's launcher: it must fail at once on
+// every rank, saying which launcher started it and how to fix it, instead of
+// passing as np one-rank jobs or hanging in MPI_Init.
+func CheckUnderOtherLauncher(t *testing.T, np int, name string) {
+	t.Helper()
+	bin := commandToLaunch(t)
+	path, args := OtherLauncher(t, np)
+	const limit = time.Minute
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path, append(args, bin, "check", "-backend", name, "-short")...)
+	cmd.Env = append(os.Environ(), "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+	cmd.WaitDelay = 5 * time.Second
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	took := time.Since(start)
+	if ctx.Err() != nil {
+		t.Fatalf("%s -np %d gpucomm check -backend %s still ran after %v; output:\n%s", path, np, name, limit, out)
+	}
+	launcherName, fix := "MPICH Hydra mpiexec", "rebuild with -tags mpich"
+	if mpi.Family() == "mpich" {
+		launcherName, fix = "Open MPI mpirun", "rebuild with -tags mpi"
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 || strings.Contains(string(out), "PASS: ") ||
+		!strings.Contains(string(out), "started by "+launcherName) || !strings.Contains(string(out), fmt.Sprintf("of %d", np)) ||
+		!strings.Contains(string(out), fix) {
+		t.Fatalf("%s -np %d gpucomm check -backend %s (built for %s): %v after %v; want a failure naming %s, %d ranks and %q; output:\n%s",
+			path, np, name, mpi.Family(), err, took, launcherName, np, fix, out)
+	}
+	t.Logf("%s refused in %v", path, took.Round(time.Millisecond))
+}
+
 // InfoCommand runs "gpucomm info -mpi" on np ranks: it succeeds, only
 // rank 0 prints, and the cudaaware line gives the verdict of the Open it
 // made on the host device (MPI moves host memory), or with
@@ -365,6 +423,9 @@ func UnderLauncher(t *testing.T, backend string, np int, recvGap string) {
 		})
 	}
 	t.Run("GpucommCheckPasses", func(t *testing.T) { CheckCommand(t, np, backend) })
+	if backend == "mpi" {
+		t.Run("GpucommCheckRefusesTheOtherFamilysLauncher", func(t *testing.T) { CheckUnderOtherLauncher(t, 2, backend) })
+	}
 	if backend == "cudaaware" {
 		t.Run("GpucommInfoGivesMPIsVerdict", func(t *testing.T) { InfoCommand(t, 2) })
 	}
