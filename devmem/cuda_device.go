@@ -134,6 +134,10 @@ func CopyPeer(dst, src Buffer, n int, s *Stream) error {
 	if n == 0 {
 		return nil
 	}
+	// Two devices can reach one memory: a view OpenIPC gave one of them.
+	if (Buffer{a: dst.a, off: dst.off, n: n}).Overlaps(Buffer{a: src.a, off: src.off, n: n}) {
+		return fmt.Errorf("devmem: peer copy between overlapping ranges (views of one memory): %w", ErrInvalidArgument)
+	}
 	if g, ok := sd.drv.(gpuDriver); ok {
 		return g.copyPeer(dst, src, n, s)
 	}

@@ -819,13 +819,24 @@ func testAddOne(t *testing.T, d *Device, image []byte) {
 // closes; the exporter then checks every byte.
 func TestCUDAOnGPUIPCAcrossFourProcesses(t *testing.T) {
 	d := needCUDA(t)
+	ipcAcrossFourProcesses(t, d, d.Alloc, false)
+}
+
+// ipcAcrossFourProcesses is the body of the four-process tests, on memory
+// from alloc, whose handles are VMM ones when vmm.
+func ipcAcrossFourProcesses(t *testing.T, d *Device, alloc func(int) (Buffer, error), vmm bool) {
 	cudaNoLeaks(t, d)
 	const procs, chunk, seed = 4, 1<<18 + 4096, 61
-	buf := mustAlloc(t, d, procs*chunk, false)
+	buf, err := alloc(procs * chunk)
+	must(t, err)
+	defer func() { must(t, buf.Free()) }()
 	orig := cudaRandom(seed, procs*chunk)
 	must(t, CopyFromHost(buf, orig, nil))
 	whole, err := buf.Export()
 	must(t, err)
+	if whole.VMM() != vmm {
+		t.Fatalf("handle VMM() = %v, want %v", whole.VMM(), vmm)
+	}
 	text := func(h IPCHandle) string {
 		b, err := h.MarshalText()
 		must(t, err)
@@ -858,16 +869,29 @@ func TestCUDAOnGPUIPCAcrossFourProcesses(t *testing.T) {
 	}
 	must(t, v.CloseIPC())
 
-	// Driver bytes that name nothing are refused and leave nothing open.
+	// Driver bytes that name nothing are refused and leave nothing open:
+	// from a process that is not there, and from this process's own
+	// service (which knows no such allocation), as legacy and VMM bytes.
 	node, err := localNode()
 	must(t, err)
-	f := handleFields{kind: CUDA, pid: 1, size: 64, uuid: d.UUID(), node: node}
-	copy(f.drv[:], cudaRandom(62, 64))
-	if b, err := d.OpenIPC(f.seal()); err == nil {
-		b.CloseIPC()
-		t.Error("a handle with random driver bytes opened")
-	} else if !errors.Is(err, ErrBadHandle) {
-		t.Errorf("random driver bytes: %v, want ErrBadHandle", err)
+	token, err := serviceToken()
+	must(t, err)
+	for _, f := range []handleFields{
+		{kind: CUDA, pid: 1, token: 0x5eed, size: 64, uuid: d.UUID(), node: node},
+		{kind: CUDA, pid: uint32(os.Getpid()), token: token, size: 64, uuid: d.UUID(), node: node},
+		{kind: CUDA, vmm: true, pid: 1, token: 0x5eed, size: 64, uuid: d.UUID(), node: node},
+	} {
+		if f.vmm {
+			f.drv = vmmIPC{id: 99, size: 1 << 20}.bytes()
+		} else {
+			copy(f.drv[:], cudaRandom(62, 64))
+		}
+		if b, err := d.OpenIPC(f.seal()); err == nil {
+			b.CloseIPC()
+			t.Errorf("a handle of nothing opened: %+v", f)
+		} else if !errors.Is(err, ErrBadHandle) {
+			t.Errorf("a handle of nothing: %v, want ErrBadHandle", err)
+		}
 	}
 	if d.Stats().Opened != before.Opened {
 		t.Errorf("Stats after the refused open: %+v", d.Stats())

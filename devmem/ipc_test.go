@@ -783,6 +783,14 @@ func TestOpenIPCRefusesBadHandlesBeforeTheDriver(t *testing.T) {
 			return h
 		}(),
 		"range past the end":               reseal(t, foreign, func(f *handleFields) { f.off = 1 << 62; f.size = 1 << 62 }),
+		"VMM flag on host memory":          reseal(t, foreign, func(f *handleFields) { f.vmm = true }),
+		"service token on host memory":     reseal(t, foreign, func(f *handleFields) { f.token = 0x5eed }),
+		"unknown flags": func() IPCHandle {
+			h := foreign
+			h.raw[hoFlags] = flagPinned | flagVMM
+			binary.LittleEndian.PutUint32(h.raw[hoCRC:], crc32.Checksum(h.raw[:hoCRC], castagnoli))
+			return h
+		}(),
 		"this process, unknown allocation": reseal(t, good, func(f *handleFields) { f.drv[40] = 1 }),
 		"this process, range past the end": reseal(t, good, func(f *handleFields) { f.size = 513 }),
 	}
@@ -811,6 +819,56 @@ func TestOpenIPCRefusesBadHandlesBeforeTheDriver(t *testing.T) {
 	d, cd := newCountingDevice()
 	if _, err := d.OpenIPC(foreign); !errors.Is(err, ErrBadHandle) || cd.opens.Load() != 1 {
 		t.Errorf("foreign handle: %v after %d driver opens; want the driver asked once and ErrBadHandle", err, cd.opens.Load())
+	}
+}
+
+// cudaHandle is a well-formed handle of CUDA memory of process pid: legacy
+// (random driver bytes) or VMM.
+func cudaHandle(t testing.TB, pid uint32, vmm bool) handleFields {
+	node, err := localNode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := handleFields{kind: CUDA, vmm: vmm, pid: pid, token: 0x5eed, size: 4096, node: node}
+	if vmm {
+		f.drv = vmmIPC{id: 3, size: 1 << 21}.bytes()
+	} else {
+		copy(f.drv[:], fill(99, 64))
+	}
+	return f
+}
+
+// TestVMMHandleBytesAreChecked: a VMM handle whose driver bytes or range do
+// not make sense, or a GPU handle without a service token, is refused by
+// UnmarshalBinary (and so by OpenIPC) with ErrBadHandle.
+func TestVMMHandleBytesAreChecked(t *testing.T) {
+	good := cudaHandle(t, 12345, true)
+	if gh := good.seal(); gh.VMM() == false {
+		t.Fatal("VMM() false on a VMM handle")
+	} else if _, err := decodeHandle(gh.raw[:]); err != nil {
+		t.Fatalf("a well-formed VMM handle: %v", err)
+	}
+	cases := map[string]func(f *handleFields){
+		"allocation id 0":         func(f *handleFields) { f.drv = vmmIPC{id: 0, size: 1 << 21}.bytes() },
+		"size 0":                  func(f *handleFields) { f.drv = vmmIPC{id: 3, size: 0}.bytes() },
+		"size past MaxInt":        func(f *handleFields) { f.drv = vmmIPC{id: 3, size: 1 << 63}.bytes() },
+		"trailing driver bytes":   func(f *handleFields) { f.drv[40] = 1 },
+		"range past the mapping":  func(f *handleFields) { f.off = 1 << 21; f.size = 1 },
+		"no service token":        func(f *handleFields) { f.token = 0 },
+		"legacy, no token":        func(f *handleFields) { f.vmm = false; f.token = 0 },
+		"VMM flag on pinned host": func(f *handleFields) { f.kind = Host },
+	}
+	for name, change := range cases {
+		f := good
+		change(&f)
+		h := f.seal()
+		var got IPCHandle
+		if err := got.UnmarshalBinary(h.raw[:]); !errors.Is(err, ErrBadHandle) {
+			t.Errorf("%s: UnmarshalBinary = %v, want ErrBadHandle", name, err)
+		}
+		if _, err := NewHostDevice().OpenIPC(h); !errors.Is(err, ErrBadHandle) {
+			t.Errorf("%s: OpenIPC = %v, want ErrBadHandle", name, err)
+		}
 	}
 }
 
@@ -877,6 +935,11 @@ func FuzzUnmarshalHandle(f *testing.F) {
 	flipped := bytes.Clone(good)
 	flipped[hoCRC] ^= 1
 	f.Add(flipped)
+	for _, vmm := range []bool{false, true} {
+		hf := cudaHandle(f, 4242, vmm)
+		c := hf.seal()
+		f.Add(c.raw[:])
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		try := func(b []byte) {
 			var h IPCHandle
@@ -935,4 +998,48 @@ func ExampleDevice_OpenIPC() {
 	// Output:
 	// shared with peer (1 views open)
 	// 0 views open
+}
+
+// FuzzOpenIPC hands OpenIPC whatever passes UnmarshalBinary, checksum
+// fixed: it must refuse with ErrBadHandle (or open what a handle really
+// names, and close it), never panic or hang.
+func FuzzOpenIPC(f *testing.F) {
+	d := NewHostDevice()
+	buf, err := d.Alloc(4096)
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer buf.Free()
+	h, err := buf.Export()
+	if err != nil {
+		f.Fatal(err)
+	}
+	good, _ := h.MarshalBinary()
+	f.Add(good)
+	for _, vmm := range []bool{false, true} {
+		hf := cudaHandle(f, uint32(os.Getpid()), vmm)
+		c := hf.seal()
+		f.Add(c.raw[:])
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) != HandleSize {
+			return
+		}
+		b = bytes.Clone(b)
+		binary.LittleEndian.PutUint32(b[hoCRC:], crc32.Checksum(b[:hoCRC], castagnoli))
+		var h IPCHandle
+		if h.UnmarshalBinary(b) != nil {
+			return
+		}
+		v, err := NewHostDevice().OpenIPC(h)
+		if err == nil {
+			if err := v.CloseIPC(); err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+		if !errors.Is(err, ErrBadHandle) {
+			t.Fatalf("OpenIPC of %v: %v, want ErrBadHandle", h, err)
+		}
+	})
 }

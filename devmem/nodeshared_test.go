@@ -495,3 +495,146 @@ func TestNodeSharedAcrossProcesses(t *testing.T) {
 		t.Fatal(hubErr)
 	}
 }
+
+func init() { childRoles["nodeshared-two"] = childNodeSharedTwo }
+
+// childNodeSharedTwo is one rank (RANK of len(COUNTS)) on device DEVICE of
+// the two-buffer node test: two NodeShared buffers u and v alive at once;
+// each rank writes its values into its part of u, then copies the next
+// rank's part of u into its own part of v (memory both are views of, moved
+// by this rank's device), opens u's handle twice more, and checks every
+// element of u and v.
+func childNodeSharedTwo() error {
+	rank, err := envInt("RANK")
+	if err != nil {
+		return err
+	}
+	var counts []int64
+	for f := range strings.SplitSeq(os.Getenv("COUNTS"), ",") {
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil {
+			return err
+		}
+		counts = append(counts, n)
+	}
+	size := len(counts)
+	dev, err := Open(os.Getenv("DEVICE"), 0)
+	if err != nil {
+		return err
+	}
+	toHub, fromHub := childPipes()
+	c := &pipeComm{rank: rank, size: size, dev: dev, r: fromHub, w: toHub}
+	u, err := NewNodeSharedSlice[float64](c, int(counts[rank]))
+	if err != nil {
+		return fmt.Errorf("u: %w", err)
+	}
+	next := (rank + 1) % size
+	v, err := NewNodeSharedSlice[float64](c, int(counts[next]))
+	if err != nil {
+		return errors.Join(fmt.Errorf("v: %w", err), u.Close())
+	}
+	check := func() error {
+		if u.All().Buffer().Overlaps(v.All().Buffer()) {
+			return errors.New("u and v overlap")
+		}
+		if err := u.Mine().CopyFrom(rankValues(rank, int(counts[rank])), nil); err != nil {
+			return err
+		}
+		if err := u.Barrier(); err != nil {
+			return err
+		}
+		var off int
+		for _, n := range counts[:next] {
+			off += int(n)
+		}
+		theirs, err := u.All().Buffer().Slice(off*8, int(counts[next])*8)
+		if err != nil {
+			return err
+		}
+		if err := CopyN(v.Mine().Buffer(), theirs, theirs.Len(), nil); err != nil {
+			return err
+		}
+		// Opened many times: u's handle again (a cached mapping on the
+		// other ranks), as the same memory.
+		h, err := u.All().Buffer().Export()
+		if err != nil {
+			return err
+		}
+		if want := os.Getenv("WANT_VMM") == "1"; h.VMM() != want {
+			return fmt.Errorf("rank %d: u's handle VMM() = %v, want %v", rank, h.VMM(), want)
+		}
+		for range 2 {
+			again, err := dev.OpenIPC(h)
+			if err != nil {
+				return fmt.Errorf("opening u again: %w", err)
+			}
+			if again.Addr() != u.All().Buffer().Addr() || !again.Overlaps(u.All().Buffer()) {
+				again.CloseIPC()
+				return fmt.Errorf("u opened again at %#x, u at %#x", again.Addr(), u.All().Buffer().Addr())
+			}
+			if err := again.CloseIPC(); err != nil {
+				return err
+			}
+		}
+		if err := v.Barrier(); err != nil {
+			return err
+		}
+		var wantU, wantV []float64
+		for r := range size {
+			wantU = append(wantU, rankValues(r, int(counts[r]))...)
+			nr := (r + 1) % size
+			wantV = append(wantV, rankValues(nr, int(counts[nr]))...)
+		}
+		for name, pair := range map[string]struct {
+			s    *NodeSharedSlice[float64]
+			want []float64
+		}{"u": {u, wantU}, "v": {v, wantV}} {
+			got, err := pair.s.All().ToHost(nil)
+			if err != nil {
+				return err
+			}
+			if len(got) != len(pair.want) {
+				return fmt.Errorf("rank %d: %s holds %d elements, want %d", rank, name, len(got), len(pair.want))
+			}
+			for i := range got {
+				if got[i] != pair.want[i] {
+					return fmt.Errorf("rank %d: element %d of %s = %v, want %v", rank, i, name, got[i], pair.want[i])
+				}
+			}
+		}
+		return v.Barrier() // nobody closes before everyone has checked
+	}
+	err = check()
+	return errors.Join(err, v.Close(), u.Close(), checkNothingLeft(dev))
+}
+
+// nodeSharedTwoBuffers runs childNodeSharedTwo as len(counts) processes on
+// device spec.
+func nodeSharedTwoBuffers(t *testing.T, spec string, vmm bool, counts []int64) {
+	t.Helper()
+	var list []string
+	for _, n := range counts {
+		list = append(list, strconv.FormatInt(n, 10))
+	}
+	var cs []*child
+	var hub []hubConn
+	for r := range counts {
+		c := startChild(t, "nodeshared-two", map[string]string{"RANK": strconv.Itoa(r), "COUNTS": strings.Join(list, ","), "DEVICE": spec, "WANT_VMM": map[bool]string{true: "1"}[vmm]}, true)
+		cs = append(cs, c)
+		hub = append(hub, hubConn{c.from, c.to})
+	}
+	hubErr := serveHub(hub)
+	for _, c := range cs {
+		c.wait(t)
+	}
+	if hubErr != nil {
+		t.Fatal(hubErr)
+	}
+}
+
+// TestNodeSharedTwoBuffersAcrossProcesses: the seed program's two
+// node-shared arrays, alive at once in several processes, data moved
+// between them, every element checked on every rank.
+func TestNodeSharedTwoBuffersAcrossProcesses(t *testing.T) {
+	nodeSharedTwoBuffers(t, "host", false, []int64{3000, 1, 0, 4321, 77})
+}
