@@ -782,9 +782,9 @@ func TestOpenIPCRefusesBadHandlesBeforeTheDriver(t *testing.T) {
 			binary.LittleEndian.PutUint32(h.raw[hoCRC:], crc32.Checksum(h.raw[:hoCRC], castagnoli))
 			return h
 		}(),
-		"range past the end":               reseal(t, foreign, func(f *handleFields) { f.off = 1 << 62; f.size = 1 << 62 }),
-		"VMM flag on host memory":          reseal(t, foreign, func(f *handleFields) { f.vmm = true }),
-		"service token on host memory":     reseal(t, foreign, func(f *handleFields) { f.token = 0x5eed }),
+		"range past the end":           reseal(t, foreign, func(f *handleFields) { f.off = 1 << 62; f.size = 1 << 62 }),
+		"VMM flag on host memory":      reseal(t, foreign, func(f *handleFields) { f.vmm = true }),
+		"service token on host memory": reseal(t, foreign, func(f *handleFields) { f.token = 0x5eed }),
 		"unknown flags": func() IPCHandle {
 			h := foreign
 			h.raw[hoFlags] = flagPinned | flagVMM
