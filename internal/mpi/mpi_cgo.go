@@ -246,7 +246,10 @@ func shutDownLocked() error {
 	}
 	state.Store(stateFinalized) // first: no new call starts
 	var rc, called C.int
-	initThread.run(func() { rc = C.gc_finalize(&called) })
+	initThread.run(func() {
+		defer setupLeave(setupEnter()) // a CUDA-aware MPI closes its IPC handles here
+		rc = C.gc_finalize(&called)
+	})
 	initThread.stop()
 	initThread = nil
 	finalizeCalls += int(called)
@@ -306,29 +309,49 @@ func CUDAAwareQuery() (known bool, aware bool) {
 		return false, false
 	}
 	var k, a C.int
-	enter()
+	b := enter()
 	C.gc_cuda_aware(&k, &a)
-	leave()
+	leave(b)
 	return k != 0, a != 0
 }
 
-func enter() {
-	if serialize.Load() {
-		callMu.Lock()
+// setupEnter runs the thread setup, if any, and returns what setupLeave
+// needs: no allocation, so the calls that allocate nothing stay so.
+func setupEnter() *setupBox {
+	b := threadSetup.Load()
+	if b != nil {
+		b.s.Enter()
+	}
+	return b
+}
+
+func setupLeave(b *setupBox) {
+	if b != nil {
+		b.s.Leave()
 	}
 }
 
-func leave() {
+// enter prepares for one MPI call: the thread setup (SetThreadSetup), then
+// the lock when MPI is not thread-multiple. Use as defer leave(enter()).
+func enter() *setupBox {
+	b := setupEnter()
+	if serialize.Load() {
+		callMu.Lock()
+	}
+	return b
+}
+
+func leave(b *setupBox) {
 	if serialize.Load() {
 		callMu.Unlock()
 	}
+	setupLeave(b)
 }
 
 // call runs one MPI call, under the lock when MPI is not thread-multiple,
 // and turns its return code into an error.
 func call(name string, f func() C.int) error {
-	enter()
-	defer leave()
+	defer leave(enter())
 	return check(name, f())
 }
 
@@ -544,6 +567,7 @@ func (c *Comm) reduceTarget(root int) (*Comm, int, error) {
 // works while another goroutine is stuck in MPI.
 func (c *Comm) Abort(code int) {
 	if c != nil && state.Load() == stateUp && !c.freed.Load() {
+		setupEnter() // never left: MPI_Abort does not return
 		C.gc_abort(c.h, C.int(code))
 	}
 	os.Exit(code)

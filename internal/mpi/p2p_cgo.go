@@ -174,8 +174,7 @@ func (r *Request) Wait() error {
 	if err := upError("Wait"); err != nil {
 		return err
 	}
-	enter()
-	defer leave()
+	defer leave(enter())
 	return r.complete1("MPI_Wait", C.gc_wait1(&r.h, C.int(r.dt)))
 }
 
@@ -187,8 +186,7 @@ func (r *Request) Test() (bool, error) {
 	if err := upError("Test"); err != nil {
 		return false, err
 	}
-	enter()
-	defer leave()
+	defer leave(enter())
 	err := r.complete1("MPI_Test", C.gc_test1(&r.h, C.int(r.dt)))
 	return err == nil && r.done, err
 }
@@ -272,16 +270,14 @@ func Waitall(reqs []*Request) error {
 		return err
 	}
 	if r, ok := single(reqs); ok {
-		enter()
-		defer leave()
+		defer leave(enter())
 		return r.complete1("MPI_Wait", C.gc_wait1(&r.h, C.int(r.dt)))
 	}
 	live, hs, dts, sts := pendingHandles(reqs)
 	if len(live) == 0 {
 		return nil
 	}
-	enter()
-	defer leave()
+	defer leave(enter())
 	rc := C.gc_waitall(C.int(len(hs)), &hs[0], &dts[0], &sts[0])
 	return finish("MPI_Waitall", rc, true, live, hs, sts)
 }
@@ -293,8 +289,7 @@ func Testall(reqs []*Request) (bool, error) {
 		return false, err
 	}
 	if r, ok := single(reqs); ok {
-		enter()
-		defer leave()
+		defer leave(enter())
 		err := r.complete1("MPI_Test", C.gc_test1(&r.h, C.int(r.dt)))
 		return err == nil && r.done, err
 	}
@@ -302,8 +297,7 @@ func Testall(reqs []*Request) (bool, error) {
 	if len(live) == 0 {
 		return true, nil
 	}
-	enter()
-	defer leave()
+	defer leave(enter())
 	var flag C.int
 	rc := C.gc_testall(C.int(len(hs)), &hs[0], &dts[0], &flag, &sts[0])
 	err := finish("MPI_Testall", rc, flag != 0, live, hs, sts)

@@ -236,3 +236,11 @@ func (c *Comm) exchangeDeviceBuffers() (bool, string) {
 	}
 	return true, ""
 }
+
+// mpiSaysCUDAAware reports whether the MPI library says it takes device
+// pointers: then it makes CUDA calls of its own even under the host-staged
+// backend.
+func mpiSaysCUDAAware() bool {
+	known, aware := mpi.CUDAAwareQuery()
+	return known && aware
+}

@@ -208,6 +208,11 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 
 	o := cfg.Options
 	localErr := c.setUpLocal(o, parent)
+	if localErr == nil && c.dev.Kind() == devmem.CUDA && (cfg.Mode == Direct || mpiSaysCUDAAware()) {
+		// MPI will see device memory, or could: its own CUDA calls need
+		// the device's context on the threads that call it.
+		UseDeviceForMPI(c.dev)
+	}
 	nodeMin := o.NodeBytes
 	if nodeMin == 0 {
 		nodeMin = defaultNodeBytes

@@ -1,0 +1,44 @@
+//go:build cgo
+
+package mpicomm
+
+import (
+	"runtime"
+
+	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/cuda"
+	"github.com/gpucomm/gpucomm/internal/mpi"
+)
+
+// cudaThread is the thread setup (mpi.SetThreadSetup) of a process whose
+// MPI makes CUDA calls of its own: it makes the GPU's primary context
+// current on the OS thread of every MPI call, as cudaSetDevice does for a C
+// program. The context stays current on that thread afterwards, so the
+// next MPI call there costs one cuCtxGetCurrent. That is safe for devmem,
+// whose CUDA calls all run inside cuda.WithContext and set their own
+// context, and it is what MPI itself expects: its deferred work (closing
+// peers' IPC handles, freeing its GPU buffers) may run in any later call.
+type cudaThread struct{ ctx cuda.Context }
+
+func (t *cudaThread) Enter() {
+	runtime.LockOSThread() // the context is per OS thread; the goroutine must stay on it for the call
+	if cur, err := cuda.CtxGetCurrent(); err == nil && cur != t.ctx {
+		_ = cuda.CtxSetCurrent(t.ctx) // on failure MPI runs as it would have without
+	}
+}
+
+func (t *cudaThread) Leave() { runtime.UnlockOSThread() }
+
+// UseDeviceForMPI makes dev's primary context current on every OS thread
+// that calls into MPI from now on (mpi.SetThreadSetup), when dev is a GPU;
+// on the host device it does nothing. A backend calls it once it knows its
+// device and before it hands MPI device memory (cudaaware) or lets a
+// CUDA-aware MPI see the GPU (nccl's bootstrap): without it, CUDA-aware
+// Open MPI's own CUDA calls fail with CUDA_ERROR_INVALID_CONTEXT
+// ("cuIpcCloseMemHandle failed ... return value: 201", "cuIpcGetMemHandle
+// failed"). MPI serves one device a process: the first GPU given stays.
+func UseDeviceForMPI(dev *devmem.Device) {
+	if ctx := dev.Context(); ctx != 0 {
+		mpi.SetThreadSetup(&cudaThread{ctx: cuda.Context(ctx)})
+	}
+}

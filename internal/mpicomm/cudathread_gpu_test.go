@@ -1,0 +1,75 @@
+//go:build cgo
+
+package mpicomm
+
+import (
+	"os"
+	"runtime"
+	"testing"
+
+	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/cuda"
+)
+
+// gpuContext opens GPU 0 and returns its primary context, or skips unless
+// GPUCOMM_GPU_TESTS=1 on a machine with a GPU.
+func gpuContext(tb testing.TB) cuda.Context {
+	tb.Helper()
+	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
+		tb.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU")
+	}
+	dev, err := devmem.Open("cuda:0", 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ctx := cuda.Context(dev.Context())
+	if ctx == 0 {
+		tb.Fatalf("%v has no primary context", dev)
+	}
+	return ctx
+}
+
+// On an OS thread with no context current (as every Go thread starts), the
+// MPI thread setup makes the GPU's primary context current for the call and
+// leaves it there, so that MPI's own CUDA calls, now or deferred to a later
+// call on that thread, find it.
+func TestCUDAThreadMakesThePrimaryContextCurrent(t *testing.T) {
+	ctx := gpuContext(t)
+	ct := &cudaThread{ctx: ctx}
+	type result struct {
+		during, after cuda.Context
+		err           error
+	}
+	ch := make(chan result)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var r result
+		if r.err = cuda.CtxSetCurrent(0); r.err == nil {
+			ct.Enter()
+			r.during, r.err = cuda.CtxGetCurrent()
+			ct.Leave()
+		}
+		if r.err == nil {
+			r.after, r.err = cuda.CtxGetCurrent()
+		}
+		ch <- r
+	}()
+	r := <-ch
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.during != ctx || r.after != ctx {
+		t.Errorf("context current during the call %#x, after it %#x; want the primary context %#x both times", r.during, r.after, ctx)
+	}
+}
+
+// The cost the setup adds to each MPI call on a GPU: on a thread that has
+// the context already, a lock and a cuCtxGetCurrent.
+func BenchmarkCUDAThreadEnterLeave(b *testing.B) {
+	ct := &cudaThread{ctx: gpuContext(b)}
+	for b.Loop() {
+		ct.Enter()
+		ct.Leave()
+	}
+}
