@@ -50,6 +50,13 @@
 //     without arithmetic (Broadcast, AllGather, AllToAll, Gather, Scatter,
 //     point-to-point) always go direct: there MPI is many times faster.
 //
+// A CUDA-aware MPI makes CUDA calls of its own (opening and closing peers'
+// IPC handles, among others) on the thread that calls it, and they fail
+// with CUDA_ERROR_INVALID_CONTEXT where no context is current, as on Go's
+// threads: every MPI call therefore runs on a thread locked for it with the
+// device's primary context current, as cudaSetDevice makes it in a C
+// program (internal/mpicomm UseDeviceForMPI).
+//
 // Stream order, ticketed collective order, thread level, Debug, Timeout
 // (with MPI_Abort at the Close of a broken communicator) and MPI's lifetime
 // are as in comm/mpi; with a timeout, a blocking collective runs aside and

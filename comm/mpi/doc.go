@@ -73,7 +73,13 @@
 // then broken, and Close ends the job with the reason rather than let the
 // pair hang at its next message. A node path message that stops half way
 // (a timeout, a failed copy) breaks the communicator the same way. The ring costs
-// four chunks of pinned memory per pair and direction that uses it. Like
+// four chunks of pinned memory per pair and direction that uses it. The ring
+// is the sender's memory, and a completed Send is delivered whatever the
+// sender does next, as in MPI: Close (and Finalize, for communicators left
+// open) first waits until every peer has taken the chunks sent it, at most
+// the timeout when one is set (then Close fails with comm.ErrTimeout naming
+// the peer, and that peer's receive will fail), otherwise for as long as it
+// takes, saying on standard error after 10 s whom it waits for. Like
 // MPI's rendezvous, a large Send waits for its receive: two ranks that
 // each Send to the other on one stream before they Recv wait for each
 // other (use GroupP2P).
@@ -101,6 +107,15 @@
 // MPI can be initialised once per process: the last Close finalizes it, so
 // a program that closes every communicator cannot open another; keep one
 // open for the program's life.
+//
+// A binary joins the job of its own MPI family's launcher only: built with
+// -tags mpich and started by Open MPI's mpirun, or built with -tags mpi and
+// started by MPICH's mpiexec (Hydra), Open fails at once on every rank with
+// comm.ErrUnsupported naming the launcher, the job's size and the fix,
+// instead of hanging in MPI_Init or running as one-rank jobs. After MPI_Init
+// the world's size is compared with the size the launcher announced
+// (mpirun, mpiexec, srun): a process that MPI started alone in a larger
+// job (srun without the --mpi plugin its MPI needs) fails the same way.
 //
 // It must not hand MPI device memory, nor pipeline anything itself: the
 // engine is internal/mpicomm, shared with comm/cudaaware.

@@ -21,6 +21,13 @@
 // ranks of that collective are then left waiting, so such an error ends the
 // communicator's useful life, as any collective mismatch does.
 //
+// Init checks that the process can join its launcher's job
+// (internal/launcher): under the other MPI family's launcher it fails before
+// MPI_Init, which would hang or run alone; when MPI_Init makes a world of
+// another size than the launcher announced, it finalizes the MPI it started
+// and fails, and so does every later Init or Acquire. SetThreadSetup runs a
+// backend's preparation (a GPU's context) around every MPI call.
+//
 // Library bugs it works around, found by its tests on Debian's MPICH 4.0.2:
 // built-in MPI_MIN/MPI_MAX that compare unsigned integers as signed (probed
 // at Init, replaced by C ops where wrong), and MPI_Reduce with MPI_IN_PLACE

@@ -24,6 +24,12 @@
 //     others on the control communicator; on a timeout the error names the
 //     ranks whose latest announcement is below k. A timeout breaks the
 //     communicator, and Close then calls MPI_Abort.
+//   - Node path (Staged, node.go): Close and AwaitNodeMessages (comm/mpi's
+//     Finalize) wait until the peers have taken what this rank sent through
+//     its rings, bounded by the timeout, before the rings are freed.
+//   - MPI's own CUDA calls: on a GPU in Direct mode, or with an MPI that says
+//     it is CUDA-aware, every MPI call runs with the device's primary context
+//     current on its thread (UseDeviceForMPI, internal/mpi ThreadSetup).
 //
 // It must not know which backend is which beyond Mode, import a backend, or
 // hand MPI device memory in Staged mode.
