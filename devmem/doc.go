@@ -14,5 +14,42 @@
 // work on that stream. A nil *Stream means "now": the call completes before
 // it returns and is not ordered with work queued on other streams.
 //
+// # Sharing memory between the processes of a node
+//
+// Buffer.Export gives an IPCHandle that another process of the node (of the
+// same user) opens with Device.OpenIPC; NewNodeShared builds one buffer
+// for a node's ranks on it. GPU memory is shared one of two ways:
+//
+//   - VMM memory, from AllocShared (and so NodeShared) where the device
+//     supports the driver's virtual memory management with POSIX file
+//     descriptors (the H200 does): the exporter's service passes the
+//     allocation's descriptor to the opener over a Unix socket, and the
+//     opener maps it itself. It never meets a CUDA-aware
+//     MPI's own CUDA IPC mappings (with legacy handles, NodeShared failed
+//     with CUDA_ERROR_ALREADY_MAPPED under one), and the physical memory
+//     lives while any process holds it: if the exporter frees while another
+//     process has it open, that process keeps reading and writing it until
+//     it closes its view; only new opens are refused.
+//   - legacy CUDA IPC handles (cuIpcGetMemHandle), for Alloc memory and
+//     where VMM is missing. If the exporter frees while another process has
+//     the memory open, CUDA's rule applies: the opener must not touch it
+//     any more (its contents are undefined); close the view.
+//
+// GPUCOMM_IPC chooses what AllocShared allocates on a GPU: auto (VMM where
+// supported, else legacy; the default), vmm (VMM or ErrUnsupported), or
+// legacy. Host-device memory and AllocPinnedShared memory are memfds, shared
+// through /proc/PID/fd; they live until the last process unmaps them.
+//
+// Each process that exports GPU memory serves an abstract Unix socket
+// (named by its pid and a random token carried in its handles) on a
+// goroutine, answering only processes of its own user. Before it maps a GPU
+// handle of another process, OpenIPC asks that service whether the memory
+// is still exported (legacy; on every open, cached or not) or for its
+// descriptor (VMM; on the first open in a process): a handle of memory its
+// exporter has freed, or of an exporter that has exited, is refused with
+// ErrBadHandle rather than opened. Buffer.Overlaps (and so every argument
+// check) judges opened views by the memory they open: a view of a buffer
+// overlaps that buffer.
+//
 // devmem knows nothing of communicators and must not import comm.
 package devmem

@@ -55,9 +55,10 @@ const (
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // IPCHandle names a range of device memory that other processes of the same
-// node can open with Device.OpenIPC. It holds the driver's opaque bytes (a
-// CUDA IPC handle on GPUs), the range, the exporting device and process, the
-// node, and a checksum. The zero IPCHandle names nothing. Handles travel as
+// node can open with Device.OpenIPC. It holds the driver's bytes (a legacy
+// CUDA IPC handle, or a VMM allocation's id and size, on GPUs), the range,
+// the exporting device and process (and its service's token), the node, and
+// a checksum. The zero IPCHandle names nothing. Handles travel as
 // bytes (MarshalBinary) or text (MarshalText, hex); they are not secrets,
 // but only the exporter's own user can open them.
 type IPCHandle struct {
