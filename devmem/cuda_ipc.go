@@ -80,7 +80,6 @@ func (c *cudaDriver) allocShared(n int, mode ipcMode) (*allocation, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devmem: shared (VMM) alloc of %d bytes on %v: %w", n, c.dev, err)
 	}
-	vm.id = vmmIDs.Add(1)
 	release := func() error { return c.vmmUnmap(p, vm) }
 	return &allocation{addr: uintptr(p), release: release, vmm: vm}, nil
 }

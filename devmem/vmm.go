@@ -2,6 +2,7 @@ package devmem
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -106,6 +107,12 @@ func (d *Device) AllocShared(n int) (Buffer, error) {
 	a, err := sa.allocShared(n, mode)
 	if err != nil {
 		return Buffer{}, err
+	}
+	if vm := a.vmm; vm != nil {
+		if vm.handle == 0 || vm.size < n || vm.span < vm.size {
+			return Buffer{}, errors.Join(fmt.Errorf("devmem: AllocShared of %d bytes: the driver mapped %d bytes of handle %#x in a %d-byte range", n, vm.size, vm.handle, vm.span), a.release())
+		}
+		vm.id = vmmIDs.Add(1) // names it in handles
 	}
 	a.dev, a.size = d, n
 	d.stats.buffers.Add(1)
