@@ -15,6 +15,8 @@ func allCases() []testCase {
 		cs = append(cs, gridCase(op))
 	}
 	cs = append(cs, countsCase, rootsCase, streamCase, sendRecvCase, groupP2PCase, splitCase, badInputCase, closedCase)
+	cs = append(cs, nodeSharedCase, sendThenCloseCase, freedHandleCase, viewOverlapCase)
+	cs = append(cs, primeCases()...)
 	return append(cs, largeCases()...)
 }
 
@@ -302,7 +304,7 @@ func (r *rank) checkSub(what string, sub comm.Communicator, err error, members [
 		return
 	}
 	// A rank of its own for the subcommunicator; its inputs are named apart.
-	sr := &rank{c: sub, env: &caseEnv{name: r.env.name + "/" + what, short: r.env.short}}
+	sr := &rank{c: sub, env: &caseEnv{name: r.env.name + "/" + what, short: r.env.short, held: 1}}
 	q := len(members)
 	sum := 0
 	for _, m := range members {

@@ -17,6 +17,10 @@ type collSpec struct {
 	inPlace bool // send and recv share memory, as the operation allows
 	stream  bool // queued on a stream, then synchronised
 	zero    bool // count 0 given the zero Buffer everywhere
+	// sendAt and recvAt are the elements of poison before the views of send
+	// and recv in their allocations (in place: sendAt, for the one buffer),
+	// so that buffers not aligned to more than their element are tried.
+	sendAt, recvAt int
 }
 
 func (s collSpec) String() string {
@@ -36,6 +40,12 @@ func (s collSpec) String() string {
 	}
 	if s.zero {
 		str += " zero buffers"
+	}
+	switch {
+	case s.inPlace && s.sendAt > 0:
+		str += fmt.Sprintf(" at element %d", s.sendAt)
+	case !s.inPlace && (s.sendAt > 0 || s.recvAt > 0):
+		str += fmt.Sprintf(" at elements %d (send) and %d (recv)", s.sendAt, s.recvAt)
 	}
 	return str
 }
@@ -102,7 +112,10 @@ func (r *rank) collective(s collSpec) {
 
 	// Lay out the buffers: one shared allocation in place, else one each,
 	// with the zero Buffer for half of the ignored ones.
+	// Offsets are in bytes from the start of each allocation, whose first
+	// sendAt (recvAt) elements are poison that must stay.
 	var sb, rb *dbuf
+	base := s.sendAt * es // in place: where the one buffer's view starts
 	sOff, rOff := 0, 0
 	switch {
 	case s.zero:
@@ -111,28 +124,32 @@ func (r *rank) collective(s collSpec) {
 		if sendIgnored || recvIgnored {
 			size, sendLen, recvLen = n, n, n
 		}
+		sOff, rOff = base, base
 		switch {
 		case s.op == comm.OpAllGather:
-			sOff = me * n * es
+			sOff += me * n * es
 		case s.op == comm.OpGather && !recvIgnored:
-			sOff = me * n * es
+			sOff += me * n * es
 		case s.op == comm.OpReduceScatter:
-			rOff = me * n * es
+			rOff += me * n * es
 		case s.op == comm.OpScatter && !sendIgnored:
-			rOff = me * n * es
+			rOff += me * n * es
 		}
-		content := poisoned(size * es)
+		content := poisoned(base + size*es)
 		if !sendIgnored {
 			copy(content[sOff:], in(me))
 		}
 		sb = r.newBuf("in-place buffer", content)
 		rb = sb
 	default:
+		sOff, rOff = s.sendAt*es, s.recvAt*es
 		if !sendIgnored || me%2 == 0 {
-			sb = r.newBuf("send", in(me)[:sendLen*es])
+			content := poisoned(sOff + sendLen*es)
+			copy(content[sOff:], in(me)[:sendLen*es])
+			sb = r.newBuf("send", content)
 		}
 		if !recvIgnored || me%2 == 0 {
-			rb = r.newBuf("recv", poisoned(recvLen*es))
+			rb = r.newBuf("recv", poisoned(rOff+recvLen*es))
 		}
 	}
 	send := r.view(sb, sOff, sendLen*es)
@@ -168,7 +185,7 @@ func (r *rank) collective(s collSpec) {
 		rb.expectReduced(rOff, s.dt, s.red, terms(func(b []byte) []byte { return block(b, me) }))
 		if s.inPlace {
 			// The rest of an in-place send is the backend's to use.
-			rb.expectAny(0, rOff)
+			rb.expectAny(base, me*n*es)
 			rb.expectAny(rOff+n*es, (p-me-1)*n*es)
 		}
 	case s.op == comm.OpBroadcast:
@@ -196,6 +213,7 @@ func (r *rank) collective(s collSpec) {
 		r.free(sb)
 	}
 	r.free(rb)
+	r.release(call)
 }
 
 // invoke calls the collective op with the arguments it takes.

@@ -210,7 +210,7 @@ func runCase(tc testCase, newGroup NewGroup, cfg Config) Result {
 // goroutine, then closes them and checks that nothing leaked. It returns
 // the failures.
 func runRanks(tc testCase, cs []comm.Communicator, short bool, timeout time.Duration) []string {
-	env := &caseEnv{name: tc.name, short: short}
+	env := &caseEnv{name: tc.name, short: short, held: len(cs)}
 	devs := map[*devmem.Device]devmem.Stats{}
 	var lines []string
 	held := map[int]bool{}

@@ -35,7 +35,10 @@ type testCase struct {
 type caseEnv struct {
 	name   string
 	short  bool
+	held   int      // ranks this process holds
 	inputs sync.Map // inputKey -> *input: generated once per process
+	mu     sync.Mutex
+	done   map[int]int // call -> held ranks done with its inputs
 }
 
 type inputKey struct {
@@ -108,6 +111,31 @@ func (r *rank) input(call, j int, tag string, fill func(*rand.Rand) []byte) []by
 		in.b = fill(rand.New(rand.NewPCG(seed, h.Sum64())))
 	})
 	return in.b
+}
+
+// release forgets the inputs of call once every held rank released it, so
+// that a case of many large calls holds one call's inputs at a time.
+func (r *rank) release(call int) {
+	e := r.env
+	e.mu.Lock()
+	if e.done == nil {
+		e.done = map[int]int{}
+	}
+	e.done[call]++
+	last := e.done[call] >= max(e.held, 1)
+	if last {
+		delete(e.done, call)
+	}
+	e.mu.Unlock()
+	if !last {
+		return
+	}
+	e.inputs.Range(func(k, _ any) bool {
+		if k.(inputKey).call == call {
+			e.inputs.Delete(k)
+		}
+		return true
+	})
 }
 
 // dbuf is one device allocation of a call, what it held before the call and
