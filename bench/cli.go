@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -135,6 +136,13 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var(&o.compare, "compare", "overlay earlier -json reports from `FILE`s in the plot (repeat or comma-separate)")
 	fs.StringVar(&o.label, "label", "", "name this run in plots and JSON (default: backend and rank count)")
 	fs.BoolVar(&o.noProgress, "noprogress", false, "no progress bar, even on a terminal")
+	fs.BoolFunc("progress", "-progress=false is -noprogress (as heat reads it)", func(v string) error {
+		on, err := strconv.ParseBool(v)
+		if err == nil {
+			o.noProgress = !on
+		}
+		return err
+	})
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK
@@ -234,6 +242,12 @@ func (o *options) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.W
 	if o.timeout > 0 {
 		opts = append(opts, comm.WithTimeout(o.timeout))
 	}
+	if o.backend != "auto" && o.backend != "" {
+		if _, err := comm.Probe(o.backend); err != nil {
+			fmt.Fprintf(stderr, "gpucomm bench: %v\n", err)
+			return ExitUsage
+		}
+	}
 	if o.backend == local.Name {
 		if o.np < 1 {
 			return usageError(fs, "-np %d: want 1 or more ranks", o.np)
@@ -243,6 +257,12 @@ func (o *options) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.W
 		}
 		if _, _, err := cfg.resolve(o.np); err != nil {
 			return usageError(fs, "%v", err)
+		}
+		// Under mpirun -np 4 each process would be a job of its own, and
+		// GPUCOMM_DEVICE=cuda would be ignored: both are refused.
+		if err := errors.Join(comm.CheckLauncher(local.Name), local.CheckDeviceSetting(o.device)); err != nil {
+			fmt.Fprintf(stderr, "gpucomm bench: %v\n", err)
+			return ExitFail
 		}
 		bar := newBar(stderr, o.noProgress)
 		rep, err := RunLocal(ctx, o.np, cfg, bar.progress, opts...)

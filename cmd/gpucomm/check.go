@@ -18,6 +18,7 @@ import (
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/comm/local"
 	"github.com/gpucomm/gpucomm/conformance"
+	"github.com/gpucomm/gpucomm/devmem"
 )
 
 func init() {
@@ -176,6 +177,10 @@ func checkSetup(fs *flag.FlagSet, f *checkFlags, stderr io.Writer) (name string,
 		default:
 			return "", usageError(fs, "-device %s: the local backend runs on simulated host devices only", f.device)
 		}
+		if err := localReady(f.device); err != nil {
+			fmt.Fprintf(stderr, "gpucomm check: %v\n", err)
+			return "", exitFail
+		}
 	} else if f.set["np"] && f.np != 1 {
 		return "", usageError(fs, "-np applies to the local backend only; %s takes one rank a process, so set the rank count with mpirun -np", name)
 	}
@@ -243,19 +248,7 @@ func rankFromEnv() int {
 
 // validDeviceSpec accepts what devmem.Open accepts, so a typo is a usage
 // error here rather than a failure in every case.
-func validDeviceSpec(s string) bool {
-	s = strings.ToLower(strings.TrimSpace(s))
-	switch s {
-	case "", "auto", "host", "cuda":
-		return true
-	}
-	rest, ok := strings.CutPrefix(s, "cuda:")
-	if !ok {
-		return false
-	}
-	n, err := strconv.Atoi(rest)
-	return err == nil && n >= 0
-}
+func validDeviceSpec(s string) bool { return devmem.CheckSpec(s) == nil }
 
 // verdict is a result's word in the table and the JSON report.
 func verdict(r conformance.Result) string {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -46,7 +47,7 @@ type heatFlags struct {
 	k         int
 	seed      uint64
 	device    string
-	progress  bool
+	noProg    bool
 	decompVal solver.Decomposition
 }
 
@@ -65,8 +66,15 @@ func runHeat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&f.overlap, "overlap", true, "overlap the halo exchange with the interior update")
 	fs.IntVar(&f.k, "k", solver.DefaultResidualEvery, "reduce the residual every `K` steps (0: never)")
 	fs.Uint64Var(&f.seed, "seed", 1, "`seed` of the random initial field")
-	fs.StringVar(&f.device, "device", "", "device `SPEC` for MPI backends: auto, host, cuda or cuda:N (default GPUCOMM_DEVICE, else auto)")
-	fs.BoolVar(&f.progress, "progress", true, "show a progress bar when stderr is a terminal")
+	fs.StringVar(&f.device, "device", "", "device `SPEC`: auto, host, cuda or cuda:N (default GPUCOMM_DEVICE, else auto; local runs on host devices only)")
+	fs.BoolVar(&f.noProg, "noprogress", false, "no progress bar, even on a terminal (as bench's -noprogress)")
+	fs.BoolFunc("progress", "deprecated: -progress=false is -noprogress", func(v string) error {
+		on, err := strconv.ParseBool(v)
+		if err == nil {
+			f.noProg = !on
+		}
+		return err
+	})
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -86,6 +94,13 @@ func runHeat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usageError(fs, "-steps %d: want 1 or more", f.steps)
 	case f.k < 0:
 		return usageError(fs, "-k %d: want 0 (never) or more", f.k)
+	case f.backend != "auto" && f.backend != "":
+		if _, err := comm.Probe(f.backend); err != nil {
+			fmt.Fprintf(stderr, "gpucomm heat: %v\n", err)
+			return exitUsage
+		}
+	}
+	switch {
 	case f.backend == local.Name && f.np < 1:
 		return usageError(fs, "-np %d: want 1 or more ranks", f.np)
 	case f.backend != local.Name && set["np"] && f.np != 1:
@@ -119,7 +134,7 @@ func runHeat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := cfg.Validate(comms[0].Size()); err != nil {
 		return usageError(fs, "%v", err)
 	}
-	bar := newHeatBar(stderr, f.progress)
+	bar := newHeatBar(stderr, !f.noProg)
 	results := make([]heatResult, len(comms))
 	var wg sync.WaitGroup
 	for i, c := range comms {
@@ -137,11 +152,9 @@ func runHeat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	bar.finish()
 
 	code := exitOK
-	for _, r := range results {
-		if r.err != nil {
-			fmt.Fprintf(stderr, "gpucomm heat: rank %d: %v\n", r.rank, r.err)
-			code = exitFail
-		}
+	for _, line := range rankErrors(results) {
+		fmt.Fprintf(stderr, "gpucomm heat: %s\n", line)
+		code = exitFail
 	}
 	for _, r := range results {
 		if r.rank == 0 && r.err == nil {
@@ -151,10 +164,60 @@ func runHeat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
+// rankErrors says each distinct error of the ranks once, with the ranks
+// that met it ("ranks 0-3: ..."), in the order of the first rank to meet it.
+func rankErrors(results []heatResult) []string {
+	var msgs []string
+	ranks := map[string][]int{}
+	for _, r := range results {
+		if r.err == nil {
+			continue
+		}
+		m := r.err.Error()
+		if _, seen := ranks[m]; !seen {
+			msgs = append(msgs, m)
+		}
+		ranks[m] = append(ranks[m], r.rank)
+	}
+	lines := make([]string, len(msgs))
+	for i, m := range msgs {
+		lines[i] = rankList(ranks[m]) + ": " + m
+	}
+	return lines
+}
+
+// rankList writes ranks as "rank 2", "ranks 0-3" or "ranks 0, 2".
+func rankList(rs []int) string {
+	if len(rs) == 1 {
+		return "rank " + strconv.Itoa(rs[0])
+	}
+	if rs[len(rs)-1]-rs[0] == len(rs)-1 {
+		return fmt.Sprintf("ranks %d-%d", rs[0], rs[len(rs)-1])
+	}
+	s := make([]string, len(rs))
+	for i, r := range rs {
+		s[i] = strconv.Itoa(r)
+	}
+	return "ranks " + strings.Join(s, ", ")
+}
+
+// localReady refuses what the local backend cannot do here: run under a
+// launcher of several ranks (each process would be a job of its own), or
+// on the GPU that -device or GPUCOMM_DEVICE asks for.
+func localReady(device string) error {
+	if err := comm.CheckLauncher(local.Name); err != nil {
+		return err
+	}
+	return local.CheckDeviceSetting(device)
+}
+
 // heatComms opens the ranks this process holds: all of them for local,
 // this process's one under MPI.
 func heatComms(f heatFlags) ([]comm.Communicator, error) {
 	if f.backend == local.Name {
+		if err := localReady(f.device); err != nil {
+			return nil, err
+		}
 		return local.NewGroup(f.np)
 	}
 	var opts []comm.Option

@@ -8,13 +8,16 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/comm/cudaaware"
 	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/launcher"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 )
 
@@ -40,8 +43,45 @@ buffers between the ranks, and its line then gives that verdict. Run it
 under the launcher (mpirun -np 2 gpucomm info -mpi): every rank takes part
 and rank 0 prints.`
 
-// knobs are the environment variables every gpucomm program reads.
-var knobs = []string{"GPUCOMM_BACKEND", "GPUCOMM_DEVICE", "GPUCOMM_TIMEOUT", "GPUCOMM_DEBUG", "GPUCOMM_CHUNK_BYTES", "GPUCOMM_NODE_BYTES", "GPUCOMM_STAGE_REDUCE_BYTES"}
+// knobs are the environment variables gpucomm programs read (every one that
+// code outside tests reads: grep -rn 'GPUCOMM_' --include=*.go), the first
+// seven through comm.DefaultOptions, the others where they act; the test
+// harness's own (GPUCOMM_GPU_TESTS, GPUCOMM_MPIRUN) are listed last.
+var knobs = []string{"GPUCOMM_BACKEND", "GPUCOMM_DEVICE", "GPUCOMM_TIMEOUT", "GPUCOMM_DEBUG", "GPUCOMM_CHUNK_BYTES", "GPUCOMM_NODE_BYTES", "GPUCOMM_STAGE_REDUCE_BYTES",
+	"GPUCOMM_CUDA_AWARE", "GPUCOMM_MPI_THREAD_LEVEL", "GPUCOMM_IPC", "GPUCOMM_TRACE_PIPELINE", "GPUCOMM_CACHE_DIR",
+	"GPUCOMM_CUDA_LIB", "GPUCOMM_NVRTC_LIB", "GPUCOMM_NCCL_LIB", "GPUCOMM_GPU_TESTS", "GPUCOMM_MPIRUN"}
+
+// otherKnobs describes the knobs comm.DefaultOptions does not read: what
+// unset means, what a value does (%s is the value), and, for those read as
+// one of a few words, the words and whether value is one, as the code that
+// reads it judges.
+var otherKnobs = map[string]struct {
+	unset, set string
+	want       string
+	ok         func(v string) bool
+}{
+	"GPUCOMM_CUDA_AWARE": {"cudaaware asks MPI whether it takes device pointers", "cudaaware: %s (1 trust MPI with device pointers, 0 refuse, probe exchange device buffers at Open)",
+		"1, 0 or probe", func(v string) bool {
+			v = strings.ToLower(strings.TrimSpace(v))
+			_, err := strconv.ParseBool(v)
+			return v == "probe" || err == nil
+		}},
+	"GPUCOMM_MPI_THREAD_LEVEL": {"MPI is started at MPI_THREAD_MULTIPLE", "MPI is started at thread level %s",
+		"single, funneled, serialized or multiple", func(v string) bool {
+			return slices.Contains([]string{"single", "funneled", "serialized", "multiple"}, v)
+		}},
+	"GPUCOMM_IPC": {"node-shared GPU memory is VMM where the GPU supports it, else legacy CUDA IPC", "node-shared GPU memory: %s",
+		"auto, vmm or legacy", func(v string) bool {
+			return slices.Contains([]string{"auto", "vmm", "legacy"}, strings.ToLower(strings.TrimSpace(v)))
+		}},
+	"GPUCOMM_TRACE_PIPELINE": {"no pipeline timeline", "host-staged transfers' timeline (SKIP,COUNT %s) on standard error", "", nil},
+	"GPUCOMM_CACHE_DIR":      {"compiled kernels cached under the user cache directory", "compiled kernels cached in %s", "", nil},
+	"GPUCOMM_CUDA_LIB":       {"libcuda.so.1 from the loader's path", "the CUDA driver loaded from %s", "", nil},
+	"GPUCOMM_NVRTC_LIB":      {"libnvrtc from the loader's path", "NVRTC loaded from %s", "", nil},
+	"GPUCOMM_NCCL_LIB":       {"libnccl.so.2 from the loader's path", "NCCL loaded from %s", "", nil},
+	"GPUCOMM_GPU_TESTS":      {"tests skip what needs a GPU", "tests that need a GPU run when this is 1 (now %s)", "", nil},
+	"GPUCOMM_MPIRUN":         {"MPI tests launch with the mpirun beside their libmpi, else the family's on PATH", "MPI tests launch their ranks with %s", "", nil},
+}
 
 // infoReport is what info gathers; the text and JSON outputs both render it,
 // so they cannot disagree.
@@ -80,6 +120,11 @@ func runInfo(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	code := exitOK
+	// Under mpirun -np 4 every process would print the whole report: only
+	// the launcher's rank 0 does (with -mpi, MPI's rank 0, below).
+	if job, ok := launcher.FromEnv(); ok && job.Rank != 0 && !*withMPI {
+		return code
+	}
 	if *withMPI {
 		rank, err := settleCUDAAware()
 		if err != nil {
@@ -156,14 +201,14 @@ func gatherInfo() infoReport {
 		if err != nil {
 			v.Reason = err.Error()
 		}
-		rep.Backends = append(rep.Backends, infoBackend{Name: name, Usable: v.Usable, Reason: v.Reason})
+		rep.Backends = append(rep.Backends, infoBackend{Name: name, Usable: v.Usable, Reason: shortReason(v.Reason)})
 	}
 
 	rep.Devices = append(rep.Devices, infoDevice{Kind: devmem.Host.String(), Count: 1,
 		Detail: "simulated device in host memory; always available"})
 	cuda := infoDevice{Kind: devmem.CUDA.String()}
 	if n, err := devmem.CUDADeviceCount(); err != nil {
-		cuda.Detail = err.Error()
+		cuda.Detail = shortReason(err.Error())
 	} else {
 		cuda.Count = n
 		cuda.Detail = fmt.Sprintf("%d GPU(s) visible", n)
@@ -214,6 +259,15 @@ func knobEffect(name, value string, opts comm.Options, optsErr error) (effect, p
 			return "GPU (local rank mod GPU count)", ""
 		}
 		return "GPU " + strings.TrimPrefix(spec, "cuda:") + " for every rank", ""
+	}
+	if k, ok := otherKnobs[name]; ok {
+		switch {
+		case value == "":
+			return k.unset, ""
+		case k.ok != nil && !k.ok(value):
+			return "invalid", fmt.Sprintf("%s=%q: want %s", name, value, k.want)
+		}
+		return fmt.Sprintf(k.set, value), ""
 	}
 	if optsErr != nil {
 		if strings.Contains(optsErr.Error(), name) {
@@ -286,4 +340,27 @@ func sizeEffect(n int, off, byDefault, atFormat string) string {
 		return byDefault
 	}
 	return fmt.Sprintf(atFormat, n)
+}
+
+// loaderError matches a dynamic loader's failure with the layers that
+// wrapped it ("nccl: load NCCL: dl: cannot open libnccl.so.2, libnccl.so
+// (...): library not found"); shortReason keeps the library's name.
+var loaderError = regexp.MustCompile(`(?:(?:nccl|nvrtc|cuda|devmem|cuda driver|dl|load [A-Za-z ]+): )*dl: cannot open ([^,\s(]+)[^()]*\([^)]*\)(?:: library not found)?`)
+
+// libKnobs names the variable that points gpucomm at each library.
+var libKnobs = map[string]string{"libnccl": "GPUCOMM_NCCL_LIB", "libcuda": "GPUCOMM_CUDA_LIB", "libnvrtc": "GPUCOMM_NVRTC_LIB"}
+
+// shortReason turns each loader failure in a verdict into "LIB not found
+// (set VAR to its path)", so that a line says what is missing and how to
+// point gpucomm at it instead of every path the loader tried.
+func shortReason(s string) string {
+	return loaderError.ReplaceAllStringFunc(s, func(m string) string {
+		lib := loaderError.FindStringSubmatch(m)[1]
+		for prefix, knob := range libKnobs {
+			if strings.HasPrefix(lib, prefix) {
+				return lib + " not found (set " + knob + " to its path)"
+			}
+		}
+		return lib + " not found"
+	})
 }

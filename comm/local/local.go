@@ -2,6 +2,7 @@ package local
 
 import (
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -41,11 +42,25 @@ func init() {
 // host device without a word.
 func CheckDevice(spec string) error {
 	if err := devmem.CheckSpec(spec); err != nil {
-		return comm.Wrap(Name, "Open", 0, err)
+		return comm.Wrap(Name, "Open", -1, err)
 	}
 	if devmem.IsGPUSpec(spec) {
-		return comm.Errorf(Name, "Open", 0, comm.ErrUnsupported,
+		return comm.Errorf(Name, "Open", -1, comm.ErrUnsupported,
 			"device %q: the local backend runs on simulated host devices only; use device host or auto, or an MPI backend (mpi, cudaaware, nccl) for GPUs", spec)
+	}
+	return nil
+}
+
+// CheckDeviceSetting is CheckDevice of the device a program asks for: spec
+// when it is not empty (a -device flag), else GPUCOMM_DEVICE, which the
+// error then names. Programs that make groups with NewGroup call it first.
+func CheckDeviceSetting(spec string) error {
+	if spec != "" {
+		return CheckDevice(spec)
+	}
+	v := os.Getenv("GPUCOMM_DEVICE")
+	if err := CheckDevice(v); err != nil {
+		return fmt.Errorf("GPUCOMM_DEVICE=%s: %w", v, err)
 	}
 	return nil
 }
