@@ -71,6 +71,10 @@ func TestOpenWithoutMPIIsNotBuilt(t *testing.T) {
 	}
 }
 
+func TestProbeRefusesTheOtherFamilysLauncher(t *testing.T) {
+	mpitest.ProbeRefusesOtherLauncher(t, name)
+}
+
 func TestUnderLauncher(t *testing.T) { mpitest.UnderLauncher(t, name, 4, "rank 2 never sent") }
 
 // A program that never calls Init: the refused Open leaves MPI up, so the

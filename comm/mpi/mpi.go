@@ -26,10 +26,15 @@ func Open(o comm.Options) (comm.Communicator, error) {
 	return c, nil
 }
 
-// Probe says whether MPI is built into this binary, and which.
+// Probe says whether MPI is built into this binary, and which, and whether
+// this process can join its launcher's job (not under the other MPI
+// family's launcher).
 func Probe() comm.Verdict {
 	if !mpi.Built() {
 		return comm.Verdict{Reason: mpicomm.NotBuiltReason}
+	}
+	if err := mpi.JoinError(); err != nil {
+		return comm.Verdict{Reason: err.Error()}
 	}
 	return comm.Verdict{Usable: true, Reason: mpicomm.Library() + "; host-staged through pinned memory, on any device"}
 }

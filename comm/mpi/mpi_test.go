@@ -50,6 +50,10 @@ func TestOpenWithoutMPIIsNotBuilt(t *testing.T) {
 	}
 }
 
+func TestProbeRefusesTheOtherFamilysLauncher(t *testing.T) {
+	mpitest.ProbeRefusesOtherLauncher(t, name)
+}
+
 func TestUnderLauncher(t *testing.T) { mpitest.UnderLauncher(t, name, 4, "rank 2 never sent it") }
 
 func TestRankConformance(t *testing.T)              { mpitest.Conformance(t, name) }

@@ -4,6 +4,7 @@ package mpi
 
 import (
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/gpucomm/gpucomm/internal/errs"
@@ -72,4 +73,17 @@ func sizeMismatch(family string, worldSize int, environ func(string) (string, bo
 	}
 	return fmt.Errorf("mpi: MPI_Init made a world of %d ranks, but %s started this process as rank %d of %d (%s): this binary, built for %s, did not join the launcher's job; start it with the launcher of the MPI it is built for, or rebuild it with the tag of the launcher's MPI (-tags mpi for Open MPI, -tags mpich for MPICH and its ABI); under srun, give --mpi= the plugin that MPI needs (pmix or pmi2): %w",
 		worldSize, job.Launcher, job.Rank, job.Size, job.From, builtFor[family], errs.ErrUnsupported)
+}
+
+// JoinError says why this process cannot join its launcher's job, without
+// starting MPI: the launcher is of the other MPI family, or an earlier Init
+// found that MPI_Init made another world than the launcher's. nil when it
+// can, as far as can be told before MPI_Init. For Probe.
+func JoinError() error {
+	lifeMu.Lock()
+	defer lifeMu.Unlock()
+	if joinErr != nil {
+		return joinErr
+	}
+	return launcherConflict(family, os.LookupEnv)
 }

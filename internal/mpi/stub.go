@@ -26,6 +26,9 @@ func Built() bool { return false }
 // Family is "openmpi" or "mpich" when MPI is built in, "" here.
 func Family() string { return family }
 
+// JoinError is nil: without MPI there is no job to join.
+func JoinError() error { return nil }
+
 // Init fails: MPI is not built in.
 func Init() error { return errNotBuilt }
 

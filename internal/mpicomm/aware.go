@@ -84,6 +84,9 @@ func ProbeCUDAAware() comm.Verdict {
 	if !mpi.Built() {
 		return comm.Verdict{Reason: NotBuiltReason}
 	}
+	if err := mpi.JoinError(); err != nil {
+		return comm.Verdict{Reason: err.Error()}
+	}
 	switch o, err := AwareOverride(); {
 	case err != nil:
 		return comm.Verdict{Reason: err.Error()}

@@ -1039,6 +1039,11 @@ func SendThenClose(t *testing.T, backend string) {
 // did not take it, within about the timeout, instead of waiting forever.
 func UnreceivedSendFailsClose(t *testing.T, backend string) {
 	RankOnly(t)
+	if Scenario() != "unreceived" {
+		// The header left unreceived in MPI would match a later receive
+		// on a communicator that reuses the freed one's context (MPICH).
+		t.Skip("leaves a message unreceived: run alone by TestUnderLauncher/UnreceivedNodeMessageFailsClose")
+	}
 	const count, timeout = 400_000 / 8, time.Second
 	c := open(t, backend, comm.WithTimeout(timeout))
 	mc, _ := c.(*mpicomm.Comm)

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 )
 
@@ -404,6 +405,9 @@ func UnderLauncher(t *testing.T, backend string, np int, recvGap string) {
 		ExpectPass(t, 2, RunRanks(t, 2, "^TestRankSendThenClose$", time.Minute, NoInitEnv+"=1"))
 	})
 	if backend == "mpi" {
+		t.Run("UnreceivedNodeMessageFailsClose", func(t *testing.T) {
+			ExpectPass(t, 2, RunRanks(t, 2, "^TestRankUnreceivedSendFailsClose$", time.Minute, ScenarioEnv+"=unreceived"))
+		})
 		t.Run("SentMessageOutlivesFinalize", func(t *testing.T) {
 			ExpectPass(t, 2, RunRanks(t, 2, "^TestRankSendThenFinalize$", time.Minute, NoInitEnv+"=1", ScenarioEnv+"=finalize"))
 		})
@@ -428,5 +432,34 @@ func UnderLauncher(t *testing.T, backend string, np int, recvGap string) {
 	}
 	if backend == "cudaaware" {
 		t.Run("GpucommInfoGivesMPIsVerdict", func(t *testing.T) { InfoCommand(t, 2) })
+	}
+}
+
+// ProbeRefusesOtherLauncher: in the environment the other MPI family's
+// launcher gives its ranks, backend's Probe says it cannot run and why,
+// without starting MPI, so that "auto" does not pick it.
+func ProbeRefusesOtherLauncher(t *testing.T, backend string) {
+	if InRanks() {
+		t.Skip("a rank of a launched job")
+	}
+	env, fix := map[string]string{"PMI_SIZE": "3", "PMI_RANK": "1", "MPI_LOCALRANKID": "1"}, "rebuild with -tags mpich"
+	switch mpi.Family() {
+	case "":
+		t.Skip("MPI is not built in")
+	case "mpich":
+		env, fix = map[string]string{"OMPI_COMM_WORLD_SIZE": "3", "OMPI_COMM_WORLD_RANK": "1"}, "rebuild with -tags mpi"
+	}
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	v, err := comm.Probe(backend)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Usable || !strings.Contains(v.Reason, "rank 1 of 3") || !strings.Contains(v.Reason, fix) {
+		t.Errorf("Probe(%s) under the other family's launcher: %+v; want not usable, naming the job and %q", backend, v, fix)
+	}
+	if mpi.Initialized() {
+		t.Error("Probe started MPI")
 	}
 }
