@@ -2,6 +2,12 @@
 
 package mpicomm
 
+// /* A flag per OS thread: the context has been made current here once. */
+// static __thread int gc_ctx_ready;
+// static int gc_thread_ready(void) { return gc_ctx_ready; }
+// static void gc_thread_mark_ready(void) { gc_ctx_ready = 1; }
+import "C"
+
 import (
 	"runtime"
 
@@ -13,18 +19,25 @@ import (
 // cudaThread is the thread setup (mpi.SetThreadSetup) of a process whose
 // MPI makes CUDA calls of its own: it makes the GPU's primary context
 // current on the OS thread of every MPI call, as cudaSetDevice does for a C
-// program. The context stays current on that thread afterwards, so the
-// next MPI call there costs one cuCtxGetCurrent. That is safe for devmem,
-// whose CUDA calls all run inside cuda.WithContext and set their own
-// context, and it is what MPI itself expects: its deferred work (closing
-// peers' IPC handles, freeing its GPU buffers) may run in any later call.
+// program. The context stays current on that thread afterwards, and a
+// flag in the thread's C thread-local storage remembers it, so that later
+// MPI calls there cost one small cgo call and allocate nothing (the cuda
+// package's cuCtxGetCurrent allocates its result). That is safe for devmem,
+// whose CUDA calls all run inside cuda.WithContext and restore the context
+// they found, and it is what MPI itself expects: its deferred work (closing
+// peers' IPC handles, freeing its GPU buffers) may run in any later call. A
+// library that sets another context on a Go thread and leaves it there
+// would defeat it: gpucomm's own never do.
 type cudaThread struct{ ctx cuda.Context }
 
 func (t *cudaThread) Enter() {
 	runtime.LockOSThread() // the context is per OS thread; the goroutine must stay on it for the call
-	if cur, err := cuda.CtxGetCurrent(); err == nil && cur != t.ctx {
-		_ = cuda.CtxSetCurrent(t.ctx) // on failure MPI runs as it would have without
+	if C.gc_thread_ready() != 0 {
+		return
 	}
+	if cur, err := cuda.CtxGetCurrent(); err == nil && (cur == t.ctx || cuda.CtxSetCurrent(t.ctx) == nil) {
+		C.gc_thread_mark_ready()
+	} // else MPI runs as it would have without, and the next call tries again
 }
 
 func (t *cudaThread) Leave() { runtime.UnlockOSThread() }

@@ -64,10 +64,24 @@ func TestCUDAThreadMakesThePrimaryContextCurrent(t *testing.T) {
 	}
 }
 
+// Once a thread has the context, Enter and Leave allocate nothing, so the
+// calls on no stream of the cudaaware backend stay free of allocations.
+func TestCUDAThreadAllocatesNothingOnceSet(t *testing.T) {
+	ct := &cudaThread{ctx: gpuContext(t)}
+	ct.Enter()
+	ct.Leave()
+	runtime.LockOSThread() // stay on the thread that has it
+	defer runtime.UnlockOSThread()
+	if n := testing.AllocsPerRun(1000, func() { ct.Enter(); ct.Leave() }); n != 0 {
+		t.Errorf("Enter and Leave allocate %v times a call on a thread that has the context, want 0", n)
+	}
+}
+
 // The cost the setup adds to each MPI call on a GPU: on a thread that has
-// the context already, a lock and a cuCtxGetCurrent.
+// the context already, a lock and one cgo call reading a thread-local flag.
 func BenchmarkCUDAThreadEnterLeave(b *testing.B) {
 	ct := &cudaThread{ctx: gpuContext(b)}
+	b.ReportAllocs()
 	for b.Loop() {
 		ct.Enter()
 		ct.Leave()
