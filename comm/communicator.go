@@ -68,8 +68,13 @@ type Communicator interface {
 	Split(color, key int) (Communicator, error)
 	// Close releases the communicator; later calls return ErrClosed. Every
 	// rank closes its communicators, as it opened them, in the same order
-	// (as MPI_Comm_free and ncclCommDestroy ask); with a timeout, the MPI
-	// backends' Close is a barrier.
+	// (as MPI_Comm_free and ncclCommDestroy ask). Close waits for this
+	// rank's own operations on the communicator, not for the other ranks:
+	// it is not a barrier, except on the mpi and cudaaware backends when a
+	// timeout is set (GPUCOMM_TIMEOUT or WithTimeout), where the ranks meet
+	// in Close before anything is released, so that a rank stuck elsewhere
+	// is waited for there and not in MPI_Finalize. A program that needs the
+	// ranks to meet calls Barrier.
 	Close() error
 }
 

@@ -13,6 +13,28 @@
 // result; the call may return before the data has moved. With a nil stream
 // the operation is complete when the call returns.
 //
+// The typed helpers (AllReduce, Broadcast, ... over devmem.Slice) take the
+// element type from T and the count from one of the two slices: from send
+// where every rank contributes all of its send (AllReduce, Reduce,
+// AllGather, Gather, and AllToAll, whose send is cut into Size() equal
+// blocks), from recv where every rank receives all of its recv (Broadcast,
+// ReduceScatter, Scatter). The other slice must be at least as long as the
+// operation needs, and may be longer; each helper's doc says which it reads.
+//
+// Every rank must call the same collectives in the same order with the same
+// count, dtype, op and root, as MPI and NCCL require. A mismatch is not
+// always detected: without GPUCOMM_DEBUG=1 (WithDebug) a count that differs
+// between ranks can return nil on some ranks, with wrong data, and the next
+// good collective's timeout then blames that later collective. GPUCOMM_DEBUG
+// compares every collective's signature across the ranks first and fails
+// with ErrMismatch naming the ranks; turn it on when a job misbehaves.
+//
+// Programs launched as several processes (mpirun, mpiexec, srun) must open
+// an MPI-based backend (mpi, cudaaware, nccl), which needs a binary built
+// with -tags mpi or -tags mpich. Open refuses the in-process backend (local)
+// under such a launcher, and "auto" never falls back to it there, rather
+// than let each process run as rank 0 of a one-rank job.
+//
 // comm never imports a backend; programs enable backends with a blank import
 // (gpucomm/comm/all enables every one).
 package comm

@@ -3,6 +3,8 @@ package comm
 import (
 	"errors"
 	"fmt"
+	"os"
+	"slices"
 
 	"github.com/gpucomm/gpucomm/devmem"
 )
@@ -10,9 +12,74 @@ import (
 // NodeComm adapts c, a communicator of the ranks of one node, to what
 // devmem.NewNodeShared needs. Its collectives run through c on small device
 // buffers, so they work on every backend, and complete before they return.
+// SplitNode makes such a communicator from one that spans several nodes:
 //
-//	ns, err := devmem.NewNodeShared(comm.NodeComm(c), myCount, 8)
+//	node, err := comm.SplitNode(world)
+//	...
+//	ns, err := devmem.NewNodeShared(comm.NodeComm(node), myCount, 8)
 func NodeComm(c Communicator) devmem.NodeComm { return nodeComm{c} }
+
+// SplitNode splits c into one communicator a node: the ranks whose host
+// names (os.Hostname) are equal, ranked as in c. It is collective over c,
+// like Split; its result's Size equals c.LocalSize() wherever the launcher
+// and the host names agree on what a node is.
+func SplitNode(c Communicator) (Communicator, error) {
+	host, err := os.Hostname()
+	if err != nil {
+		return nil, fmt.Errorf("comm: SplitNode: %v: %w", err, ErrUnsupported)
+	}
+	return SplitBy(c, host)
+}
+
+// SplitBy splits c into communicators of the ranks that give the same name,
+// ranked as in c; every rank of c calls it. Names are compared whole (they
+// travel through c as bytes), so two different names never share one.
+func SplitBy(c Communicator, name string) (Communicator, error) {
+	n := nodeComm{c}
+	lens, err := n.AllGatherInt64(int64(len(name)))
+	if err != nil {
+		return nil, err
+	}
+	width := int(slices.Max(lens))
+	color := 0
+	if width > 0 {
+		names, err := n.allGatherBytes([]byte(name), width)
+		if err != nil {
+			return nil, err
+		}
+		for r := range lens {
+			if string(names[r*width:r*width+int(lens[r])]) == name {
+				color = r
+				break
+			}
+		}
+	}
+	return c.Split(color, c.Rank())
+}
+
+// allGatherBytes gathers every rank's b, padded to width bytes, in rank
+// order, through device buffers.
+func (n nodeComm) allGatherBytes(b []byte, width int) (out []byte, err error) {
+	send, err := devmem.AllocSlice[uint8](n.c.Device(), width)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, send.Free()) }()
+	recv, err := devmem.AllocSlice[uint8](n.c.Device(), width*n.c.Size())
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, recv.Free()) }()
+	padded := make([]byte, width)
+	copy(padded, b)
+	if err := send.CopyFrom(padded, nil); err != nil {
+		return nil, err
+	}
+	if err := AllGather(n.c, send, recv, nil); err != nil {
+		return nil, err
+	}
+	return recv.ToHost(nil)
+}
 
 type nodeComm struct{ c Communicator }
 

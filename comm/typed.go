@@ -6,34 +6,44 @@ import (
 	"github.com/gpucomm/gpucomm/devmem"
 )
 
-// The typed helpers take counts from the slices and the DType from T.
+// The typed helpers take the DType from T and the count from one slice:
+// send's length where every rank contributes all of send (AllReduce, Reduce,
+// AllGather, Gather, AllToAll), recv's where every rank receives all of recv
+// (Broadcast, ReduceScatter, Scatter); Send and Recv take their one slice's.
+// The other slice must hold at least what the operation needs.
 
-// AllReduce reduces send (all of it) into recv on every rank.
+// AllReduce reduces send (all of it: the count is send.Len()) into recv on
+// every rank; recv holds at least send.Len() elements.
 func AllReduce[T Element](c Communicator, send, recv devmem.Slice[T], op Op, s *devmem.Stream) error {
 	return c.AllReduce(send.Buffer(), recv.Buffer(), send.Len(), DTypeOf[T](), op, s)
 }
 
-// Reduce reduces send into root's recv.
+// Reduce reduces send (the count is send.Len()) into root's recv, which
+// holds at least send.Len() elements; recv is ignored elsewhere.
 func Reduce[T Element](c Communicator, send, recv devmem.Slice[T], op Op, root int, s *devmem.Stream) error {
 	return c.Reduce(send.Buffer(), recv.Buffer(), send.Len(), DTypeOf[T](), op, root, s)
 }
 
-// Broadcast copies root's send into every rank's recv (all of recv).
+// Broadcast copies root's send into every rank's recv (all of it: the count
+// is recv.Len()); root's send holds at least recv.Len() elements.
 func Broadcast[T Element](c Communicator, send, recv devmem.Slice[T], root int, s *devmem.Stream) error {
 	return c.Broadcast(send.Buffer(), recv.Buffer(), recv.Len(), DTypeOf[T](), root, s)
 }
 
-// AllGather gathers every rank's send into every rank's recv.
+// AllGather gathers every rank's send (the count is send.Len()) into every
+// rank's recv, which holds at least Size()·send.Len() elements.
 func AllGather[T Element](c Communicator, send, recv devmem.Slice[T], s *devmem.Stream) error {
 	return c.AllGather(send.Buffer(), recv.Buffer(), send.Len(), DTypeOf[T](), s)
 }
 
-// ReduceScatter reduces send and leaves this rank's block in recv (all of it).
+// ReduceScatter reduces send and leaves this rank's block in recv (all of
+// it: the count is recv.Len()); send holds at least Size()·recv.Len().
 func ReduceScatter[T Element](c Communicator, send, recv devmem.Slice[T], op Op, s *devmem.Stream) error {
 	return c.ReduceScatter(send.Buffer(), recv.Buffer(), recv.Len(), DTypeOf[T](), op, s)
 }
 
-// AllToAll exchanges equal blocks of send with every rank.
+// AllToAll exchanges equal blocks of send with every rank: the count is
+// send.Len()/Size(), which must divide evenly; recv holds at least send.Len().
 func AllToAll[T Element](c Communicator, send, recv devmem.Slice[T], s *devmem.Stream) error {
 	if send.Len()%c.Size() != 0 {
 		return fmt.Errorf("comm: AllToAll of %d elements over %d ranks: not equal blocks: %w", send.Len(), c.Size(), ErrInvalidArgument)
@@ -41,12 +51,14 @@ func AllToAll[T Element](c Communicator, send, recv devmem.Slice[T], s *devmem.S
 	return c.AllToAll(send.Buffer(), recv.Buffer(), send.Len()/c.Size(), DTypeOf[T](), s)
 }
 
-// Gather gathers every rank's send into root's recv.
+// Gather gathers every rank's send (the count is send.Len()) into root's
+// recv, which holds at least Size()·send.Len() elements.
 func Gather[T Element](c Communicator, send, recv devmem.Slice[T], root int, s *devmem.Stream) error {
 	return c.Gather(send.Buffer(), recv.Buffer(), send.Len(), DTypeOf[T](), root, s)
 }
 
-// Scatter sends block r of root's send to rank r's recv (all of it).
+// Scatter sends block r of root's send to rank r's recv (all of it: the
+// count is recv.Len()); root's send holds at least Size()·recv.Len().
 func Scatter[T Element](c Communicator, send, recv devmem.Slice[T], root int, s *devmem.Stream) error {
 	return c.Scatter(send.Buffer(), recv.Buffer(), recv.Len(), DTypeOf[T](), root, s)
 }

@@ -175,7 +175,7 @@ func checkMemory(c comm.Communicator, cfg Config, l layout) error {
 	if nodeNeed > need {
 		where = fmt.Sprintf("%s, up to %s a rank for the ranks sharing it", where, gb(need))
 	}
-	return fmt.Errorf("solver: a %d×%d grid over %d ranks needs %s of %s, but the fullest device has %s free of %s: choose a smaller grid or more ranks: %w",
+	return fmt.Errorf("solver: a %d×%d grid over %d ranks needs %s of %s, but the fullest device has %s free of %s: use a smaller grid, or more GPUs or nodes: %w",
 		cfg.N, cfg.M, c.Size(), gb(nodeNeed), where, gb(free), gb(total), comm.ErrUnsupported)
 }
 

@@ -12,7 +12,10 @@
 // checksum and of its negation).
 //
 //	go run ./examples/ddp
-//	mpirun -np 4 env GPUCOMM_BACKEND=mpi ./ddp
+//	go build -tags mpi ./examples/ddp && mpirun -np 4 env GPUCOMM_BACKEND=mpi ./ddp
+//
+// The binary run under mpirun must be built with -tags mpi (Open MPI) or
+// -tags mpich; built without, it refuses to start there and says so.
 package main
 
 import (

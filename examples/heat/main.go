@@ -5,7 +5,10 @@
 // MPI backend:
 //
 //	go run ./examples/heat
-//	mpirun -np 4 env GPUCOMM_BACKEND=mpi ./heat
+//	go build -tags mpi ./examples/heat && mpirun -np 4 env GPUCOMM_BACKEND=mpi ./heat
+//
+// The binary run under mpirun must be built with -tags mpi (Open MPI) or
+// -tags mpich; built without, it refuses to start there and says so.
 package main
 
 import (

@@ -6,7 +6,9 @@
 //
 //	mpirun -np 4 env GPUCOMM_BACKEND=nccl ./hybrid
 //
-// Without MPI it runs as one rank on the best usable backend.
+// Built without MPI (no -tags mpi or mpich) it runs as one rank on the
+// local backend, and under mpirun it refuses to start, saying how to
+// rebuild, rather than run one-rank jobs that print a wrong sum.
 package main
 
 import (
