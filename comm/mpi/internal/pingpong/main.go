@@ -133,7 +133,9 @@ func run() error {
 		return err
 	}
 	defer viaMPI.Close()
-	whole, err := comm.Open("mpi", comm.WithChunkBytes(max(largest, 1)), comm.WithNodeBytes(-1))
+	// One chunk a message, within the sizes Open accepts (a message above
+	// comm.MaxChunkBytes goes in 1 GiB chunks).
+	whole, err := comm.Open("mpi", comm.WithChunkBytes(min(max(largest, comm.MinChunkBytes), comm.MaxChunkBytes)), comm.WithNodeBytes(-1))
 	if err != nil {
 		return err
 	}
