@@ -20,6 +20,7 @@ type Comm struct {
 	eng         engine
 	dev         *devmem.Device
 	rank, size  int
+	version     int // NCCL's version code, read once when the library loaded
 	localRank   int
 	localSize   int
 	debug       bool
@@ -59,7 +60,7 @@ func newComm(o comm.Options, lib library, b boot, eng engine, dev *devmem.Device
 		return nil, comm.Errorf(Name, "Open", b.rank(), nil, "Barrier's buffer: %w", errors.Join(err, own.Destroy(), freeIfAny(bar)))
 	}
 	c := &Comm{
-		lib: lib, boot: b, eng: eng, dev: dev, rank: b.rank(), size: b.size(), localRank: lr, localSize: ls,
+		lib: lib, boot: b, eng: eng, dev: dev, rank: b.rank(), size: b.size(), version: lib.versionCode(), localRank: lr, localSize: ls,
 		debug: o.Debug, timeout: o.Timeout, own: own, barrierBuf: bar, events: eventPool{dev: dev},
 		failCh: make(chan struct{}), abortDone: make(chan struct{}), watchdogEnd: make(chan struct{}),
 	}
@@ -217,7 +218,13 @@ var testHookAfterStart = func(*devmem.Stream) {}
 
 func (c *Comm) AllReduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpAllReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
-	return c.collective(call, func(s *devmem.Stream) error { return c.eng.allReduce(send, recv, count, dt, op, s) })
+	nop, divide := c.reduceOp(dt, op, count, send.Same(recv))
+	return c.collective(call, func(s *devmem.Stream) error {
+		if err := c.eng.allReduce(send, recv, count, dt, nop, s); err != nil || !divide {
+			return err
+		}
+		return c.divide(recv, count, dt, s)
+	})
 }
 
 func (c *Comm) Reduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, root int, s *devmem.Stream) error {
@@ -225,7 +232,13 @@ func (c *Comm) Reduce(send, recv devmem.Buffer, count int, dt comm.DType, op com
 	if c.rank != root {
 		recv = devmem.Buffer{} // unused, and maybe unchecked: NCCL gets NULL
 	}
-	return c.collective(call, func(s *devmem.Stream) error { return c.eng.reduce(send, recv, count, dt, op, root, s) })
+	nop, divide := c.reduceOp(dt, op, count, send.Same(recv))
+	return c.collective(call, func(s *devmem.Stream) error {
+		if err := c.eng.reduce(send, recv, count, dt, nop, root, s); err != nil || !divide {
+			return err
+		}
+		return c.divide(recv, count, dt, s) // the root's; nothing elsewhere
+	})
 }
 
 func (c *Comm) Broadcast(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
@@ -243,7 +256,13 @@ func (c *Comm) AllGather(send, recv devmem.Buffer, count int, dt comm.DType, s *
 
 func (c *Comm) ReduceScatter(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpReduceScatter, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
-	return c.collective(call, func(s *devmem.Stream) error { return c.eng.reduceScatter(send, recv, count, dt, op, s) })
+	nop, divide := c.reduceOp(dt, op, count, send.Overlaps(recv))
+	return c.collective(call, func(s *devmem.Stream) error {
+		if err := c.eng.reduceScatter(send, recv, count, dt, nop, s); err != nil || !divide {
+			return err
+		}
+		return c.divide(recv, count, dt, s)
+	})
 }
 
 // Barrier is a one-byte AllReduce (Max) of a buffer of the communicator's

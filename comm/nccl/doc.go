@@ -19,6 +19,26 @@
 // With a nil stream an operation runs on a stream of the communicator's own
 // and is waited for before the call returns.
 //
+// # The float64 average
+//
+// NCCL 2.28.3 gets AllReduce of float64 with Avg wrong: at 1000003
+// elements on one H200 the last 3 came back as garbage, in place and out of
+// place (nccl-tests' all_reduce_perf -d double -o avg shows it too). So that
+// every NCCL release this package accepts gives the right average, a
+// reduction with Avg (AllReduce, Reduce, ReduceScatter) of a type that the
+// table in avgfault.go lists for the loaded release is run as NCCL's Sum on
+// the same buffers, then a division by the rank count on the device
+// (kernels.Divide, compiled by NVRTC at first use), both queued on the
+// call's stream, so stream order holds as for any operation. The table is
+// conservative until the fault's extent is measured: float64, every count,
+// in place or not, on NCCL up to 2.28.x (no release with a fix is known);
+// later releases, and every other type, use NCCL's own Avg. The version is
+// ncclGetVersion's, read once when NCCL is loaded; an unknown one counts as
+// affected. The result is the sum correctly rounded, then divided
+// correctly rounded: on one rank exactly the input, and within the suite's
+// tolerance for averages elsewhere (NCCL's own multiplies each input by 1/n
+// first). Without NVRTC the workaround's first use returns an error.
+//
 // # Failures and the timeout
 //
 // A watchdog goroutine polls ncclCommGetAsyncError (every 100 ms, or an

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -123,6 +124,16 @@ type fakeNet struct {
 	calls  atomic.Int64 // uniqueID and initRank: NCCL calls before a communicator exists
 	ops    atomic.Int64 // operations queued on engines
 	aborts atomic.Int64
+	avgs   sync.Map // comm.DType -> *atomic.Int64: reductions with Avg that reached the engines
+}
+
+// avgCalls is how many reductions of dt with Avg reached the engines.
+func (n *fakeNet) avgCalls(dt comm.DType) int64 {
+	v, ok := n.avgs.Load(dt)
+	if !ok {
+		return 0
+	}
+	return v.(*atomic.Int64).Load()
 }
 
 func newFakeNet() *fakeNet { return &fakeNet{groups: map[[128]byte]*fakeGroup{}} }
@@ -152,10 +163,44 @@ type fakeLib struct {
 	noSplit    bool     // the engines lack ncclCommSplit
 	hangOps    bool     // the engines' calls block on the host until aborted
 	asyncAfter int64    // the engines report an async error once this many ops were queued (0: never)
+	version    int      // ncclGetVersion's code; 0 is fakeVersion
+	fixedAvg   bool     // Avg of float64 is right at every count, unlike NCCL 2.28's
 }
+
+// fakeVersion is the release the fake claims by default: 2.28.3, whose
+// float64 average the fake gets wrong as it does (see avgFault).
+const fakeVersion = 22803
 
 func (l *fakeLib) load() error      { return nil }
 func (l *fakeLib) describe() string { return "fake NCCL" }
+
+func (l *fakeLib) versionCode() int {
+	if l.version == 0 {
+		return fakeVersion
+	}
+	return l.version
+}
+
+// avgFault does to a reduction's result what NCCL 2.28.3 did on an H200:
+// an average of more than a million float64 leaves garbage (about
+// -2.5e-127) in its last 3 elements. Unless the fake is fixedAvg.
+func (l *fakeLib) avgFault(out []byte, n int, dt comm.DType, op comm.Op) {
+	if l.fixedAvg || op != comm.Avg || dt != comm.Float64 || n <= 1_000_000 || len(out) < n*8 {
+		return
+	}
+	for i := n - 3; i < n; i++ {
+		binary.NativeEndian.PutUint64(out[8*i:], math.Float64bits(-2.5e-127))
+	}
+}
+
+// sawAvg counts a reduction with op that reached an engine.
+func (l *fakeLib) sawAvg(dt comm.DType, op comm.Op) {
+	if op != comm.Avg {
+		return
+	}
+	v, _ := l.net.avgs.LoadOrStore(dt, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+}
 
 func (l *fakeLib) checkDevice(d *devmem.Device) error { return l.badDevice }
 
@@ -381,9 +426,14 @@ func reduceInto(out []byte, inputs [][]byte, off, n int, dt comm.DType, op comm.
 
 func (e *fakeEngine) allReduce(send, recv devmem.Buffer, n int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
 	nb := n * dt.Size()
+	e.lib.sawAvg(dt, op)
 	return e.enqueue(fmt.Sprintf("AllReduce(%d %v %v)", n, dt, op), s,
 		func() []byte { return append([]byte(nil), hostBytes(send, nb)...) },
-		func(in [][]byte) error { return reduceInto(hostBytes(recv, nb), in, 0, nb, dt, op) })
+		func(in [][]byte) error {
+			err := reduceInto(hostBytes(recv, nb), in, 0, nb, dt, op)
+			e.lib.avgFault(hostBytes(recv, nb), n, dt, op)
+			return err
+		})
 }
 
 func (e *fakeEngine) reduce(send, recv devmem.Buffer, n int, dt comm.DType, op comm.Op, root int, s *devmem.Stream) error {
@@ -391,13 +441,16 @@ func (e *fakeEngine) reduce(send, recv devmem.Buffer, n int, dt comm.DType, op c
 	if e.rank != root && !recv.IsZero() {
 		e.lib.net.misuse("rank %d: Reduce got a receive buffer on a rank that is not the root", e.rank)
 	}
+	e.lib.sawAvg(dt, op)
 	return e.enqueue(fmt.Sprintf("Reduce(%d %v %v root %d)", n, dt, op, root), s,
 		func() []byte { return append([]byte(nil), hostBytes(send, nb)...) },
 		func(in [][]byte) error {
 			if e.rank != root {
 				return nil
 			}
-			return reduceInto(hostBytes(recv, nb), in, 0, nb, dt, op)
+			err := reduceInto(hostBytes(recv, nb), in, 0, nb, dt, op)
+			e.lib.avgFault(hostBytes(recv, nb), n, dt, op)
+			return err
 		})
 }
 
@@ -423,9 +476,14 @@ func (e *fakeEngine) allGather(send, recv devmem.Buffer, n int, dt comm.DType, s
 
 func (e *fakeEngine) reduceScatter(send, recv devmem.Buffer, n int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
 	nb := n * dt.Size()
+	e.lib.sawAvg(dt, op)
 	return e.enqueue(fmt.Sprintf("ReduceScatter(%d %v %v)", n, dt, op), s,
 		func() []byte { return append([]byte(nil), hostBytes(send, nb*e.g.n)...) },
-		func(in [][]byte) error { return reduceInto(hostBytes(recv, nb), in, e.rank*nb, nb, dt, op) })
+		func(in [][]byte) error {
+			err := reduceInto(hostBytes(recv, nb), in, e.rank*nb, nb, dt, op)
+			e.lib.avgFault(hostBytes(recv, nb), n, dt, op)
+			return err
+		})
 }
 
 // group sends eagerly, then receives, when s reaches it.

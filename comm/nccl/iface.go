@@ -35,6 +35,9 @@ type library interface {
 	load() error
 	// describe names the loaded library ("NCCL 2.28.3").
 	describe() string
+	// versionCode is the loaded library's version, major*10000+minor*100+patch
+	// (ncclGetVersion's, read once at load); 0 when unknown.
+	versionCode() int
 	// checkDevice refuses a device the library cannot run on.
 	checkDevice(d *devmem.Device) error
 	// deviceID names the physical device, so that two ranks on one are seen.

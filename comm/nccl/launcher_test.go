@@ -57,6 +57,10 @@ func TestUnderLauncherOnGPU(t *testing.T) {
 	t.Run("conformance", func(t *testing.T) {
 		mpitest.ExpectPass(t, gpus, mpitest.RunRanks(t, gpus, "^TestRankGPU(Conformance|Split)", 8*time.Minute))
 	})
+	t.Run("reductions at prime counts", func(t *testing.T) {
+		// One rank, whose reductions are identities (GPUCOMM_GPU_TESTS=1).
+		mpitest.ExpectPass(t, 1, mpitest.RunRanks(t, 1, "^TestRankGPUReductionsAtPrimeCounts$", 8*time.Minute))
+	})
 	t.Run("timeout", func(t *testing.T) {
 		// A process of its own: the test stalls the GPU and aborts NCCL.
 		mpitest.ExpectPass(t, 1, mpitest.RunRanks(t, 1, "^TestRankGPUTimeout$", 2*time.Minute))

@@ -27,6 +27,14 @@ func (ncclLibrary) describe() string {
 	return fmt.Sprintf("NCCL %d.%d.%d", major, minor, patch)
 }
 
+func (ncclLibrary) versionCode() int {
+	major, minor, patch, err := nccl.Version() // read once, when NCCL was loaded
+	if err != nil {
+		return 0
+	}
+	return major*10000 + minor*100 + patch
+}
+
 func (ncclLibrary) checkDevice(d *devmem.Device) error {
 	if d.Kind() != devmem.CUDA || d.Context() == 0 {
 		return fmt.Errorf("this rank's device is %v: nccl needs a GPU; use local or mpi on the host device: %w", d, comm.ErrUnsupported)

@@ -19,6 +19,7 @@ func realLibrary() library { return noLibrary{} }
 
 func (noLibrary) load() error                        { return errNoCgo }
 func (noLibrary) describe() string                   { return "NCCL (not built)" }
+func (noLibrary) versionCode() int                   { return 0 }
 func (noLibrary) checkDevice(d *devmem.Device) error { return errNoCgo }
 func (noLibrary) deviceID(d *devmem.Device) [16]byte { return d.UUID() }
 func (noLibrary) uniqueID() ([128]byte, error)       { return [128]byte{}, errNoCgo }

@@ -1,0 +1,146 @@
+package nccl
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/conformance"
+	"github.com/gpucomm/gpucomm/devmem"
+)
+
+// Over a fake NCCL that gets float64 averages wrong as NCCL 2.28.3 does
+// (the last 3 of more than a million elements garbage), AllReduce, Reduce
+// and ReduceScatter with Avg must still be right, on one rank and on two,
+// and NCCL must never be handed a float64 Avg. Without the workaround the
+// Prime cases fail here with the 3 garbage elements.
+func TestAvgOfFloat64IsRightOverAnNCCLWithTheFault(t *testing.T) {
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d ranks", n), func(t *testing.T) {
+			net := newFakeNet()
+			conformance.RunConfig(t, fakeNewGroup(t, net, n, nil), conformance.Config{Short: true, Run: "^Prime/(AllReduce|Reductions)$"})
+			net.checkClean(t)
+			if got := net.avgCalls(comm.Float64); got != 0 {
+				t.Errorf("NCCL %d was handed %d float64 averages; want each taken as a sum then a division", fakeVersion, got)
+			}
+		})
+	}
+}
+
+// A release without the fault runs Avg natively: NCCL gets it, and the
+// result is right. One whose table entry were missing would fail: the
+// fault is seen when NCCL is handed the average.
+func TestAvgRunsNativelyWhereNCCLIsFixed(t *testing.T) {
+	const fixed = 22900 // 2.29.0: past every listed range
+	for _, tc := range []struct {
+		name     string
+		fixedAvg bool
+		wantPass bool
+	}{{"a fixed NCCL", true, true}, {"a faulty NCCL the table missed", false, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			net := newFakeNet()
+			libs := func(int) *fakeLib { return &fakeLib{version: fixed, fixedAvg: tc.fixedAvg} }
+			rep := conformance.Check(fakeNewGroup(t, net, 1, libs), conformance.Config{Short: true, Run: "^Prime/AllReduce$"})
+			if passed := rep.Failed() == 0 && len(rep.Results) == 1; passed != tc.wantPass {
+				t.Errorf("passed %v, want %v:\n%v", passed, tc.wantPass, rep)
+			}
+			if net.avgCalls(comm.Float64) == 0 {
+				t.Errorf("NCCL %d was handed no float64 average; want it native", fixed)
+			}
+		})
+	}
+}
+
+func TestAvgWorkaroundTable(t *testing.T) {
+	for _, tc := range []struct {
+		version int
+		dt      comm.DType
+		want    bool
+	}{
+		{22803, comm.Float64, true}, // the release measured
+		{22809, comm.Float64, true}, // the same series, no fix known
+		{21200, comm.Float64, true}, // the oldest accepted: not measured, kept safe
+		{0, comm.Float64, true},     // version unknown: kept safe
+		{22900, comm.Float64, false},
+		{30000, comm.Float64, false},
+		{22803, comm.Float32, false}, // right at every count measured
+		{22803, comm.Float16, false},
+		{22803, comm.BFloat16, false},
+		{22803, comm.Int64, false},
+	} {
+		for _, count := range []int{1, 1_000_000, 1_000_003} {
+			for _, inPlace := range []bool{false, true} {
+				for _, nranks := range []int{1, 8} {
+					if got := avgWorkaround(tc.version, tc.dt, count, inPlace, nranks); got != tc.want {
+						t.Errorf("avgWorkaround(%d, %v, %d, inPlace=%v, %d ranks) = %v, want %v", tc.version, tc.dt, count, inPlace, nranks, got, tc.want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// Every type the table lists must have a division on the device, or the
+// workaround would fail where NCCL gave a wrong answer; the division is of
+// count elements by the rank count, and nothing beyond.
+func TestEveryListedTypeCanBeDivided(t *testing.T) {
+	c := &Comm{size: 3}
+	dev := devmem.NewHostDevice()
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	in := []float64{3, 6, -9, 1.5, 7}
+	for _, f := range avgFaults {
+		for _, dt := range f.dtypes {
+			b, err := dev.Alloc(len(in) * dt.Size())
+			if err != nil {
+				t.Fatal(err)
+			}
+			host, _ := b.Bytes()
+			for i, v := range in {
+				putFloat(host, dt, i, v)
+			}
+			if err := c.divide(b, len(in)-1, dt, s); err != nil {
+				t.Errorf("%v (%s): %v", dt, f.why, err)
+			}
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range in {
+				want := v / 3
+				if i == len(in)-1 {
+					want = v // past count
+				}
+				if got := getFloat(host, dt, i); got != want {
+					t.Errorf("%v: element %d: got %v, want %v", dt, i, got, want)
+				}
+			}
+			b.Free()
+		}
+	}
+	b, _ := dev.Alloc(2)
+	defer b.Free()
+	if err := c.divide(b, 1, comm.Float16, s); !errors.Is(err, comm.ErrUnsupported) {
+		t.Errorf("float16, which has no division kernel: %v; want ErrUnsupported", err)
+	}
+}
+
+func putFloat(b []byte, dt comm.DType, i int, v float64) {
+	if dt == comm.Float32 {
+		binary.NativeEndian.PutUint32(b[4*i:], math.Float32bits(float32(v)))
+		return
+	}
+	binary.NativeEndian.PutUint64(b[8*i:], math.Float64bits(v))
+}
+
+func getFloat(b []byte, dt comm.DType, i int) float64 {
+	if dt == comm.Float32 {
+		return float64(math.Float32frombits(binary.NativeEndian.Uint32(b[4*i:])))
+	}
+	return math.Float64frombits(binary.NativeEndian.Uint64(b[8*i:]))
+}
