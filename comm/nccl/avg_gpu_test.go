@@ -41,7 +41,7 @@ func TestRankGPUReductionsAtPrimeCounts(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	t.Logf("%s, version code %d: float64 Avg taken as a sum then a division: %v",
+	t.Logf("%s, version code %d: float64 Avg taken as a sum then a scaling by 1/nranks: %v",
 		c.lib.describe(), c.version, avgWorkaround(c.version, comm.Float64, 1_000_003, false, 1))
 	const most = 1_000_003 + 8 // the largest count and its offsets
 	dev := c.Device()

@@ -15,9 +15,9 @@ import (
 // offset; nccl-tests' all_reduce_perf shows the same (-d double -o avg). Sum,
 // Prod, float32's Avg and float64's Avg of 1000000 elements were right.
 // Where a release is listed below, a reduction with Avg of a listed type
-// is done as NCCL's Sum on the same buffers and stream, then a division by
-// the rank count on the device (kernels.Divide), both queued on the call's
-// stream; NCCL's own Avg is used everywhere else.
+// is done as NCCL's Sum on the same buffers and stream, then a scaling by
+// 1/nranks on the device (kernels.Scale), both queued on the call's stream;
+// NCCL's own Avg is used everywhere else.
 
 // avgFault is a range of NCCL releases whose Avg is wrong for some types.
 type avgFault struct {
@@ -38,7 +38,7 @@ var avgFaults = []avgFault{
 
 // avgWorkaround reports whether a reduction with Avg of count elements of
 // dt, on nranks ranks and in place or not, must be taken as a Sum then a
-// division because NCCL version (its version code) gets it wrong.
+// scaling because NCCL version (its version code) gets it wrong.
 func avgWorkaround(version int, dt comm.DType, count int, inPlace bool, nranks int) bool {
 	_, _, _ = count, inPlace, nranks // every count, placement and rank count, until measured
 	for _, f := range avgFaults {
@@ -54,7 +54,7 @@ func avgWorkaround(version int, dt comm.DType, count int, inPlace bool, nranks i
 var nativeAvg bool
 
 // reduceOp is the reduction to hand NCCL for op and whether the result
-// must then be divided by the rank count.
+// must then be scaled by 1/nranks (divide).
 func (c *Comm) reduceOp(dt comm.DType, op comm.Op, count int, inPlace bool) (comm.Op, bool) {
 	if op == comm.Avg && !nativeAvg && avgWorkaround(c.version, dt, count, inPlace, c.size) {
 		return comm.Sum, true
@@ -62,8 +62,11 @@ func (c *Comm) reduceOp(dt comm.DType, op comm.Op, count int, inPlace bool) (com
 	return op, false
 }
 
-// divide divides count elements of recv by the rank count on s: the second
-// half of an average taken as a sum.
+// divide multiplies count elements of recv by 1/nranks on s: the second
+// half of an average taken as a sum. The sum is rounded once per term and
+// the product once more, within the error NCCL's own average (each term
+// times 1/nranks, then summed) allows; on one rank, or any power of two,
+// it is exact.
 func (c *Comm) divide(recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
 	if recv.IsZero() || count == 0 {
 		return nil // a rank that receives nothing
@@ -74,9 +77,9 @@ func (c *Comm) divide(recv devmem.Buffer, count int, dt comm.DType, s *devmem.St
 	}
 	switch dt {
 	case comm.Float64:
-		return kernels.Divide(s, devmem.SliceOf[float64](b), float64(c.size))
+		return kernels.Scale(s, devmem.SliceOf[float64](b), 1/float64(c.size))
 	case comm.Float32:
-		return kernels.Divide(s, devmem.SliceOf[float32](b), float32(c.size))
+		return kernels.Scale(s, devmem.SliceOf[float32](b), 1/float32(c.size))
 	}
-	return fmt.Errorf("the average of %v is taken as a sum then a division, and there is no division kernel for %v: %w", dt, dt, comm.ErrUnsupported)
+	return fmt.Errorf("the average of %v is taken as a sum then a scaling, and there is no scaling kernel for %v: %w", dt, dt, comm.ErrUnsupported)
 }

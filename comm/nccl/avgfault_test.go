@@ -24,7 +24,7 @@ func TestAvgOfFloat64IsRightOverAnNCCLWithTheFault(t *testing.T) {
 			conformance.RunConfig(t, fakeNewGroup(t, net, n, nil), conformance.Config{Short: true, Run: "^Prime/(AllReduce|Reductions)$"})
 			net.checkClean(t)
 			if got := net.avgCalls(comm.Float64); got != 0 {
-				t.Errorf("NCCL %d was handed %d float64 averages; want each taken as a sum then a division", fakeVersion, got)
+				t.Errorf("NCCL %d was handed %d float64 averages; want each taken as a sum then a scaling", fakeVersion, got)
 			}
 		})
 	}
@@ -83,10 +83,10 @@ func TestAvgWorkaroundTable(t *testing.T) {
 	}
 }
 
-// Every type the table lists must have a division on the device, or the
-// workaround would fail where NCCL gave a wrong answer; the division is of
-// count elements by the rank count, and nothing beyond.
-func TestEveryListedTypeCanBeDivided(t *testing.T) {
+// Every type the table lists must have a scaling on the device, or the
+// workaround would fail where NCCL gave a wrong answer; it scales count
+// elements by 1/nranks, and nothing beyond.
+func TestEveryListedTypeCanBeScaled(t *testing.T) {
 	c := &Comm{size: 3}
 	dev := devmem.NewHostDevice()
 	s, err := dev.NewStream()
@@ -112,7 +112,10 @@ func TestEveryListedTypeCanBeDivided(t *testing.T) {
 				t.Fatal(err)
 			}
 			for i, v := range in {
-				want := v / 3
+				want := v * (1.0 / 3)
+				if dt == comm.Float32 {
+					want = float64(float32(v) * (1 / float32(3)))
+				}
 				if i == len(in)-1 {
 					want = v // past count
 				}
@@ -126,7 +129,7 @@ func TestEveryListedTypeCanBeDivided(t *testing.T) {
 	b, _ := dev.Alloc(2)
 	defer b.Free()
 	if err := c.divide(b, 1, comm.Float16, s); !errors.Is(err, comm.ErrUnsupported) {
-		t.Errorf("float16, which has no division kernel: %v; want ErrUnsupported", err)
+		t.Errorf("float16, which has no scaling kernel: %v; want ErrUnsupported", err)
 	}
 }
 

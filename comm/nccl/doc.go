@@ -27,17 +27,17 @@
 // every NCCL release this package accepts gives the right average, a
 // reduction with Avg (AllReduce, Reduce, ReduceScatter) of a type that the
 // table in avgfault.go lists for the loaded release is run as NCCL's Sum on
-// the same buffers, then a division by the rank count on the device
-// (kernels.Divide, compiled by NVRTC at first use), both queued on the
+// the same buffers, then a scaling by 1/nranks on the device
+// (kernels.Scale, compiled by NVRTC at first use), both queued on the
 // call's stream, so stream order holds as for any operation. The table is
 // conservative until the fault's extent is measured: float64, every count,
 // in place or not, on NCCL up to 2.28.x (no release with a fix is known);
 // later releases, and every other type, use NCCL's own Avg. The version is
 // ncclGetVersion's, read once when NCCL is loaded; an unknown one counts as
-// affected. The result is the sum correctly rounded, then divided
-// correctly rounded: on one rank exactly the input, and within the suite's
-// tolerance for averages elsewhere (NCCL's own multiplies each input by 1/n
-// first). Without NVRTC the workaround's first use returns an error.
+// affected. The result is the sum times 1/nranks: on one rank (or any
+// power of two) exactly what NCCL's Avg gives, elsewhere within the same
+// rounding error (NCCL's own multiplies each input by 1/nranks, then sums).
+// Without NVRTC the workaround's first use returns an error.
 //
 // # Failures and the timeout
 //
