@@ -48,10 +48,7 @@ func atPrime(specs []collSpec) []collSpec {
 // wrong, Sum and Avg.
 func primeAllReduce(p int, thin, sparse bool) []collSpec {
 	if sparse {
-		return atPrime([]collSpec{
-			{op: comm.OpAllReduce, dt: comm.Float64, red: comm.Avg, sendAt: 1, recvAt: 3},
-			{op: comm.OpAllReduce, dt: comm.Int8, red: comm.Sum, inPlace: true, sendAt: 1},
-		})
+		return atPrime([]collSpec{{op: comm.OpAllReduce, dt: comm.Float64, red: comm.Avg, sendAt: 1, recvAt: 3}})
 	}
 	var specs []collSpec
 	for i, dt := range comm.DTypes {
@@ -99,7 +96,7 @@ func primeMoves(p int, thin, sparse bool) []collSpec {
 	}
 	switch {
 	case sparse:
-		specs = specs[:2]
+		specs = specs[:1]
 	case !thin:
 		specs = append(specs,
 			collSpec{op: comm.OpBroadcast, dt: comm.Float16, root: 0, inPlace: true, sendAt: 1},
