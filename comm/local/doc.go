@@ -8,5 +8,13 @@
 // collective each of them called. Send is eager: it never waits for the
 // matching Recv.
 //
+// comm.Open("local") gives a group of one rank. Under a launcher that
+// started several processes (mpirun -np 4) that would make each process a
+// job of its own, so comm.Open refuses it there, naming the launcher and the
+// rebuild (-tags mpi or mpich) that lets the processes join one job.
+// NewGroup's in-process groups are not affected. Its ranks run on simulated
+// host devices only: a GPU asked for (GPUCOMM_DEVICE=cuda, WithDevice) is an
+// error, not silently the host device.
+//
 // It must not import cgo or any other backend.
 package local
