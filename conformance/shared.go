@@ -3,8 +3,6 @@ package conformance
 import (
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"os"
 	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
@@ -22,31 +20,13 @@ var (
 	viewOverlapCase   = testCase{name: "IPC/ViewOverlap", body: (*rank).viewOverlap}
 )
 
-// nodeOf returns a communicator of the ranks of this rank's node (c itself
-// when they are all of c) and how to let go of it. Ranks are on one node
-// when their hostnames are; every rank of c calls it.
+// nodeOf returns a communicator of the ranks of this rank's node, split
+// from c by host name whether or not c spans several nodes, and how to let
+// go of it; every rank of c calls it.
 func (r *rank) nodeOf() (comm.Communicator, func(), bool) {
 	c := r.c
-	if c.LocalSize() == c.Size() {
-		return c, func() {}, true
-	}
-	host, err := os.Hostname()
-	r.ok("hostname", err)
-	h := fnv.New64a()
-	h.Write([]byte(host))
-	ids, err := comm.NodeComm(c).AllGatherInt64(int64(h.Sum64() >> 1))
-	if !r.ok("gathering the ranks' hostnames", err) {
-		return nil, nil, false
-	}
-	color := c.Rank()
-	for j, id := range ids {
-		if id == ids[c.Rank()] {
-			color = j // the node's first rank names it
-			break
-		}
-	}
-	node, err := c.Split(color, c.Rank())
-	if !r.ok("Split by node", err) || node == nil {
+	node, err := comm.SplitNode(c)
+	if !r.ok("SplitNode", err) || node == nil {
 		return nil, nil, false
 	}
 	return node, func() { r.ok("Close of the node's communicator", node.Close()) }, true
@@ -63,6 +43,9 @@ func (r *rank) nodeShared() {
 		return
 	}
 	defer done()
+	if node.Size() != r.c.LocalSize() {
+		r.failf("SplitNode gave %d ranks; the communicator says its node has %d (LocalSize)", node.Size(), r.c.LocalSize())
+	}
 	const n, es = 1021, 8 // elements of u a rank; float64
 	const nb = n * es
 	q, me := node.Size(), node.Rank()
