@@ -45,3 +45,20 @@ func TestParseMeminfoReadsAvailableAndTotal(t *testing.T) {
 		t.Errorf("host device Memory() = %d, %d, %v; want 0 < free <= total on Linux", free, total, err)
 	}
 }
+
+// On a GPU, Memory is the GPU's MemInfo (what solver.New checks a grid
+// against), not the host's. Needs a GPU; skips without one.
+func TestMemoryOfACUDADeviceIsItsMemInfo(t *testing.T) {
+	d := needCUDA(t)
+	free, total, err := d.Memory()
+	if err != nil || free <= 0 || total < free {
+		t.Fatalf("Memory() = %d, %d, %v; want 0 < free <= total", free, total, err)
+	}
+	_, miTotal, err := d.MemInfo()
+	if err != nil || miTotal != total {
+		t.Errorf("MemInfo total %d (%v), Memory total %d; want the same device memory", miTotal, err, total)
+	}
+	if _, hostTotal, err := HostMemory(); err == nil && hostTotal == total {
+		t.Errorf("Memory of %v reports the host's %d bytes", d, total)
+	}
+}
