@@ -184,15 +184,28 @@ func checkInPlace(c Call, sendN, recvN, block int) error {
 	switch {
 	case c.Operation == OpAllToAll:
 		return fmt.Errorf("send and recv overlap; AllToAll cannot run in place: %w", ErrInvalidArgument)
-	case block < 0 && c.Send.Addr() == c.Recv.Addr():
+	case block < 0 && sameStart(c.Send, 0, c.Recv):
 		return nil
-	case block >= 0 && small.Addr() == large.Addr()+uintptr(block):
+	case block >= 0 && sameStart(large, block, small):
 		return nil
 	case block >= 0:
 		return fmt.Errorf("send and recv overlap; in place, the %d-byte buffer must be this rank's block at byte %d of the other: %w",
 			min(sendN, recvN), block, ErrInvalidArgument)
 	}
 	return fmt.Errorf("send and recv overlap without being the same buffer: %w", ErrInvalidArgument)
+}
+
+// sameStart reports whether small starts at byte off of large in the same
+// Buffer: in place means one buffer handed twice, not two names (an IPC
+// view, say) for the same memory, which backends would treat as two.
+func sameStart(large devmem.Buffer, off int, small devmem.Buffer) bool {
+	n := min(large.Len()-off, small.Len())
+	if n <= 0 {
+		return false
+	}
+	l, err1 := large.Slice(off, n)
+	s, err2 := small.Slice(0, n)
+	return err1 == nil && err2 == nil && l.Same(s)
 }
 
 func checkBuf(what string, b devmem.Buffer, dev *devmem.Device, n int) error {
