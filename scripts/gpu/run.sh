@@ -94,7 +94,7 @@ bench() { # gpucomm's figures on each backend, each with its C baseline in the s
   done
   step bench-cudaaware-nostream 60 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,allreduce -b 8 -e 64M -f 64 -nostream -noprogress
   sys_mpi
-  step heat-np1 60 $B/gpucomm heat -backend local -n 16384 -steps 1000
+  step heat-np1 60 mpirun $NB -np 1 $B/gpucomm heat -backend mpi -n 16384 -steps 1000
 }
 
 compare() { # public peers, built here from the sources carried in .peers (never committed)
