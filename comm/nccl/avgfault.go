@@ -9,57 +9,96 @@ import (
 	"github.com/gpucomm/gpucomm/kernels"
 )
 
-// NCCL 2.28.3 on an H200 got AllReduce of float64 with Avg wrong: at
-// 1000003 elements on one rank the last 3 came back as garbage (about
-// -2.5e-127), out of place and in place, at offset 0 and at an odd element
-// offset; nccl-tests' all_reduce_perf shows the same (-d double -o avg). Sum,
-// Prod, float32's Avg and float64's Avg of 1000000 elements were right.
-// Where a release is listed below, a reduction with Avg of a listed type
-// is done as NCCL's Sum on the same buffers and stream, then a scaling by
-// 1/nranks on the device (kernels.Scale), both queued on the call's stream;
-// NCCL's own Avg is used everywhere else.
+// NCCL 2.28.3 on an H200 gets reductions with Avg wrong (measured one rank,
+// 2026-12-03, AllReduce, Reduce and ReduceScatter alike, a C program sweeping
+// every type and reduction at 18 counts from 3 to 4000037, in and out of
+// place, at offset 0 and an odd element offset): out of place, the elements
+// past some large power-of-two-aligned prefix come back as garbage (-2.5e-127
+// where the input was): float64 at 65537, 262147, 524309, 1000001, 1000003,
+// 1048583 and 2000003 elements (1 to 21 wrong); float32 at 262147, 524309,
+// 1048583 and 2000003; float16 and bfloat16 at 262147, 524309 and 1048583.
+// Integer types, every other reduction, and every count in place were right.
+// nccl-tests' all_reduce_perf -d double -o avg shows the same. Two ranks
+// cannot be tried there (NCCL refuses two ranks on one GPU), so the table
+// also covers several ranks, in place too for the types that a Sum then a
+// scaling can serve. Where a release is listed below, a listed type takes
+// the listed fix; NCCL's own Avg is used everywhere else, and on releases
+// after the listed ones (no fixed release is known yet: 2.28's whole series
+// is listed, and older releases, not tried, are kept safe).
+
+// avgFix is how a faulty Avg is taken instead.
+type avgFix int
+
+const (
+	avgNative      avgFix = iota // NCCL's own Avg
+	avgSumScale                  // NCCL's Sum, then x *= 1/nranks on the device, on the call's stream
+	avgCopyInPlace               // out of place: send copied to recv on the stream, then NCCL's Avg in place on recv
+)
 
 // avgFault is a range of NCCL releases whose Avg is wrong for some types.
 type avgFault struct {
-	from, to int          // NCCL version codes (major*10000+minor*100+patch), inclusive
-	dtypes   []comm.DType // the element types it gets wrong
-	why      string
+	from, to   int          // NCCL version codes (major*10000+minor*100+patch), inclusive
+	dtypes     []comm.DType // the element types it gets wrong
+	outOfPlace bool         // wrong out of place only
+	fix        avgFix
+	why        string
 }
 
-// avgFaults is what is known. It is conservative: every count, rank
-// count, and in or out of place, since the extent within a release is still
-// being measured; no release with the fault fixed is known, so 2.28's
-// whole series is listed (older releases were not tried, and are listed
-// too) and later ones run natively.
+// avgFaults is what is known, conservative where it was not measured.
 var avgFaults = []avgFault{
-	{from: 0, to: 22899, dtypes: []comm.DType{comm.Float64},
-		why: "NCCL 2.28.3 returned garbage in the last 3 elements of a float64 average of 1000003 elements"},
+	{from: 0, to: 22899, dtypes: []comm.DType{comm.Float64, comm.Float32}, fix: avgSumScale,
+		why: "NCCL 2.28.3 returned garbage past a power-of-two prefix (float64 from 65537 elements, float32 from 262147), out of place"},
+	{from: 0, to: 22899, dtypes: []comm.DType{comm.Float16, comm.BFloat16}, outOfPlace: true, fix: avgCopyInPlace,
+		why: "NCCL 2.28.3 returned garbage past a power-of-two prefix of float16 and bfloat16 (from 262147 elements), out of place only"},
 }
 
-// avgWorkaround reports whether a reduction with Avg of count elements of
-// dt, on nranks ranks and in place or not, must be taken as a Sum then a
-// scaling because NCCL version (its version code) gets it wrong.
-func avgWorkaround(version int, dt comm.DType, count int, inPlace bool, nranks int) bool {
-	_, _, _ = count, inPlace, nranks // every count, placement and rank count, until measured
+// avgFixFor says how a reduction with Avg of count elements of dt, on
+// nranks ranks and in place or not, is taken on NCCL version (its code).
+func avgFixFor(version int, dt comm.DType, count int, inPlace bool, nranks int) avgFix {
+	_, _ = count, nranks // every count and rank count, until measured
 	for _, f := range avgFaults {
-		if version >= f.from && version <= f.to && slices.Contains(f.dtypes, dt) {
-			return true
+		if version >= f.from && version <= f.to && slices.Contains(f.dtypes, dt) && !(f.outOfPlace && inPlace) {
+			return f.fix
 		}
 	}
-	return false
+	return avgNative
+}
+
+// avgWorkaround reports whether such a reduction is not handed to NCCL's
+// own Avg as it is.
+func avgWorkaround(version int, dt comm.DType, count int, inPlace bool, nranks int) bool {
+	return avgFixFor(version, dt, count, inPlace, nranks) != avgNative
 }
 
 // nativeAvg hands every Avg to NCCL: a GPU test measures NCCL's own
 // results with it.
 var nativeAvg bool
 
-// reduceOp is the reduction to hand NCCL for op and whether the result
-// must then be scaled by 1/nranks (divide).
-func (c *Comm) reduceOp(dt comm.DType, op comm.Op, count int, inPlace bool) (comm.Op, bool) {
-	if op == comm.Avg && !nativeAvg && avgWorkaround(c.version, dt, count, inPlace, c.size) {
-		return comm.Sum, true
+// avgPlan is how one reduction runs: the op NCCL gets, whether recv is
+// scaled after, and whether send is copied to recv first (then NCCL runs in
+// place on recv).
+type avgPlan struct {
+	op               comm.Op
+	scale, copyFirst bool
+}
+
+func (c *Comm) planAvg(dt comm.DType, op comm.Op, count int, inPlace bool) avgPlan {
+	if op != comm.Avg || nativeAvg {
+		return avgPlan{op: op}
 	}
-	return op, false
+	switch avgFixFor(c.version, dt, count, inPlace, c.size) {
+	case avgSumScale:
+		return avgPlan{op: comm.Sum, scale: true}
+	case avgCopyInPlace:
+		return avgPlan{op: op, copyFirst: true}
+	}
+	return avgPlan{op: op}
+}
+
+// copyIn copies count elements of send to recv on s, for an Avg NCCL then
+// takes in place on recv.
+func copyIn(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
+	return devmem.CopyN(recv, send, count*dt.Size(), s)
 }
 
 // divide multiplies count elements of recv by 1/nranks on s: the second

@@ -218,9 +218,16 @@ var testHookAfterStart = func(*devmem.Stream) {}
 
 func (c *Comm) AllReduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpAllReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
-	nop, divide := c.reduceOp(dt, op, count, send.Same(recv))
+	p := c.planAvg(dt, op, count, send.Same(recv))
 	return c.collective(call, func(s *devmem.Stream) error {
-		if err := c.eng.allReduce(send, recv, count, dt, nop, s); err != nil || !divide {
+		from := send
+		if p.copyFirst {
+			if err := copyIn(send, recv, count, dt, s); err != nil {
+				return err
+			}
+			from = recv
+		}
+		if err := c.eng.allReduce(from, recv, count, dt, p.op, s); err != nil || !p.scale {
 			return err
 		}
 		return c.divide(recv, count, dt, s)
@@ -232,9 +239,16 @@ func (c *Comm) Reduce(send, recv devmem.Buffer, count int, dt comm.DType, op com
 	if c.rank != root {
 		recv = devmem.Buffer{} // unused, and maybe unchecked: NCCL gets NULL
 	}
-	nop, divide := c.reduceOp(dt, op, count, send.Same(recv))
+	p := c.planAvg(dt, op, count, c.rank != root || send.Same(recv))
 	return c.collective(call, func(s *devmem.Stream) error {
-		if err := c.eng.reduce(send, recv, count, dt, nop, root, s); err != nil || !divide {
+		from := send
+		if p.copyFirst { // the root's, whose output NCCL writes
+			if err := copyIn(send, recv, count, dt, s); err != nil {
+				return err
+			}
+			from = recv
+		}
+		if err := c.eng.reduce(from, recv, count, dt, p.op, root, s); err != nil || !p.scale {
 			return err
 		}
 		return c.divide(recv, count, dt, s) // the root's; nothing elsewhere
@@ -256,9 +270,22 @@ func (c *Comm) AllGather(send, recv devmem.Buffer, count int, dt comm.DType, s *
 
 func (c *Comm) ReduceScatter(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
 	call := comm.Call{Operation: comm.OpReduceScatter, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
-	nop, divide := c.reduceOp(dt, op, count, send.Overlaps(recv))
+	p := c.planAvg(dt, op, count, send.Overlaps(recv))
+	if p.copyFirst && c.size > 1 {
+		// In place, recv is this rank's block of send: no copy makes an out
+		// of place call one. Not measured on several ranks (one GPU there):
+		// NCCL's own Avg (comm/nccl/doc.go).
+		p.copyFirst = false
+	}
 	return c.collective(call, func(s *devmem.Stream) error {
-		if err := c.eng.reduceScatter(send, recv, count, dt, nop, s); err != nil || !divide {
+		from := send
+		if p.copyFirst { // one rank: recv is the whole of send's one block
+			if err := copyIn(send, recv, count, dt, s); err != nil {
+				return err
+			}
+			from = recv
+		}
+		if err := c.eng.reduceScatter(from, recv, count, dt, p.op, s); err != nil || !p.scale {
 			return err
 		}
 		return c.divide(recv, count, dt, s)

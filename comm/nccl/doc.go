@@ -19,26 +19,33 @@
 // With a nil stream an operation runs on a stream of the communicator's own
 // and is waited for before the call returns.
 //
-// # The float64 average
+// # NCCL's faulty average
 //
-// NCCL 2.28.3 gets AllReduce of float64 with Avg wrong: at 1000003
-// elements on one H200 the last 3 came back as garbage, in place and out of
-// place (nccl-tests' all_reduce_perf -d double -o avg shows it too). So that
-// every NCCL release this package accepts gives the right average, a
-// reduction with Avg (AllReduce, Reduce, ReduceScatter) of a type that the
-// table in avgfault.go lists for the loaded release is run as NCCL's Sum on
-// the same buffers, then a scaling by 1/nranks on the device
-// (kernels.Scale, compiled by NVRTC at first use), both queued on the
-// call's stream, so stream order holds as for any operation. The table is
-// conservative until the fault's extent is measured: float64, every count,
-// in place or not, on NCCL up to 2.28.x (no release with a fix is known);
-// later releases, and every other type, use NCCL's own Avg. The version is
-// ncclGetVersion's, read once when NCCL is loaded; an unknown one counts as
-// affected. The result is the sum times 1/nranks: on one rank (or any
-// power of two) exactly what NCCL's Avg gives, elsewhere within the same
-// rounding error (NCCL's own multiplies each input by 1/nranks, then sums).
-// Without NVRTC the workaround's first use returns an error.
+// NCCL 2.28.3 gets reductions with Avg wrong on an H200 (AllReduce, Reduce
+// and ReduceScatter alike, one rank): out of place, the elements past a
+// large power-of-two-aligned prefix come back as garbage: float64 from 65537
+// elements (1000003: the last 3), float32, float16 and bfloat16 from 262147;
+// not at every count (1000003 float32 was right). Integers, the other
+// reductions and every call in place were right; nccl-tests'
+// all_reduce_perf -d double -o avg shows it too. So that every release this
+// package accepts gives the right average, the table in avgfault.go says,
+// per release and type, how an Avg is taken instead, both steps queued on
+// the call's stream so that stream order holds as for any operation:
+//   - float64 and float32, in place or not: NCCL's Sum on the same buffers,
+//     then x *= 1/nranks on the device (kernels.Scale, compiled by NVRTC at
+//     first use; without NVRTC the first such call returns an error). On one
+//     rank, or a power of two, exactly NCCL's Avg; elsewhere within the same
+//     rounding error (NCCL multiplies each input by 1/nranks, then sums).
+//   - float16 and bfloat16 out of place: send copied to recv on the device,
+//     then NCCL's own Avg in place on recv. A ReduceScatter on several ranks
+//     cannot be made in place that way and runs as it is: several ranks
+//     could not be measured (NCCL refuses two ranks on one GPU).
 //
+// Every release up to 2.28.x is listed (no release with a fix is known;
+// older ones were not tried and are kept safe); later releases use NCCL's
+// own Avg. The version is ncclGetVersion's, read once when NCCL is loaded;
+// an unknown one counts as affected. TestRankGPUReductionsAtPrimeCounts
+// measures a release's own results against the table.
 // # Failures and the timeout
 //
 // A watchdog goroutine polls ncclCommGetAsyncError (every 100 ms, or an
