@@ -11,7 +11,7 @@ rm -rf "$out" && mkdir -p "$out"
 for p in internal/cuda internal/nvrtc internal/nccl devmem kernels solver; do
   go test -c -ldflags=-s\ -w -o "$out/$(basename $p).test" ./$p
 done
-for p in comm/mpi comm/cudaaware comm/nccl internal/mpicomm/mpitest; do
+for p in comm/mpi comm/cudaaware comm/nccl internal/mpicomm internal/mpicomm/mpitest; do
   [ -d "$p" ] && go test -c -tags mpi -ldflags=-s\ -w -o "$out/$(echo $p | tr / _).test" ./$p
 done
 go build -tags mpi -ldflags="-s -w" -o "$out/gpucomm" ./cmd/gpucomm

@@ -43,35 +43,37 @@ X="-x LD_LIBRARY_PATH -x GPUCOMM_DEVICE"
 # count NAME PATTERN: how many lines of this part's log so far match.
 count() { echo "$1: $(grep -c "$2" "$LOG") lines match '$2'" | tee -a "$SUM"; }
 
-tests() {
-  step info 20 $B/gpucomm info
-  step internal-cuda 40 $B/cuda.test -test.run GPU -test.v
-  step internal-nvrtc 40 $B/nvrtc.test -test.run GPU -test.v
-  step internal-nccl 40 $B/nccl.test -test.run GPU -test.v
-  step kernels 60 $B/kernels.test -test.v
+tests() { # in order of what a change most often breaks: IPC, the backends, then the rest
   step devmem 150 $B/devmem.test -test.run 'CUDA|IPC|NodeShared|PinnedShared|VMM|Overlap' -test.v
-  step solver 90 $B/solver.test -test.run GPU -test.v
   export GPUCOMM_DEVICE=cuda
-  # the machine's own Open MPI: the host-staged backend, and cudaaware refused
-  step comm-mpi 200 $B/comm_mpi.test -test.v
-  step mpicomm-ranks 200 $B/internal_mpicomm_mpitest.test -test.v
-  step check-mpi-np4 60 mpirun $NB -np 4 $B/gpucomm check -backend mpi
-  step cudaaware-refused 30 mpirun $NB -np 2 $B/gpucomm check -backend cudaaware
-  step ipcshare-mpi-np7 60 mpirun $NB -x GPUCOMM_BACKEND=mpi -np 7 $B/ex-ipcshare
-  step heat-example-mpi-np4 60 mpirun $NB -x GPUCOMM_BACKEND=mpi -np 4 $B/ex-heat
-  step hybrid-np2 30 mpirun $NB -np 2 $B/ex-hybrid
   step comm-nccl 200 $B/comm_nccl.test -test.v
   # the CUDA-aware Open MPI: the cudaaware backend, seed 000's scenario on it
   cuda_mpi
   local mark; mark=$(wc -l <"$LOG")
-  step comm-cudaaware 200 $B/comm_cudaaware.test -test.v
-  step check-cudaaware-np2 60 mpirun $NB $X -np 2 $B/gpucomm check -backend cudaaware
-  step check-cudaaware-np4 60 mpirun $NB $X -np 4 $B/gpucomm check -backend cudaaware
   step ipcshare-cudaaware-np7 60 mpirun $NB $X -x GPUCOMM_BACKEND=cudaaware -np 7 $B/ex-ipcshare
+  step comm-cudaaware 200 $B/comm_cudaaware.test -test.v
+  step mpicomm-cudathread 60 $B/internal_mpicomm.test -test.run CUDAThread -test.bench CUDAThread -test.v
+  step check-cudaaware-np4 90 mpirun $NB $X -np 4 $B/gpucomm check -backend cudaaware
   step heat-cudaaware-np2 60 mpirun $NB $X -np 2 $B/gpucomm heat -backend cudaaware -n 4096 -steps 100
   echo "CUDA-aware Open MPI's own CUDA warnings since the cudaaware steps began:" >>"$SUM"
   tail -n +"$mark" "$LOG" | grep -c 'cuIpcCloseMemHandle failed' | sed 's/^/  cuIpcCloseMemHandle failed: /' >>"$SUM"
   tail -n +"$mark" "$LOG" | grep -c 'cuIpcGetMemHandle failed' | sed 's/^/  cuIpcGetMemHandle failed: /' >>"$SUM"
+  # the machine's own Open MPI: the host-staged backend, and cudaaware refused
+  sys_mpi
+  step ipcshare-mpi-np7 60 mpirun $NB -x GPUCOMM_BACKEND=mpi -np 7 $B/ex-ipcshare
+  step mpicomm-ranks 200 $B/internal_mpicomm_mpitest.test -test.v
+  step check-mpi-np4 90 mpirun $NB -np 4 $B/gpucomm check -backend mpi
+  step cudaaware-refused 30 mpirun $NB -np 2 $B/gpucomm check -backend cudaaware
+  for i in 1 2 3; do step heat-example-mpi-np4-$i 60 mpirun $NB -x GPUCOMM_BACKEND=mpi -np 4 $B/ex-heat; done
+  step heat-too-large 30 mpirun $NB -np 2 $B/gpucomm heat -backend mpi -n 150000 -steps 1
+  step info-np2 20 mpirun $NB -np 2 $B/gpucomm info
+  step comm-mpi 200 $B/comm_mpi.test -test.v
+  step internal-cuda 40 $B/cuda.test -test.run GPU -test.v
+  step internal-nvrtc 40 $B/nvrtc.test -test.run GPU -test.v
+  step internal-nccl 40 $B/nccl.test -test.run GPU -test.v
+  step kernels 60 $B/kernels.test -test.v
+  step solver 90 $B/solver.test -test.run GPU -test.v
+  step hybrid-np2 30 mpirun $NB -np 2 $B/ex-hybrid
   # MPICH
   mpich
   step mpich-check-mpi-np4 120 mpiexec.hydra -np 4 $B/gpucomm-mpich check -backend mpi
