@@ -95,10 +95,13 @@ func (c *Comm) planAvg(dt comm.DType, op comm.Op, count int, inPlace bool) avgPl
 	return avgPlan{op: op}
 }
 
-// copyIn copies count elements of send to recv on s, for an Avg NCCL then
-// takes in place on recv.
-func copyIn(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
-	return devmem.CopyN(recv, send, count*dt.Size(), s)
+// source is the buffer NCCL reduces from: send, or recv once count elements
+// of send are copied there on s, for an Avg NCCL then takes in place.
+func (p avgPlan) source(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) (devmem.Buffer, error) {
+	if !p.copyFirst {
+		return send, nil
+	}
+	return recv, devmem.CopyN(recv, send, count*dt.Size(), s)
 }
 
 // divide multiplies count elements of recv by 1/nranks on s: the second

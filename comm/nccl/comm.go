@@ -220,12 +220,9 @@ func (c *Comm) AllReduce(send, recv devmem.Buffer, count int, dt comm.DType, op 
 	call := comm.Call{Operation: comm.OpAllReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
 	p := c.planAvg(dt, op, count, send.Same(recv))
 	return c.collective(call, func(s *devmem.Stream) error {
-		from := send
-		if p.copyFirst {
-			if err := copyIn(send, recv, count, dt, s); err != nil {
-				return err
-			}
-			from = recv
+		from, err := p.source(send, recv, count, dt, s)
+		if err != nil {
+			return err
 		}
 		if err := c.eng.allReduce(from, recv, count, dt, p.op, s); err != nil || !p.scale {
 			return err
@@ -241,12 +238,9 @@ func (c *Comm) Reduce(send, recv devmem.Buffer, count int, dt comm.DType, op com
 	}
 	p := c.planAvg(dt, op, count, c.rank != root || send.Same(recv))
 	return c.collective(call, func(s *devmem.Stream) error {
-		from := send
-		if p.copyFirst { // the root's, whose output NCCL writes
-			if err := copyIn(send, recv, count, dt, s); err != nil {
-				return err
-			}
-			from = recv
+		from, err := p.source(send, recv, count, dt, s) // the root's copy, where NCCL writes the output
+		if err != nil {
+			return err
 		}
 		if err := c.eng.reduce(from, recv, count, dt, p.op, root, s); err != nil || !p.scale {
 			return err
@@ -278,12 +272,9 @@ func (c *Comm) ReduceScatter(send, recv devmem.Buffer, count int, dt comm.DType,
 		p.copyFirst = false
 	}
 	return c.collective(call, func(s *devmem.Stream) error {
-		from := send
-		if p.copyFirst { // one rank: recv is the whole of send's one block
-			if err := copyIn(send, recv, count, dt, s); err != nil {
-				return err
-			}
-			from = recv
+		from, err := p.source(send, recv, count, dt, s) // one rank: recv is the whole of send's one block
+		if err != nil {
+			return err
 		}
 		if err := c.eng.reduceScatter(from, recv, count, dt, p.op, s); err != nil || !p.scale {
 			return err
