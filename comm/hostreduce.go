@@ -17,40 +17,41 @@ func ReduceInto(dt DType, op Op, acc, src []byte) error {
 	if len(acc) != len(src) || len(acc)%dt.Size() != 0 {
 		return fmt.Errorf("comm: reduce of %d bytes into %d: %w", len(src), len(acc), ErrInvalidArgument)
 	}
+	var ok bool
 	switch dt {
 	case Int8:
-		foldInts(devmem.FromBytes[int8](acc), devmem.FromBytes[int8](src), op)
+		ok = foldInts(devmem.FromBytes[int8](acc), devmem.FromBytes[int8](src), op)
 	case Uint8:
-		foldInts(devmem.FromBytes[uint8](acc), devmem.FromBytes[uint8](src), op)
+		ok = foldInts(devmem.FromBytes[uint8](acc), devmem.FromBytes[uint8](src), op)
 	case Int32:
-		foldInts(devmem.FromBytes[int32](acc), devmem.FromBytes[int32](src), op)
+		ok = foldInts(devmem.FromBytes[int32](acc), devmem.FromBytes[int32](src), op)
 	case Uint32:
-		foldInts(devmem.FromBytes[uint32](acc), devmem.FromBytes[uint32](src), op)
+		ok = foldInts(devmem.FromBytes[uint32](acc), devmem.FromBytes[uint32](src), op)
 	case Int64:
-		foldInts(devmem.FromBytes[int64](acc), devmem.FromBytes[int64](src), op)
+		ok = foldInts(devmem.FromBytes[int64](acc), devmem.FromBytes[int64](src), op)
 	case Uint64:
-		foldInts(devmem.FromBytes[uint64](acc), devmem.FromBytes[uint64](src), op)
+		ok = foldInts(devmem.FromBytes[uint64](acc), devmem.FromBytes[uint64](src), op)
 	case Float32:
-		foldFloats(devmem.FromBytes[float32](acc), devmem.FromBytes[float32](src), op)
+		ok = foldFloats(devmem.FromBytes[float32](acc), devmem.FromBytes[float32](src), op)
 	case Float64:
-		foldFloats(devmem.FromBytes[float64](acc), devmem.FromBytes[float64](src), op)
+		ok = foldFloats(devmem.FromBytes[float64](acc), devmem.FromBytes[float64](src), op)
 	case Float16:
-		a, s := devmem.FromBytes[Half](acc), devmem.FromBytes[Half](src)
-		for i := range a {
-			a[i] = HalfFrom(fold32(a[i].Float32(), s[i].Float32(), op))
-		}
+		ok = foldNarrow(devmem.FromBytes[Half](acc), devmem.FromBytes[Half](src), op, Half.Float32, HalfFrom)
 	case BFloat16:
-		a, s := devmem.FromBytes[BF16](acc), devmem.FromBytes[BF16](src)
-		for i := range a {
-			a[i] = BF16From(fold32(a[i].Float32(), s[i].Float32(), op))
-		}
+		ok = foldNarrow(devmem.FromBytes[BF16](acc), devmem.FromBytes[BF16](src), op, BF16.Float32, BF16From)
+	}
+	if !ok {
+		// Unreachable while every DType and Op above has its case: the
+		// mapping test (hostreduce_mapping_test.go) walks them all.
+		return fmt.Errorf("comm: host reduction has no %v for %v: %w", op, dt, ErrUnsupported)
 	}
 	return nil
 }
 
-func foldInts[T constraints.Integer](a, s []T, op Op) {
+// foldInts folds s into a; false, with a untouched, for an Op it lacks.
+func foldInts[T constraints.Integer](a, s []T, op Op) bool {
 	switch op {
-	case Sum, Avg:
+	case Sum, Avg: // Avg folds as Sum; DivideInto finishes it
 		for i := range a {
 			a[i] += s[i]
 		}
@@ -66,34 +67,75 @@ func foldInts[T constraints.Integer](a, s []T, op Op) {
 		for i := range a {
 			a[i] = max(a[i], s[i])
 		}
+	default:
+		return false
 	}
+	return true
 }
 
-func foldFloats[T constraints.Float](a, s []T, op Op) {
-	for i := range a {
-		a[i] = foldF(a[i], s[i], op)
-	}
-}
-
-func fold32(a, b float32, op Op) float32 { return foldF(a, b, op) }
-
-// foldF applies op; Min and Max propagate NaN, as NCCL and MPI do on GPUs.
-func foldF[T constraints.Float](a, b T, op Op) T {
+// foldFloats folds s into a; false, with a untouched, for an Op it lacks.
+// Min and Max propagate NaN, as NCCL and MPI do on GPUs.
+func foldFloats[T constraints.Float](a, s []T, op Op) bool {
 	switch op {
+	case Sum, Avg: // Avg folds as Sum; DivideInto finishes it
+		for i := range a {
+			a[i] += s[i]
+		}
 	case Prod:
-		return a * b
+		for i := range a {
+			a[i] *= s[i]
+		}
 	case Min:
-		if a != a || b != b {
-			return a + b
+		for i := range a {
+			a[i] = minNaN(a[i], s[i])
 		}
-		return min(a, b)
 	case Max:
-		if a != a || b != b {
-			return a + b
+		for i := range a {
+			a[i] = maxNaN(a[i], s[i])
 		}
-		return max(a, b)
+	default:
+		return false
 	}
-	return a + b
+	return true
+}
+
+// foldNarrow folds 16-bit floats in float32, rounding each result back.
+func foldNarrow[T Half | BF16](a, s []T, op Op, widen func(T) float32, narrow func(float32) T) bool {
+	var f func(x, y float32) float32
+	switch op {
+	case Sum, Avg: // Avg folds as Sum; DivideInto finishes it
+		f = add32
+	case Prod:
+		f = mul32
+	case Min:
+		f = minNaN[float32]
+	case Max:
+		f = maxNaN[float32]
+	default:
+		return false
+	}
+	for i := range a {
+		a[i] = narrow(f(widen(a[i]), widen(s[i])))
+	}
+	return true
+}
+
+func add32(x, y float32) float32 { return x + y }
+func mul32(x, y float32) float32 { return x * y }
+
+// minNaN and maxNaN propagate NaN, as NCCL and MPI do on GPUs.
+func minNaN[T constraints.Float](a, b T) T {
+	if a != a || b != b {
+		return a + b
+	}
+	return min(a, b)
+}
+
+func maxNaN[T constraints.Float](a, b T) T {
+	if a != a || b != b {
+		return a + b
+	}
+	return max(a, b)
 }
 
 // DivideInto divides each of acc's elements by n, finishing an Avg:
@@ -135,6 +177,9 @@ func DivideInto(dt DType, acc []byte, n int) error {
 		for i := range a {
 			a[i] = BF16From(a[i].Float32() / float32(n))
 		}
+	default:
+		// Unreachable while every DType above has its case.
+		return fmt.Errorf("comm: host division has no case for %v: %w", dt, ErrUnsupported)
 	}
 	return nil
 }
