@@ -85,56 +85,141 @@ func (e *ncclEngine) on(s *devmem.Stream, fn func(h cuda.Stream) error) error {
 	return s.Enqueue(func(h uintptr) error { return fn(cuda.Stream(h)) })
 }
 
-// dataTypes and redOps map gpucomm's types and reductions to NCCL's; NCCL
-// has all of them natively, float16, bfloat16 and the average included.
-var dataTypes = map[comm.DType]nccl.DataType{
-	comm.Int8: nccl.Int8, comm.Uint8: nccl.Uint8, comm.Int32: nccl.Int32, comm.Uint32: nccl.Uint32,
-	comm.Int64: nccl.Int64, comm.Uint64: nccl.Uint64, comm.Float16: nccl.Float16, comm.BFloat16: nccl.Bfloat16,
-	comm.Float32: nccl.Float32, comm.Float64: nccl.Float64,
+// ncclType maps gpucomm's element types to NCCL's, which has all of them
+// natively, float16 and bfloat16 included; false for a DType it does not
+// know (NCCL's zero, ncclInt8, is never a default). A switch, not a map: it
+// runs on every call. mapping_test.go walks comm.DTypes through it.
+func ncclType(dt comm.DType) (nccl.DataType, bool) {
+	switch dt {
+	case comm.Int8:
+		return nccl.Int8, true
+	case comm.Uint8:
+		return nccl.Uint8, true
+	case comm.Int32:
+		return nccl.Int32, true
+	case comm.Uint32:
+		return nccl.Uint32, true
+	case comm.Int64:
+		return nccl.Int64, true
+	case comm.Uint64:
+		return nccl.Uint64, true
+	case comm.Float16:
+		return nccl.Float16, true
+	case comm.BFloat16:
+		return nccl.Bfloat16, true
+	case comm.Float32:
+		return nccl.Float32, true
+	case comm.Float64:
+		return nccl.Float64, true
+	}
+	return 0, false
 }
 
-var redOps = map[comm.Op]nccl.RedOp{comm.Sum: nccl.Sum, comm.Prod: nccl.Prod, comm.Min: nccl.Min, comm.Max: nccl.Max, comm.Avg: nccl.Avg}
+// ncclOp maps gpucomm's reductions to NCCL's, the average included (NCCL
+// 2.10 and later; avgfault.go decides when it is worked around); false for
+// an Op it does not know (NCCL's zero, ncclSum, is never a default).
+func ncclOp(op comm.Op) (nccl.RedOp, bool) {
+	switch op {
+	case comm.Sum:
+		return nccl.Sum, true
+	case comm.Prod:
+		return nccl.Prod, true
+	case comm.Min:
+		return nccl.Min, true
+	case comm.Max:
+		return nccl.Max, true
+	case comm.Avg:
+		return nccl.Avg, true
+	}
+	return 0, false
+}
+
+// ncclArgs maps dt and op, or says which of them NCCL has no value for.
+// Validation has refused both already; this is defence in depth.
+func ncclArgs(dt comm.DType, op comm.Op) (nccl.DataType, nccl.RedOp, error) {
+	t, ok := ncclType(dt)
+	if !ok {
+		return 0, 0, unmappedType(dt)
+	}
+	o, ok := ncclOp(op)
+	if !ok {
+		return 0, 0, fmt.Errorf("nccl: reduction %v has no NCCL value: %w", op, comm.ErrInvalidArgument)
+	}
+	return t, o, nil
+}
+
+func unmappedType(dt comm.DType) error {
+	return fmt.Errorf("nccl: element type %v has no NCCL value: %w", dt, comm.ErrInvalidArgument)
+}
 
 func (e *ncclEngine) allReduce(send, recv devmem.Buffer, n int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
+	t, o, err := ncclArgs(dt, op)
+	if err != nil {
+		return err
+	}
 	return e.on(s, func(h cuda.Stream) error {
-		return nccl.AllReduce(ptr(send), ptr(recv), n, dataTypes[dt], redOps[op], e.h, h)
+		return nccl.AllReduce(ptr(send), ptr(recv), n, t, o, e.h, h)
 	})
 }
 
 func (e *ncclEngine) reduce(send, recv devmem.Buffer, n int, dt comm.DType, op comm.Op, root int, s *devmem.Stream) error {
+	t, o, err := ncclArgs(dt, op)
+	if err != nil {
+		return err
+	}
 	return e.on(s, func(h cuda.Stream) error {
-		return nccl.Reduce(ptr(send), ptr(recv), n, dataTypes[dt], redOps[op], root, e.h, h)
+		return nccl.Reduce(ptr(send), ptr(recv), n, t, o, root, e.h, h)
 	})
 }
 
 func (e *ncclEngine) broadcast(send, recv devmem.Buffer, n int, dt comm.DType, root int, s *devmem.Stream) error {
+	t, ok := ncclType(dt)
+	if !ok {
+		return unmappedType(dt)
+	}
 	return e.on(s, func(h cuda.Stream) error {
-		return nccl.Broadcast(ptr(send), ptr(recv), n, dataTypes[dt], root, e.h, h)
+		return nccl.Broadcast(ptr(send), ptr(recv), n, t, root, e.h, h)
 	})
 }
 
 func (e *ncclEngine) allGather(send, recv devmem.Buffer, n int, dt comm.DType, s *devmem.Stream) error {
-	return e.on(s, func(h cuda.Stream) error { return nccl.AllGather(ptr(send), ptr(recv), n, dataTypes[dt], e.h, h) })
+	t, ok := ncclType(dt)
+	if !ok {
+		return unmappedType(dt)
+	}
+	return e.on(s, func(h cuda.Stream) error { return nccl.AllGather(ptr(send), ptr(recv), n, t, e.h, h) })
 }
 
 func (e *ncclEngine) reduceScatter(send, recv devmem.Buffer, n int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
+	t, o, err := ncclArgs(dt, op)
+	if err != nil {
+		return err
+	}
 	return e.on(s, func(h cuda.Stream) error {
-		return nccl.ReduceScatter(ptr(send), ptr(recv), n, dataTypes[dt], redOps[op], e.h, h)
+		return nccl.ReduceScatter(ptr(send), ptr(recv), n, t, o, e.h, h)
 	})
 }
 
 func (e *ncclEngine) group(ops []comm.P2P, s *devmem.Stream) error {
+	// Every type is mapped before the group starts, so that an unmapped one
+	// leaves nothing half queued.
+	for _, p := range ops {
+		if _, ok := ncclType(p.DType); !ok {
+			return unmappedType(p.DType)
+		}
+	}
 	return e.on(s, func(h cuda.Stream) error {
 		if err := nccl.GroupStart(); err != nil {
 			return err
 		}
 		var first error
 		for _, p := range ops {
+			t, _ := ncclType(p.DType) // checked above
 			var err error
 			if p.Kind == comm.SendKind {
-				err = nccl.Send(ptr(p.Buf), p.Count, dataTypes[p.DType], p.Peer, e.h, h)
+				err = nccl.Send(ptr(p.Buf), p.Count, t, p.Peer, e.h, h)
 			} else {
-				err = nccl.Recv(ptr(p.Buf), p.Count, dataTypes[p.DType], p.Peer, e.h, h)
+				err = nccl.Recv(ptr(p.Buf), p.Count, t, p.Peer, e.h, h)
 			}
 			if err != nil {
 				first = err
