@@ -17,7 +17,7 @@ func cArgs(c Coll, a Args) C.gcb_args {
 	}
 	return C.gcb_args{
 		coll: C.int(c), send: C.uintptr_t(a.Send), recv: C.uintptr_t(a.Recv), count: C.size_t(a.Count),
-		dtype: C.int(a.DType), op: C.int(a.Op), root: C.int(a.Root), peer: C.int(a.Peer),
+		dtype: cDType(a.DType), op: cOp(a.Op), root: C.int(a.Root), peer: C.int(a.Peer),
 		initiator: b(a.Initiator), window: C.int(a.Window), warmup: C.int(a.Warmup), sync_each: b(a.SyncEach),
 	}
 }

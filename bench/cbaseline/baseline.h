@@ -64,12 +64,18 @@ typedef struct {
 int gcb_mpi_initialized(void);
 int gcb_mpi_run(const gcb_args *a, int iters, double *times);
 void gcb_mpi_error_string(int code, char *buf, int len);
+// GCB_OK if the MPI loop has a datatype for dtype (with arithmetic when
+// reduces) and, when reduces, an MPI_Op for op; GCB_ETYPE otherwise.
+int gcb_mpi_maps(int dtype, int reduces, int op);
 
 // NCCL, loaded with dlopen: a communicator and a stream of its own on one GPU.
 typedef struct gcb_nccl gcb_nccl;
 int gcb_nccl_unique_id(unsigned char id[128], char *err, int errlen);
 int gcb_nccl_open(int ordinal, int nranks, int rank, const unsigned char id[128], gcb_nccl **out, char *err, int errlen);
 int gcb_nccl_run(gcb_nccl *s, const gcb_args *a, int iters, double *times, char *err, int errlen);
+// GCB_OK if the NCCL loop has an ncclDataType_t for dtype and an ncclRedOp_t
+// for op; GCB_ETYPE otherwise.
+int gcb_nccl_maps(int dtype, int op);
 int gcb_nccl_close(gcb_nccl *s, char *err, int errlen);
 
 #endif

@@ -59,6 +59,13 @@ static int mpi_op(int op, MPI_Op *o) {
 	return GCB_ETYPE;
 }
 
+int gcb_mpi_maps(int dtype, int reduces, int op) {
+	MPI_Datatype t;
+	MPI_Op o;
+	int rc = mpi_type(dtype, reduces, &t);
+	return rc == GCB_OK && reduces ? mpi_op(op, &o) : rc;
+}
+
 static int coll_once(const gcb_args *a, int n, MPI_Datatype t, MPI_Op op) {
 	void *s = (void *)a->send, *r = (void *)a->recv;
 	switch (a->coll) {

@@ -272,12 +272,22 @@ static int nccl_op(int op, int *o) {
 	return GCB_ETYPE;
 }
 
+int gcb_nccl_maps(int dtype, int op) {
+	int t, o;
+	size_t elt;
+	int rc = nccl_type(dtype, &t, &elt);
+	return rc == GCB_OK ? nccl_op(op, &o) : rc;
+}
+
 int gcb_nccl_run(gcb_nccl *s, const gcb_args *in, int iters, double *times, char *err, int errlen) {
 	if (s == NULL || iters < 0 || in->warmup < 0) return GCB_EARG;
 	gcb_args a = *in;
 	size_t elt = 0;
 	int rc = nccl_type(in->dtype, &a.dtype, &elt);
-	if (rc == GCB_OK) rc = nccl_op(in->op == 0 ? GCB_SUM : in->op, &a.op);
+	// Only the reductions map op: an unset op elsewhere is not defaulted to a
+	// Sum, and where one reduces, an unset or unknown op is GCB_ETYPE.
+	int reduces = in->coll == GCB_ALLREDUCE || in->coll == GCB_REDUCESCATTER || in->coll == GCB_REDUCE;
+	if (rc == GCB_OK && reduces) rc = nccl_op(in->op, &a.op);
 	if (rc != GCB_OK) return rc;
 	CU(L.CtxSetCurrent(s->ctx), "cuCtxSetCurrent");
 	if ((rc = events(s, 2 * iters, err, errlen)) != GCB_OK) return rc;
