@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 )
 
@@ -75,7 +76,7 @@ func fillInput(op Operation, dt comm.DType, redop comm.Op, r, start int, dst []b
 }
 
 // alignedBytes is a zeroed byte slice aligned for any element type, as
-// devmem.FromBytes (used by comm.ReduceInto) needs.
+// devmem.FromBytes (used by driver.ReduceInto) needs.
 func alignedBytes(n int) []byte {
 	return devmem.AsBytes(make([]uint64, (n+7)/8))[:n]
 }
@@ -170,12 +171,12 @@ func (k checker) wrong(got []byte) (int64, error) {
 				fillInput(k.op, k.dt, k.redop, 0, s.src+off, w)
 				for r := 1; r < k.ranks; r++ {
 					fillInput(k.op, k.dt, k.redop, r, s.src+off, t)
-					if err := comm.ReduceInto(k.dt, k.redop, w, t); err != nil {
+					if err := driver.ReduceInto(k.dt, k.redop, w, t); err != nil {
 						return 0, err
 					}
 				}
 				if k.redop == comm.Avg {
-					if err := comm.DivideInto(k.dt, w, k.ranks); err != nil {
+					if err := driver.DivideInto(k.dt, w, k.ranks); err != nil {
 						return 0, err
 					}
 				}

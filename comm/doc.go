@@ -3,10 +3,13 @@
 // multi-GPU program, whatever moves the bytes underneath (an in-process
 // group, host-staged MPI, CUDA-aware MPI or NCCL).
 //
-// It also holds what every backend shares: element types (DType) and
-// reductions (Op), the argument checks every backend runs before touching
-// memory (Call.Validate), errors, the backend registry (Register, Open,
-// Backends, Probe) and generic typed helpers over devmem.Slice.
+// It also holds element types (DType) and reductions (Op), errors, the
+// backend registry (Open, Backends, Probe) and generic typed helpers over
+// devmem.Slice. What only backends use (the description of a call and its
+// argument checks, host reductions, error constructors, the Front
+// dispatcher, what a backend registers) is in package comm/driver, whose
+// types comm names for programs through aliases (comm.DType is
+// driver.DType).
 //
 // Operations are stream-ordered: an operation given a stream starts after
 // all earlier work on that stream, and later work on that stream sees its

@@ -1,94 +1,62 @@
 package comm
 
 import (
-	"errors"
-	"fmt"
-	"strconv"
-	"strings"
-
-	"github.com/gpucomm/gpucomm/internal/errs"
+	"github.com/gpucomm/gpucomm/comm/driver"
+	"github.com/gpucomm/gpucomm/devmem"
 )
 
 // Sentinel errors; every backend's errors wrap one of them.
 var (
-	ErrInvalidArgument = errs.ErrInvalidArgument // a bad count, root, peer, dtype, op or buffer
-	ErrClosed          = errs.ErrClosed          // the communicator was closed
-	ErrTimeout         = errs.ErrTimeout         // GPUCOMM_TIMEOUT passed before the operation finished
-	ErrNotBuilt        = errs.ErrNotBuilt        // the backend was not compiled into this binary
-	ErrUnsupported     = errs.ErrUnsupported     // the backend or device cannot do this
-	ErrLibraryNotFound = errs.ErrLibraryNotFound // CUDA, NVRTC or NCCL could not be loaded
-	ErrNotCUDAAware    = errs.ErrNotCUDAAware    // MPI cannot take device pointers
-	ErrDuplicateGPU    = errs.ErrDuplicateGPU    // two ranks on one GPU where the backend forbids it
-	ErrBadHandle       = errs.ErrBadHandle       // an IPC handle that cannot be opened here
-	ErrMismatch        = errs.ErrMismatch        // ranks called different collectives
+	ErrInvalidArgument = driver.ErrInvalidArgument // a bad count, root, peer, dtype, op or buffer
+	ErrClosed          = driver.ErrClosed          // the communicator was closed
+	ErrTimeout         = driver.ErrTimeout         // GPUCOMM_TIMEOUT passed before the operation finished
+	ErrNotBuilt        = driver.ErrNotBuilt        // the backend was not compiled into this binary
+	ErrUnsupported     = driver.ErrUnsupported     // the backend or device cannot do this
+	ErrLibraryNotFound = driver.ErrLibraryNotFound // CUDA, NVRTC or NCCL could not be loaded
+	ErrNotCUDAAware    = driver.ErrNotCUDAAware    // MPI cannot take device pointers
+	ErrDuplicateGPU    = driver.ErrDuplicateGPU    // two ranks on one GPU where the backend forbids it
+	ErrBadHandle       = driver.ErrBadHandle       // an IPC handle that cannot be opened here
+	ErrMismatch        = driver.ErrMismatch        // ranks called different collectives
 )
 
-// Error is the error every backend returns: which backend, operation and rank
-// failed, and why.
-type Error struct {
-	Backend string
-	Op      string
-	Rank    int // -1 when the rank is not known (MPI not up yet)
-	Err     error
+// Error is the error every backend returns: which backend, operation and
+// rank failed, and why. Its text reads "gpucomm BACKEND rank R: OP: cause";
+// use errors.As to get one, errors.Is to test for a sentinel.
+type Error = driver.Error
+
+// P2PKind says whether a P2P entry sends or receives.
+type P2PKind = driver.P2PKind
+
+const (
+	// SendKind sends Buf to Peer.
+	SendKind = driver.SendKind
+	// RecvKind receives from Peer into Buf.
+	RecvKind = driver.RecvKind
+)
+
+// P2P is one transfer of a GroupP2P.
+type P2P = driver.P2P
+
+// SendTo is a P2P entry that sends count elements of buf to peer.
+func SendTo(peer int, buf devmem.Buffer, count int, dt DType) P2P {
+	return driver.SendTo(peer, buf, count, dt)
 }
 
-// Error reads "gpucomm BACKEND rank R: OP: cause"; an unknown rank (negative)
-// and an empty Op are left out rather than printed as "rank -1".
-func (e *Error) Error() string {
-	var b strings.Builder
-	b.WriteString("gpucomm")
-	if e.Backend != "" {
-		b.WriteString(" " + e.Backend)
-	}
-	if e.Rank >= 0 {
-		b.WriteString(" rank " + strconv.Itoa(e.Rank))
-	}
-	b.WriteString(": ")
-	if e.Op != "" {
-		b.WriteString(e.Op + ": ")
-	}
-	fmt.Fprint(&b, e.Err)
-	return b.String()
+// RecvFrom is a P2P entry that receives count elements from peer into buf.
+func RecvFrom(peer int, buf devmem.Buffer, count int, dt DType) P2P {
+	return driver.RecvFrom(peer, buf, count, dt)
 }
 
-func (e *Error) Unwrap() error { return e.Err }
+// Options configure Open. Zero values mean the defaults; DefaultOptions
+// fills them from the environment. See driver.Options for each field.
+type Options = driver.Options
 
-// Errorf builds an *Error whose cause wraps sentinel (which may be nil). The
-// sentinel's text is added to the message only when the message does not
-// already say it, so that "communicator is closed" never reads twice.
-func Errorf(backend, op string, rank int, sentinel error, format string, args ...any) error {
-	return &Error{Backend: backend, Op: op, Rank: rank, Err: withSentinel(fmt.Errorf(format, args...), sentinel)}
-}
+// The sizes a pipelining chunk may have (Options.ChunkBytes,
+// GPUCOMM_CHUNK_BYTES); Open refuses others.
+const (
+	MinChunkBytes = driver.MinChunkBytes
+	MaxChunkBytes = driver.MaxChunkBytes
+)
 
-// withSentinel makes err wrap sentinel too, without repeating its text.
-func withSentinel(err, sentinel error) error {
-	switch {
-	case sentinel == nil || errors.Is(err, sentinel):
-		return err
-	case strings.Contains(err.Error(), sentinel.Error()):
-		return &joined{msg: err.Error(), errs: []error{err, sentinel}}
-	}
-	return fmt.Errorf("%w: %w", err, sentinel)
-}
-
-// joined is an error whose text is msg and which wraps every one of errs.
-type joined struct {
-	msg  string
-	errs []error
-}
-
-func (j *joined) Error() string   { return j.msg }
-func (j *joined) Unwrap() []error { return j.errs }
-
-// Wrap makes err an *Error of the given backend, operation and rank, unless
-// it is nil or already one.
-func Wrap(backend, op string, rank int, err error) error {
-	if err == nil {
-		return nil
-	}
-	var e *Error
-	if errors.As(err, &e) {
-		return err
-	}
-	return &Error{Backend: backend, Op: op, Rank: rank, Err: err}
-}
+// Verdict is a backend's answer to "can you run here?" (Probe).
+type Verdict = driver.Verdict

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"errors"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"os"
 	"slices"
 	"strings"
@@ -31,8 +32,8 @@ func registerInProc(t *testing.T) {
 	if _, ok := drivers["fake-inproc"]; ok {
 		return
 	}
-	Register("fake-inproc", Driver{
-		Open: func(o Options) (Communicator, error) {
+	Register("fake-inproc", driver.Driver{
+		Open: func(o Options) (driver.Conn, error) {
 			inProcOpened++
 			return &fakeComm{name: "fake-inproc", opts: o}, nil
 		},

@@ -12,42 +12,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/launcher"
 )
-
-// Options configure Open. Zero values mean the defaults; DefaultOptions fills
-// them from the environment.
-type Options struct {
-	// Device names the device: "auto", "host", "cuda" or "cuda:N"
-	// (GPUCOMM_DEVICE).
-	Device string
-	// Timeout bounds each operation; 0 waits forever (GPUCOMM_TIMEOUT,
-	// a Go duration such as "30s").
-	Timeout time.Duration
-	// Debug checks each collective's signature across the ranks before
-	// running it (GPUCOMM_DEBUG=1).
-	Debug bool
-	// ChunkBytes is the pipelining chunk of host-staged transfers; 0 picks
-	// the backend's default (GPUCOMM_CHUNK_BYTES).
-	ChunkBytes int
-	// NodeBytes is the size from which the host-staged backend moves a
-	// point-to-point message between two ranks of one node through pinned
-	// memory the two processes share, instead of through MPI; 0 picks the
-	// backend's default and -1 sends every message through MPI
-	// (GPUCOMM_NODE_BYTES: a size such as 64K, or "off").
-	NodeBytes int
-	// StageReduceBytes is the size (the whole array's bytes) from which the
-	// cudaaware backend runs a reduction (AllReduce, Reduce, ReduceScatter)
-	// through its host-staged pipeline instead of handing device pointers to
-	// MPI; 0 picks the backend's default (64 KiB with Open MPI 4 on a GPU,
-	// whose reductions of device memory were 1.5-7 times slower than the
-	// pipeline on an H200; else off) and -1 hands every reduction to MPI
-	// (GPUCOMM_STAGE_REDUCE_BYTES: a size such as 64K, or "off"). The ranks
-	// use the largest size any asks for, and none when any rank's setting
-	// (its default included) is off.
-	StageReduceBytes int
-}
 
 // Option changes Options.
 type Option func(*Options)
@@ -73,17 +41,6 @@ func WithNodeBytes(n int) Option { return func(o *Options) { o.NodeBytes = n } }
 // WithStageReduceBytes sets the size from which the cudaaware backend's
 // reductions go through host staging; -1 hands every reduction to MPI.
 func WithStageReduceBytes(n int) Option { return func(o *Options) { o.StageReduceBytes = n } }
-
-// The sizes a pipelining chunk may have. A chunk of a few bytes makes every
-// host-staged transfer thousands of MPI messages (an 8 MiB AllGather took 40 s
-// instead of 2 with 8-byte chunks), so sizes outside this range are refused
-// as a mistake rather than obeyed. The floor stays below 1 KiB because the
-// MPI tests cut small transfers into many chunks of odd sizes (1000 bytes)
-// on purpose; the default is 1 MiB.
-const (
-	MinChunkBytes = 512
-	MaxChunkBytes = 1 << 30
-)
 
 // DefaultOptions reads GPUCOMM_DEVICE, GPUCOMM_TIMEOUT, GPUCOMM_DEBUG,
 // GPUCOMM_CHUNK_BYTES, GPUCOMM_NODE_BYTES and GPUCOMM_STAGE_REDUCE_BYTES. A
@@ -144,7 +101,7 @@ func checkChunk(n int) error {
 
 // validate checks what the options say on their own, after opts applied;
 // a failure is backend's *Error of Open, as the backend's own check would be.
-func (o Options) validate(backend string) error {
+func validate(o Options, backend string) error {
 	err := devmem.CheckSpec(o.Device)
 	if err == nil && o.Timeout < 0 {
 		err = fmt.Errorf("timeout %v: want 0 (none) or more: %w", o.Timeout, ErrInvalidArgument)
@@ -152,7 +109,7 @@ func (o Options) validate(backend string) error {
 	if err == nil {
 		err = checkChunk(o.ChunkBytes)
 	}
-	return Wrap(backend, "Open", -1, err)
+	return driver.Wrap(backend, "Open", -1, err)
 }
 
 // threshold reads a size from the environment variable name: unset is 0
@@ -171,41 +128,16 @@ func threshold(name string) (int, error) {
 	return 0, fmt.Errorf("%s=%q: want a positive byte count such as 65536 or 64K, or off: %w", name, v, ErrInvalidArgument)
 }
 
-// Verdict is a backend's answer to "can you run here?".
-type Verdict struct {
-	Usable bool
-	Reason string // why not, or what it will use
-	// Tentative marks a Usable verdict that only starting the backend can
-	// confirm (CUDA-awareness before MPI is up); auto tries such a backend
-	// after every backend usable for certain.
-	Tentative bool
-}
-
-// Driver is what a backend registers.
-type Driver struct {
-	// Open makes this process's communicator over all ranks of the job.
-	Open func(Options) (Communicator, error)
-	// Probe says whether Open can work here, without starting anything
-	// expensive.
-	Probe func() Verdict
-	// Rank orders backends for "auto": higher is preferred.
-	Rank int
-	// InProcess marks a backend whose Open makes a job of this process
-	// alone (local). Under a launcher that started several ranks, Open of
-	// it fails, naming the launcher, instead of making every process a
-	// one-rank job of its own; "auto" never picks it there.
-	InProcess bool
-}
-
 var (
 	regMu   sync.RWMutex
-	drivers = map[string]Driver{}
+	drivers = map[string]driver.Driver{}
 )
 
-// Register makes a backend available by name. It panics if the name is
+// Register makes a backend available by name; backends call it from init
+// with what package driver describes. It panics if the name is
 // taken or the driver incomplete, as database/sql.Register does: both are
 // programming errors found at init.
-func Register(name string, d Driver) {
+func Register(name string, d driver.Driver) {
 	regMu.Lock()
 	defer regMu.Unlock()
 	if d.Open == nil || d.Probe == nil {
@@ -273,7 +205,7 @@ func Open(name string, opts ...Option) (Communicator, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if err := o.validate(cmp.Or(name, "auto")); err != nil {
+	if err := validate(o, cmp.Or(name, "auto")); err != nil {
 		return nil, err
 	}
 	if name == "" || name == "auto" {
@@ -292,7 +224,23 @@ func Open(name string, opts ...Option) (Communicator, error) {
 	if err := CheckLauncher(name); err != nil {
 		return nil, err
 	}
-	return d.Open(o)
+	return open(name, d, o)
+}
+
+// open opens d and hands its connection to the program as a Communicator,
+// which every backend's connection must implement.
+func open(name string, d driver.Driver, o Options) (Communicator, error) {
+	conn, err := d.Open(o)
+	if err != nil {
+		return nil, err
+	}
+	c, ok := conn.(Communicator)
+	if !ok {
+		cerr := conn.Close()
+		return nil, driver.Errorf(name, "Open", -1, ErrUnsupported,
+			"backend %s opened a %T, which does not implement comm.Communicator (close: %v)", name, conn, cerr)
+	}
+	return c, nil
 }
 
 // CheckLauncher reports whether the named backend can serve the job this
@@ -403,7 +351,7 @@ func openFirst(o Options, names []string) (Communicator, error) {
 		regMu.RLock()
 		d := drivers[n]
 		regMu.RUnlock()
-		c, err := d.Open(o)
+		c, err := open(n, d, o)
 		if err == nil {
 			return c, nil
 		}

@@ -2,6 +2,7 @@ package comm
 
 import (
 	"errors"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"strings"
 	"testing"
 	"time"
@@ -46,8 +47,8 @@ func registerFakes(t *testing.T) {
 			continue
 		}
 		f := f
-		Register(f.name, Driver{
-			Open: func(o Options) (Communicator, error) {
+		Register(f.name, driver.Driver{
+			Open: func(o Options) (driver.Conn, error) {
 				fakeOpened = append(fakeOpened, f.name)
 				if err := fakeOpenErr[f.name]; err != nil {
 					return nil, err
@@ -131,9 +132,9 @@ func TestMalformedEnvironmentIsAnError(t *testing.T) {
 
 func TestRegisterRefusesDuplicatesAndIncompleteDrivers(t *testing.T) {
 	registerFakes(t)
-	for name, d := range map[string]Driver{
-		"fake-good": {Open: func(Options) (Communicator, error) { return nil, nil }, Probe: func() Verdict { return Verdict{} }},
-		"auto":      {Open: func(Options) (Communicator, error) { return nil, nil }, Probe: func() Verdict { return Verdict{} }},
+	for name, d := range map[string]driver.Driver{
+		"fake-good": {Open: func(Options) (driver.Conn, error) { return nil, nil }, Probe: func() Verdict { return Verdict{} }},
+		"auto":      {Open: func(Options) (driver.Conn, error) { return nil, nil }, Probe: func() Verdict { return Verdict{} }},
 		"fake-nil":  {},
 	} {
 		func() {
@@ -148,7 +149,7 @@ func TestRegisterRefusesDuplicatesAndIncompleteDrivers(t *testing.T) {
 }
 
 func TestErrorWrapsSentinelAndNamesRank(t *testing.T) {
-	err := Errorf("mpi", "AllReduce", 3, ErrTimeout, "waited %v", time.Second)
+	err := driver.Errorf("mpi", "AllReduce", 3, ErrTimeout, "waited %v", time.Second)
 	var e *Error
 	if !errors.As(err, &e) || e.Rank != 3 || !errors.Is(err, ErrTimeout) {
 		t.Fatalf("Errorf gave %#v", err)
@@ -156,7 +157,7 @@ func TestErrorWrapsSentinelAndNamesRank(t *testing.T) {
 	if s := err.Error(); !strings.Contains(s, "mpi rank 3: AllReduce") {
 		t.Fatalf("message %q", s)
 	}
-	if Wrap("x", "y", 0, err) != err || Wrap("x", "y", 0, nil) != nil {
+	if driver.Wrap("x", "y", 0, err) != err || driver.Wrap("x", "y", 0, nil) != nil {
 		t.Fatal("Wrap must keep an *Error and nil as they are")
 	}
 }
@@ -195,8 +196,8 @@ func TestAutoFallsBackPastABackendThatRefusesTheJob(t *testing.T) {
 	t.Setenv("GPUCOMM_BACKEND", "")
 	fakeAutoOn = true
 	defer func() { fakeOpenErr, fakeOpened, fakeAutoOn = nil, nil, false }()
-	notAware := Errorf("fake-auto-a", "Open", 0, ErrNotCUDAAware, "MPI here is not CUDA-aware; use another backend")
-	shared := Errorf("fake-auto-b", "Open", 0, ErrDuplicateGPU, "ranks 0 and 1 share GPU 0")
+	notAware := driver.Errorf("fake-auto-a", "Open", 0, ErrNotCUDAAware, "MPI here is not CUDA-aware; use another backend")
+	shared := driver.Errorf("fake-auto-b", "Open", 0, ErrDuplicateGPU, "ranks 0 and 1 share GPU 0")
 	cases := []struct {
 		name   string
 		errs   map[string]error
@@ -207,9 +208,9 @@ func TestAutoFallsBackPastABackendThatRefusesTheJob(t *testing.T) {
 		{"first refuses", map[string]error{"fake-auto-a": notAware}, "fake-auto-b", []string{"fake-auto-a", "fake-auto-b"}, nil},
 		{"both refuse: certain before tentative", map[string]error{"fake-auto-a": notAware, "fake-auto-b": shared}, "fake-good",
 			[]string{"fake-auto-a", "fake-auto-b", "fake-good"}, nil},
-		{"another failure ends it", map[string]error{"fake-auto-a": Errorf("fake-auto-a", "Open", 0, ErrInvalidArgument, "bad chunk")}, "",
+		{"another failure ends it", map[string]error{"fake-auto-a": driver.Errorf("fake-auto-a", "Open", 0, ErrInvalidArgument, "bad chunk")}, "",
 			[]string{"fake-auto-a"}, ErrInvalidArgument},
-		{"a failure after a refusal", map[string]error{"fake-auto-a": notAware, "fake-auto-b": Errorf("fake-auto-b", "Open", 0, ErrTimeout, "slow")}, "",
+		{"a failure after a refusal", map[string]error{"fake-auto-a": notAware, "fake-auto-b": driver.Errorf("fake-auto-b", "Open", 0, ErrTimeout, "slow")}, "",
 			[]string{"fake-auto-a", "fake-auto-b"}, ErrTimeout},
 	}
 	for _, tc := range cases {
@@ -311,13 +312,13 @@ func TestErrorMessagesSayEachThingOnce(t *testing.T) {
 		sentinel error
 		want     string
 	}{
-		{Errorf("local", "AllReduce", 0, ErrClosed, "communicator is closed"), ErrClosed,
+		{driver.Errorf("local", "AllReduce", 0, ErrClosed, "communicator is closed"), ErrClosed,
 			"gpucomm local rank 0: AllReduce: communicator is closed"},
-		{Errorf("mpi", "Open", -1, ErrNotBuilt, "MPI is missing"), ErrNotBuilt,
+		{driver.Errorf("mpi", "Open", -1, ErrNotBuilt, "MPI is missing"), ErrNotBuilt,
 			"gpucomm mpi: Open: MPI is missing: backend not built into this binary"},
-		{Errorf("nccl", "Open", 2, ErrTimeout, "after 3s: operation timed out"), ErrTimeout,
+		{driver.Errorf("nccl", "Open", 2, ErrTimeout, "after 3s: operation timed out"), ErrTimeout,
 			"gpucomm nccl rank 2: Open: after 3s: operation timed out"},
-		{Wrap("mpi", "Open", -1, ErrNotBuilt), ErrNotBuilt, "gpucomm mpi: Open: backend not built into this binary"},
+		{driver.Wrap("mpi", "Open", -1, ErrNotBuilt), ErrNotBuilt, "gpucomm mpi: Open: backend not built into this binary"},
 		{&Error{Backend: "x", Rank: 1, Err: ErrClosed}, ErrClosed, "gpucomm x rank 1: communicator is closed"},
 	} {
 		if got := tc.err.Error(); got != tc.want {

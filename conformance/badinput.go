@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 )
 
@@ -19,7 +20,7 @@ var closedCase = testCase{name: "Closed", body: (*rank).closedCalls}
 
 // args are the arguments of one call of any Communicator method.
 type args struct {
-	op         comm.Operation
+	op         driver.Operation
 	send, recv devmem.Buffer
 	count      int
 	dt         comm.DType
@@ -31,13 +32,13 @@ type args struct {
 
 func (a args) call(c comm.Communicator) error {
 	switch a.op {
-	case comm.OpSend:
+	case driver.OpSend:
 		return c.Send(a.send, a.count, a.dt, a.root, a.stream)
-	case comm.OpRecv:
+	case driver.OpRecv:
 		return c.Recv(a.recv, a.count, a.dt, a.root, a.stream)
-	case comm.OpGroupP2P:
+	case driver.OpGroupP2P:
 		return c.GroupP2P(a.p2p, a.stream)
-	case comm.OpBarrier:
+	case driver.OpBarrier:
 		return c.Barrier(a.stream)
 	}
 	return invoke(c, a.op, a.send, a.recv, a.count, a.dt, a.red, a.root, a.stream)
@@ -70,7 +71,7 @@ func (r *rank) try(what string, want error, a args, bufs ...*dbuf) {
 
 // fullLengths are the elements of send and recv a rank passes to op when
 // count is n, and whether only the root checks them.
-func fullLengths(op comm.Operation, p, n int) (send, recv int, sendRootOnly, recvRootOnly bool) {
+func fullLengths(op driver.Operation, p, n int) (send, recv int, sendRootOnly, recvRootOnly bool) {
 	return collSpec{op: op, count: n, root: -1}.lengths(p, 0)
 }
 
@@ -156,22 +157,22 @@ func (r *rank) badInputs() {
 		// other than this rank's, or AllToAll in place.
 		shifted := func(d *dbuf, size int) devmem.Buffer { return r.view(d, es, size) }
 		switch op {
-		case comm.OpAllReduce:
+		case driver.OpAllReduce:
 			with("recv overlapping send", func(x *args) { x.recv = shifted(a, nb) })
-		case comm.OpAllGather:
+		case driver.OpAllGather:
 			with("send inside recv off its block", func(x *args) { x.send = shifted(b, nb) })
-		case comm.OpReduceScatter:
+		case driver.OpReduceScatter:
 			with("recv inside send off its block", func(x *args) { x.recv = shifted(a, nb) })
-		case comm.OpAllToAll:
+		case driver.OpAllToAll:
 			with("recv the same as send", func(x *args) { x.recv = x.send })
 		}
 	}
 
-	for _, op := range []comm.Operation{comm.OpSend, comm.OpRecv} {
+	for _, op := range []driver.Operation{driver.OpSend, driver.OpRecv} {
 		// Matched on every rank, so that if a backend wrongly accepts one
 		// the transfers still pair up and the case fails instead of hanging.
 		good := args{op: op, send: A(nb), recv: B(nb), count: n, dt: dt, root: right}
-		if op == comm.OpRecv {
+		if op == driver.OpRecv {
 			good.root = left
 		}
 		with := func(what string, change func(*args)) {
@@ -200,7 +201,7 @@ func (r *rank) badInputs() {
 		with := func(what string, change func(*comm.P2P)) {
 			e := entries()
 			change(&e[i])
-			r.try(fmt.Sprintf("GroupP2P with a %s entry of %s", kind, what), inv, args{op: comm.OpGroupP2P, p2p: e}, bufs...)
+			r.try(fmt.Sprintf("GroupP2P with a %s entry of %s", kind, what), inv, args{op: driver.OpGroupP2P, p2p: e}, bufs...)
 		}
 		with("count -1", func(e *comm.P2P) { e.Count = -1 })
 		with("dtype 0", func(e *comm.P2P) { e.DType = 0 })
@@ -216,8 +217,8 @@ func (r *rank) badInputs() {
 	}
 	for i, s := range []*devmem.Stream{otherStream, dead} {
 		what := []string{"a stream of another device", "a destroyed stream"}[i]
-		r.try("GroupP2P with "+what, inv, args{op: comm.OpGroupP2P, p2p: entries(), stream: s}, bufs...)
-		r.try("Barrier with "+what, inv, args{op: comm.OpBarrier, stream: s}, bufs...)
+		r.try("GroupP2P with "+what, inv, args{op: driver.OpGroupP2P, p2p: entries(), stream: s}, bufs...)
+		r.try("Barrier with "+what, inv, args{op: driver.OpBarrier, stream: s}, bufs...)
 	}
 	sub, err := c.Split(-2, 0)
 	r.rejects("Split with color -2", inv, err)
@@ -263,12 +264,12 @@ func (r *rank) closedCalls() {
 		r.try(op.String()+" after Close", closed, x, a, b)
 	}
 	if p > 1 {
-		r.try("Send after Close", closed, args{op: comm.OpSend, send: r.view(a, 0, nb), count: n, dt: dt, root: right}, a, b)
-		r.try("Recv after Close", closed, args{op: comm.OpRecv, recv: r.view(b, 0, nb), count: n, dt: dt, root: left}, a, b)
+		r.try("Send after Close", closed, args{op: driver.OpSend, send: r.view(a, 0, nb), count: n, dt: dt, root: right}, a, b)
+		r.try("Recv after Close", closed, args{op: driver.OpRecv, recv: r.view(b, 0, nb), count: n, dt: dt, root: left}, a, b)
 	}
 	p2p := []comm.P2P{comm.SendTo(right, r.view(a, 0, nb), n, dt), comm.RecvFrom(left, r.view(b, 0, nb), n, dt)}
-	r.try("GroupP2P after Close", closed, args{op: comm.OpGroupP2P, p2p: p2p}, a, b)
-	r.try("Barrier after Close", closed, args{op: comm.OpBarrier}, a, b)
+	r.try("GroupP2P after Close", closed, args{op: driver.OpGroupP2P, p2p: p2p}, a, b)
+	r.try("Barrier after Close", closed, args{op: driver.OpBarrier}, a, b)
 	sub, err := c.Split(0, 0)
 	r.rejects("Split after Close", closed, err)
 	if sub != nil {

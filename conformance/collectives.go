@@ -4,12 +4,13 @@ import (
 	"fmt"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 )
 
 // collSpec is one collective call, the same on every rank.
 type collSpec struct {
-	op      comm.Operation
+	op      driver.Operation
 	dt      comm.DType
 	red     comm.Op // reductions only
 	count   int
@@ -50,36 +51,36 @@ func (s collSpec) String() string {
 	return str
 }
 
-func reduces(op comm.Operation) bool {
-	return op == comm.OpAllReduce || op == comm.OpReduce || op == comm.OpReduceScatter
+func reduces(op driver.Operation) bool {
+	return op == driver.OpAllReduce || op == driver.OpReduce || op == driver.OpReduceScatter
 }
 
-func rooted(op comm.Operation) bool {
-	return op == comm.OpReduce || op == comm.OpBroadcast || op == comm.OpGather || op == comm.OpScatter
+func rooted(op driver.Operation) bool {
+	return op == driver.OpReduce || op == driver.OpBroadcast || op == driver.OpGather || op == driver.OpScatter
 }
 
 // collectives lists the collectives that move data.
-var collectives = []comm.Operation{comm.OpAllReduce, comm.OpReduce, comm.OpReduceScatter,
-	comm.OpBroadcast, comm.OpAllGather, comm.OpAllToAll, comm.OpGather, comm.OpScatter}
+var collectives = []driver.Operation{driver.OpAllReduce, driver.OpReduce, driver.OpReduceScatter,
+	driver.OpBroadcast, driver.OpAllGather, driver.OpAllToAll, driver.OpGather, driver.OpScatter}
 
 // lengths are the elements each rank's send and recv hold, and whether this
 // rank's send or recv is one the operation ignores here.
 func (s collSpec) lengths(p, me int) (send, recv int, sendIgnored, recvIgnored bool) {
 	n, root := s.count, me == s.root
 	switch s.op {
-	case comm.OpAllReduce:
+	case driver.OpAllReduce:
 		return n, n, false, false
-	case comm.OpReduce:
+	case driver.OpReduce:
 		return n, n, false, !root
-	case comm.OpBroadcast:
+	case driver.OpBroadcast:
 		return n, n, !root, false
-	case comm.OpAllGather:
+	case driver.OpAllGather:
 		return n, p * n, false, false
-	case comm.OpReduceScatter:
+	case driver.OpReduceScatter:
 		return p * n, n, false, false
-	case comm.OpAllToAll:
+	case driver.OpAllToAll:
 		return p * n, p * n, false, false
-	case comm.OpGather:
+	case driver.OpGather:
 		return n, p * n, false, !root
 	}
 	return p * n, n, !root, false // Scatter
@@ -88,7 +89,7 @@ func (s collSpec) lengths(p, me int) (send, recv int, sendIgnored, recvIgnored b
 // inputLen is the elements of every rank's generated input.
 func (s collSpec) inputLen(p int) int {
 	switch s.op {
-	case comm.OpReduceScatter, comm.OpAllToAll, comm.OpScatter:
+	case driver.OpReduceScatter, driver.OpAllToAll, driver.OpScatter:
 		return p * s.count
 	}
 	return s.count
@@ -126,13 +127,13 @@ func (r *rank) collective(s collSpec) {
 		}
 		sOff, rOff = base, base
 		switch {
-		case s.op == comm.OpAllGather:
+		case s.op == driver.OpAllGather:
 			sOff += me * n * es
-		case s.op == comm.OpGather && !recvIgnored:
+		case s.op == driver.OpGather && !recvIgnored:
 			sOff += me * n * es
-		case s.op == comm.OpReduceScatter:
+		case s.op == driver.OpReduceScatter:
 			rOff += me * n * es
-		case s.op == comm.OpScatter && !sendIgnored:
+		case s.op == driver.OpScatter && !sendIgnored:
 			rOff += me * n * es
 		}
 		content := poisoned(base + size*es)
@@ -175,36 +176,36 @@ func (r *rank) collective(s collSpec) {
 	whole := func(b []byte) []byte { return b }
 	switch {
 	case rb == nil:
-	case s.op == comm.OpAllReduce:
+	case s.op == driver.OpAllReduce:
 		rb.expectReduced(rOff, s.dt, s.red, terms(whole))
-	case s.op == comm.OpReduce:
+	case s.op == driver.OpReduce:
 		if !recvIgnored {
 			rb.expectReduced(rOff, s.dt, s.red, terms(whole))
 		}
-	case s.op == comm.OpReduceScatter:
+	case s.op == driver.OpReduceScatter:
 		rb.expectReduced(rOff, s.dt, s.red, terms(func(b []byte) []byte { return block(b, me) }))
 		if s.inPlace {
 			// The rest of an in-place send is the backend's to use.
 			rb.expectAny(base, me*n*es)
 			rb.expectAny(rOff+n*es, (p-me-1)*n*es)
 		}
-	case s.op == comm.OpBroadcast:
+	case s.op == driver.OpBroadcast:
 		rb.expect(rOff, in(s.root))
-	case s.op == comm.OpAllGather:
+	case s.op == driver.OpAllGather:
 		for j := range p {
 			rb.expect(rOff+j*n*es, in(j))
 		}
-	case s.op == comm.OpAllToAll:
+	case s.op == driver.OpAllToAll:
 		for j := range p {
 			rb.expect(rOff+j*n*es, block(in(j), me))
 		}
-	case s.op == comm.OpGather:
+	case s.op == driver.OpGather:
 		if !recvIgnored {
 			for j := range p {
 				rb.expect(rOff+j*n*es, in(j))
 			}
 		}
-	case s.op == comm.OpScatter:
+	case s.op == driver.OpScatter:
 		rb.expect(rOff, block(in(s.root), me))
 	}
 	r.verify(what, rb)
@@ -217,23 +218,23 @@ func (r *rank) collective(s collSpec) {
 }
 
 // invoke calls the collective op with the arguments it takes.
-func invoke(c comm.Communicator, op comm.Operation, send, recv devmem.Buffer, n int, dt comm.DType, red comm.Op, root int, st *devmem.Stream) error {
+func invoke(c comm.Communicator, op driver.Operation, send, recv devmem.Buffer, n int, dt comm.DType, red comm.Op, root int, st *devmem.Stream) error {
 	switch op {
-	case comm.OpAllReduce:
+	case driver.OpAllReduce:
 		return c.AllReduce(send, recv, n, dt, red, st)
-	case comm.OpReduce:
+	case driver.OpReduce:
 		return c.Reduce(send, recv, n, dt, red, root, st)
-	case comm.OpBroadcast:
+	case driver.OpBroadcast:
 		return c.Broadcast(send, recv, n, dt, root, st)
-	case comm.OpAllGather:
+	case driver.OpAllGather:
 		return c.AllGather(send, recv, n, dt, st)
-	case comm.OpReduceScatter:
+	case driver.OpReduceScatter:
 		return c.ReduceScatter(send, recv, n, dt, red, st)
-	case comm.OpAllToAll:
+	case driver.OpAllToAll:
 		return c.AllToAll(send, recv, n, dt, st)
-	case comm.OpGather:
+	case driver.OpGather:
 		return c.Gather(send, recv, n, dt, root, st)
-	case comm.OpScatter:
+	case driver.OpScatter:
 		return c.Scatter(send, recv, n, dt, root, st)
 	}
 	return fmt.Errorf("conformance: %v is not a collective", op)
@@ -241,7 +242,7 @@ func invoke(c comm.Communicator, op comm.Operation, send, recv devmem.Buffer, n 
 
 // gridCase runs one operation over every element type, reduction and in
 // place setting, with roots taking every rank in turn.
-func gridCase(op comm.Operation) testCase {
+func gridCase(op driver.Operation) testCase {
 	return testCase{name: "Grid/" + op.String(), body: func(r *rank) {
 		counts := []int{13}
 		if !r.env.short {
@@ -252,7 +253,7 @@ func gridCase(op comm.Operation) testCase {
 			reds = comm.Ops
 		}
 		places := []bool{false, true}
-		if op == comm.OpAllToAll {
+		if op == driver.OpAllToAll {
 			places = places[:1]
 		}
 		k := 0
@@ -298,13 +299,13 @@ const mib4 = 4 << 20
 func largeCases() []testCase {
 	return []testCase{
 		{name: "Large/AllReduce", large: true, body: func(r *rank) {
-			r.collective(collSpec{op: comm.OpAllReduce, dt: comm.Float32, red: comm.Sum, count: mib4 / 4, stream: true})
+			r.collective(collSpec{op: driver.OpAllReduce, dt: comm.Float32, red: comm.Sum, count: mib4 / 4, stream: true})
 		}},
 		{name: "Large/Broadcast", large: true, body: func(r *rank) {
-			r.collective(collSpec{op: comm.OpBroadcast, dt: comm.Uint8, count: mib4 + 3, root: r.c.Size() - 1})
+			r.collective(collSpec{op: driver.OpBroadcast, dt: comm.Uint8, count: mib4 + 3, root: r.c.Size() - 1})
 		}},
 		{name: "Large/AllGather", large: true, body: func(r *rank) {
-			r.collective(collSpec{op: comm.OpAllGather, dt: comm.Int32, count: mib4 / 4})
+			r.collective(collSpec{op: driver.OpAllGather, dt: comm.Int32, count: mib4 / 4})
 		}},
 		{name: "Large/SendRecv", large: true, minRanks: 2, body: func(r *rank) {
 			r.ring(comm.Float64, mib4/8+1)

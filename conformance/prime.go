@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 )
 
 // primeCount is a prime above a million: no power of two divides it, so a
@@ -48,7 +49,7 @@ func atPrime(specs []collSpec) []collSpec {
 // wrong, Sum and Avg.
 func primeAllReduce(p int, thin, sparse bool) []collSpec {
 	if sparse {
-		return atPrime([]collSpec{{op: comm.OpAllReduce, dt: comm.Float64, red: comm.Avg, sendAt: 1, recvAt: 3}})
+		return atPrime([]collSpec{{op: driver.OpAllReduce, dt: comm.Float64, red: comm.Avg, sendAt: 1, recvAt: 3}})
 	}
 	var specs []collSpec
 	for i, dt := range comm.DTypes {
@@ -56,12 +57,12 @@ func primeAllReduce(p int, thin, sparse bool) []collSpec {
 			if thin && red != comm.Ops[i%len(comm.Ops)] && !(dt == comm.Float64 && red == comm.Sum) {
 				continue
 			}
-			specs = append(specs, collSpec{op: comm.OpAllReduce, dt: dt, red: red, sendAt: 1, recvAt: 3})
+			specs = append(specs, collSpec{op: driver.OpAllReduce, dt: dt, red: red, sendAt: 1, recvAt: 3})
 		}
 	}
 	return atPrime(append(specs,
-		collSpec{op: comm.OpAllReduce, dt: comm.Float64, red: comm.Avg, inPlace: true, sendAt: 1, stream: true},
-		collSpec{op: comm.OpAllReduce, dt: comm.Float16, red: comm.Sum, inPlace: true, sendAt: 3, stream: true}))
+		collSpec{op: driver.OpAllReduce, dt: comm.Float64, red: comm.Avg, inPlace: true, sendAt: 1, stream: true},
+		collSpec{op: driver.OpAllReduce, dt: comm.Float16, red: comm.Sum, inPlace: true, sendAt: 3, stream: true}))
 }
 
 // primeReductions is Reduce and ReduceScatter (a block of primeCount
@@ -69,16 +70,16 @@ func primeAllReduce(p int, thin, sparse bool) []collSpec {
 // the thin subset, one more pairing each.
 func primeReductions(p int, thin, sparse bool) []collSpec {
 	specs := []collSpec{
-		{op: comm.OpReduce, dt: comm.Float64, red: comm.Avg, root: p - 1, sendAt: 1, recvAt: 3},
-		{op: comm.OpReduceScatter, dt: comm.Float64, red: comm.Avg, sendAt: 3, recvAt: 1},
+		{op: driver.OpReduce, dt: comm.Float64, red: comm.Avg, root: p - 1, sendAt: 1, recvAt: 3},
+		{op: driver.OpReduceScatter, dt: comm.Float64, red: comm.Avg, sendAt: 3, recvAt: 1},
 	}
 	switch {
 	case sparse:
 		specs = specs[:1]
 	case !thin:
 		specs = append(specs,
-			collSpec{op: comm.OpReduce, dt: comm.BFloat16, red: comm.Sum, root: 0, inPlace: true, sendAt: 3},
-			collSpec{op: comm.OpReduceScatter, dt: comm.Int8, red: comm.Max, inPlace: true, sendAt: 1, stream: true})
+			collSpec{op: driver.OpReduce, dt: comm.BFloat16, red: comm.Sum, root: 0, inPlace: true, sendAt: 3},
+			collSpec{op: driver.OpReduceScatter, dt: comm.Int8, red: comm.Max, inPlace: true, sendAt: 1, stream: true})
 	}
 	return atPrime(specs)
 }
@@ -88,19 +89,19 @@ func primeReductions(p int, thin, sparse bool) []collSpec {
 // buffers of p blocks small.
 func primeMoves(p int, thin, sparse bool) []collSpec {
 	specs := []collSpec{
-		{op: comm.OpBroadcast, dt: comm.Uint8, root: p - 1, sendAt: 1, recvAt: 3},
-		{op: comm.OpAllGather, dt: comm.Int8, sendAt: 3, recvAt: 1},
-		{op: comm.OpAllToAll, dt: comm.Uint8, sendAt: 1, recvAt: 3},
-		{op: comm.OpGather, dt: comm.Int8, root: p - 1, sendAt: 1, recvAt: 3},
-		{op: comm.OpScatter, dt: comm.BFloat16, root: 0, sendAt: 3, recvAt: 1},
+		{op: driver.OpBroadcast, dt: comm.Uint8, root: p - 1, sendAt: 1, recvAt: 3},
+		{op: driver.OpAllGather, dt: comm.Int8, sendAt: 3, recvAt: 1},
+		{op: driver.OpAllToAll, dt: comm.Uint8, sendAt: 1, recvAt: 3},
+		{op: driver.OpGather, dt: comm.Int8, root: p - 1, sendAt: 1, recvAt: 3},
+		{op: driver.OpScatter, dt: comm.BFloat16, root: 0, sendAt: 3, recvAt: 1},
 	}
 	switch {
 	case sparse:
 		specs = specs[:1]
 	case !thin:
 		specs = append(specs,
-			collSpec{op: comm.OpBroadcast, dt: comm.Float16, root: 0, inPlace: true, sendAt: 1},
-			collSpec{op: comm.OpAllGather, dt: comm.Float16, inPlace: true, sendAt: 1, stream: true})
+			collSpec{op: driver.OpBroadcast, dt: comm.Float16, root: 0, inPlace: true, sendAt: 1},
+			collSpec{op: driver.OpAllGather, dt: comm.Float16, inPlace: true, sendAt: 1, stream: true})
 	}
 	return atPrime(specs)
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 )
 
 // The prime-count cases must cover what they claim: checked on their specs,
@@ -17,7 +18,7 @@ func TestPrimeSpecsCoverTheirClaims(t *testing.T) {
 		for _, f := range []func(int, bool, bool) []collSpec{primeAllReduce, primeReductions, primeMoves} {
 			all = append(all, f(p, thin, false)...)
 		}
-		covered := map[comm.Operation]bool{}
+		covered := map[driver.Operation]bool{}
 		for _, s := range all {
 			covered[s.op] = true
 			if s.count != primeCount {
@@ -26,7 +27,7 @@ func TestPrimeSpecsCoverTheirClaims(t *testing.T) {
 			if s.sendAt%2 != 1 || (!s.inPlace && s.recvAt%2 != 1) {
 				t.Errorf("thin=%v: %v: want odd element offsets", thin, s)
 			}
-			if s.op != comm.OpAllReduce || s.inPlace {
+			if s.op != driver.OpAllReduce || s.inPlace {
 				continue
 			}
 			if seen[s.dt] == nil {

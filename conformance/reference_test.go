@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 )
 
 func TestHalfValueDecodesEveryClass(t *testing.T) {
@@ -60,12 +61,12 @@ func TestReductionInputIsExactInItsType(t *testing.T) {
 func fold(t *testing.T, dt comm.DType, op comm.Op, terms [][]byte) []byte {
 	acc := bytes.Clone(terms[0])
 	for _, x := range terms[1:] {
-		if err := comm.ReduceInto(dt, op, acc, x); err != nil {
+		if err := driver.ReduceInto(dt, op, acc, x); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if op == comm.Avg {
-		if err := comm.DivideInto(dt, acc, len(terms)); err != nil {
+		if err := driver.DivideInto(dt, acc, len(terms)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 )
 
@@ -242,7 +243,7 @@ func (r *rank) viewOverlap() {
 	}{{"recv an IPC view of the same bytes as send", 0}, {"recv an IPC view of send shifted by one element", es}} {
 		recv, err := view.Slice(t.at, nb)
 		r.ok("view", err)
-		x := args{op: comm.OpAllReduce, send: r.view(a, 0, nb), recv: recv, count: n, dt: dt, red: comm.Sum}
+		x := args{op: driver.OpAllReduce, send: r.view(a, 0, nb), recv: recv, count: n, dt: dt, red: comm.Sum}
 		r.try("AllReduce with "+t.what+" (overlap through a view must be refused)", comm.ErrInvalidArgument, x, a)
 	}
 	r.ok("CloseIPC", view.CloseIPC())

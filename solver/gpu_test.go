@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/solver"
 )
@@ -27,7 +28,7 @@ func (solo) Barrier(*devmem.Stream) error {
 	return nil
 }
 
-func (c solo) copy(call comm.Call) error {
+func (c solo) copy(call driver.Call) error {
 	if err := call.Validate(0, 1, c.dev); err != nil {
 		return err
 	}
@@ -38,28 +39,28 @@ func (c solo) copy(call comm.Call) error {
 }
 
 func (c solo) AllReduce(send, recv devmem.Buffer, n int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
-	return c.copy(comm.Call{Operation: comm.OpAllReduce, Send: send, Recv: recv, Count: n, DType: dt, Op: op, Stream: s})
+	return c.copy(driver.Call{Operation: driver.OpAllReduce, Send: send, Recv: recv, Count: n, DType: dt, Op: op, Stream: s})
 }
 func (c solo) Reduce(send, recv devmem.Buffer, n int, dt comm.DType, op comm.Op, root int, s *devmem.Stream) error {
-	return c.copy(comm.Call{Operation: comm.OpReduce, Send: send, Recv: recv, Count: n, DType: dt, Op: op, Root: root, Stream: s})
+	return c.copy(driver.Call{Operation: driver.OpReduce, Send: send, Recv: recv, Count: n, DType: dt, Op: op, Root: root, Stream: s})
 }
 func (c solo) Broadcast(send, recv devmem.Buffer, n int, dt comm.DType, root int, s *devmem.Stream) error {
-	return c.copy(comm.Call{Operation: comm.OpBroadcast, Send: send, Recv: recv, Count: n, DType: dt, Root: root, Stream: s})
+	return c.copy(driver.Call{Operation: driver.OpBroadcast, Send: send, Recv: recv, Count: n, DType: dt, Root: root, Stream: s})
 }
 func (c solo) AllGather(send, recv devmem.Buffer, n int, dt comm.DType, s *devmem.Stream) error {
-	return c.copy(comm.Call{Operation: comm.OpAllGather, Send: send, Recv: recv, Count: n, DType: dt, Stream: s})
+	return c.copy(driver.Call{Operation: driver.OpAllGather, Send: send, Recv: recv, Count: n, DType: dt, Stream: s})
 }
 func (c solo) ReduceScatter(send, recv devmem.Buffer, n int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
-	return c.copy(comm.Call{Operation: comm.OpReduceScatter, Send: send, Recv: recv, Count: n, DType: dt, Op: op, Stream: s})
+	return c.copy(driver.Call{Operation: driver.OpReduceScatter, Send: send, Recv: recv, Count: n, DType: dt, Op: op, Stream: s})
 }
 func (c solo) AllToAll(send, recv devmem.Buffer, n int, dt comm.DType, s *devmem.Stream) error {
-	return c.copy(comm.Call{Operation: comm.OpAllToAll, Send: send, Recv: recv, Count: n, DType: dt, Stream: s})
+	return c.copy(driver.Call{Operation: driver.OpAllToAll, Send: send, Recv: recv, Count: n, DType: dt, Stream: s})
 }
 func (c solo) Gather(send, recv devmem.Buffer, n int, dt comm.DType, root int, s *devmem.Stream) error {
-	return c.copy(comm.Call{Operation: comm.OpGather, Send: send, Recv: recv, Count: n, DType: dt, Root: root, Stream: s})
+	return c.copy(driver.Call{Operation: driver.OpGather, Send: send, Recv: recv, Count: n, DType: dt, Root: root, Stream: s})
 }
 func (c solo) Scatter(send, recv devmem.Buffer, n int, dt comm.DType, root int, s *devmem.Stream) error {
-	return c.copy(comm.Call{Operation: comm.OpScatter, Send: send, Recv: recv, Count: n, DType: dt, Root: root, Stream: s})
+	return c.copy(driver.Call{Operation: driver.OpScatter, Send: send, Recv: recv, Count: n, DType: dt, Root: root, Stream: s})
 }
 func (solo) Send(devmem.Buffer, int, comm.DType, int, *devmem.Stream) error {
 	return fmt.Errorf("solo: no peer: %w", comm.ErrInvalidArgument)

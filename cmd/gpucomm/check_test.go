@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/comm/local"
 	"github.com/gpucomm/gpucomm/conformance"
 )
@@ -31,19 +32,19 @@ var (
 )
 
 func init() {
-	comm.Register(unusableBackend, comm.Driver{
+	comm.Register(unusableBackend, driver.Driver{
 		Rank:  -1,
-		Open:  func(comm.Options) (comm.Communicator, error) { return nil, errors.New(unusableReason) },
+		Open:  func(comm.Options) (driver.Conn, error) { return nil, errors.New(unusableReason) },
 		Probe: func() comm.Verdict { return comm.Verdict{Reason: unusableReason} },
 	})
-	comm.Register(brokenBackend, comm.Driver{
+	comm.Register(brokenBackend, driver.Driver{
 		Rank:  -1,
-		Open:  func(comm.Options) (comm.Communicator, error) { return nil, errors.New(brokenReason) },
+		Open:  func(comm.Options) (driver.Conn, error) { return nil, errors.New(brokenReason) },
 		Probe: func() comm.Verdict { return comm.Verdict{Usable: true, Reason: "claims it can run"} },
 	})
-	comm.Register(singleBackend, comm.Driver{
+	comm.Register(singleBackend, driver.Driver{
 		Rank: -1,
-		Open: func(o comm.Options) (comm.Communicator, error) {
+		Open: func(o comm.Options) (driver.Conn, error) {
 			singleMu.Lock()
 			singleOpts = append(singleOpts, o)
 			singleMu.Unlock()

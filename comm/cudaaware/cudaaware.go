@@ -2,6 +2,7 @@ package cudaaware
 
 import (
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/internal/mpicomm"
 )
 
@@ -14,7 +15,7 @@ const Name = "cudaaware"
 const AwareEnv = mpicomm.AwareEnv
 
 func init() {
-	comm.Register(Name, comm.Driver{Open: Open, Probe: Probe, Rank: 20})
+	comm.Register(Name, driver.Driver{Open: func(o driver.Options) (driver.Conn, error) { return Open(o) }, Probe: Probe, Rank: 20})
 }
 
 // Open makes this process's communicator over every rank of the job; every

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 )
 
@@ -17,8 +18,8 @@ import (
 const Name = "local"
 
 func init() {
-	comm.Register(Name, comm.Driver{
-		Open: func(o comm.Options) (comm.Communicator, error) {
+	comm.Register(Name, driver.Driver{
+		Open: func(o comm.Options) (driver.Conn, error) {
 			if err := CheckDevice(o.Device); err != nil {
 				return nil, err
 			}
@@ -42,10 +43,10 @@ func init() {
 // host device without a word.
 func CheckDevice(spec string) error {
 	if err := devmem.CheckSpec(spec); err != nil {
-		return comm.Wrap(Name, "Open", -1, err)
+		return driver.Wrap(Name, "Open", -1, err)
 	}
 	if devmem.IsGPUSpec(spec) {
-		return comm.Errorf(Name, "Open", -1, comm.ErrUnsupported,
+		return driver.Errorf(Name, "Open", -1, comm.ErrUnsupported,
 			"device %q: the local backend runs on simulated host devices only; use device host or auto, or an MPI backend (mpi, cudaaware, nccl) for GPUs", spec)
 	}
 	return nil
@@ -88,7 +89,7 @@ func NewGroup(n int, opts ...comm.Option) ([]comm.Communicator, error) {
 
 func newGroup(n int, o comm.Options) ([]comm.Communicator, error) {
 	if n < 1 {
-		return nil, comm.Errorf(Name, "NewGroup", 0, comm.ErrInvalidArgument, "group of %d ranks", n)
+		return nil, driver.Errorf(Name, "NewGroup", 0, comm.ErrInvalidArgument, "group of %d ranks", n)
 	}
 	devs := make([]*devmem.Device, n)
 	for i := range devs {
@@ -118,7 +119,7 @@ type group struct {
 
 // round is one collective: every rank's call and input.
 type round struct {
-	calls   []comm.Call
+	calls   []driver.Call
 	inputs  [][]byte
 	arrived []bool
 	count   int
@@ -149,81 +150,81 @@ func (c *Comm) Device() *devmem.Device { return c.dev }
 // Close marks the communicator closed; later calls return ErrClosed.
 func (c *Comm) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
-		return comm.Errorf(Name, "Close", c.rank, comm.ErrClosed, "closed twice")
+		return driver.Errorf(Name, "Close", c.rank, comm.ErrClosed, "closed twice")
 	}
 	return nil
 }
 
 func (c *Comm) AllReduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
-	return c.collective(comm.Call{Operation: comm.OpAllReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s})
+	return c.collective(driver.Call{Operation: driver.OpAllReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s})
 }
 
 func (c *Comm) Reduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, root int, s *devmem.Stream) error {
-	return c.collective(comm.Call{Operation: comm.OpReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Root: root, Stream: s})
+	return c.collective(driver.Call{Operation: driver.OpReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Root: root, Stream: s})
 }
 
 func (c *Comm) Broadcast(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
-	return c.collective(comm.Call{Operation: comm.OpBroadcast, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s})
+	return c.collective(driver.Call{Operation: driver.OpBroadcast, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s})
 }
 
 func (c *Comm) AllGather(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
-	return c.collective(comm.Call{Operation: comm.OpAllGather, Send: send, Recv: recv, Count: count, DType: dt, Stream: s})
+	return c.collective(driver.Call{Operation: driver.OpAllGather, Send: send, Recv: recv, Count: count, DType: dt, Stream: s})
 }
 
 func (c *Comm) ReduceScatter(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
-	return c.collective(comm.Call{Operation: comm.OpReduceScatter, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s})
+	return c.collective(driver.Call{Operation: driver.OpReduceScatter, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s})
 }
 
 func (c *Comm) AllToAll(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
-	return c.collective(comm.Call{Operation: comm.OpAllToAll, Send: send, Recv: recv, Count: count, DType: dt, Stream: s})
+	return c.collective(driver.Call{Operation: driver.OpAllToAll, Send: send, Recv: recv, Count: count, DType: dt, Stream: s})
 }
 
 func (c *Comm) Gather(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
-	return c.collective(comm.Call{Operation: comm.OpGather, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s})
+	return c.collective(driver.Call{Operation: driver.OpGather, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s})
 }
 
 func (c *Comm) Scatter(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
-	return c.collective(comm.Call{Operation: comm.OpScatter, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s})
+	return c.collective(driver.Call{Operation: driver.OpScatter, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s})
 }
 
 func (c *Comm) Barrier(s *devmem.Stream) error {
-	return c.collective(comm.Call{Operation: comm.OpBarrier, Stream: s})
+	return c.collective(driver.Call{Operation: driver.OpBarrier, Stream: s})
 }
 
 func (c *Comm) Send(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
-	return c.p2p(comm.SendCall(buf, count, dt, peer, s))
+	return c.p2p(driver.SendCall(buf, count, dt, peer, s))
 }
 
 func (c *Comm) Recv(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
-	return c.p2p(comm.RecvCall(buf, count, dt, peer, s))
+	return c.p2p(driver.RecvCall(buf, count, dt, peer, s))
 }
 
 func (c *Comm) GroupP2P(ops []comm.P2P, s *devmem.Stream) error {
-	return c.p2p(comm.GroupCall(ops, s))
+	return c.p2p(driver.GroupCall(ops, s))
 }
 
-func (c *Comm) fail(op comm.Operation, sentinel error, format string, args ...any) error {
-	return comm.Errorf(Name, op.String(), c.rank, sentinel, format, args...)
+func (c *Comm) fail(op driver.Operation, sentinel error, format string, args ...any) error {
+	return driver.Errorf(Name, op.String(), c.rank, sentinel, format, args...)
 }
 
-func (c *Comm) check(call comm.Call) error {
+func (c *Comm) check(call driver.Call) error {
 	if c.closed.Load() {
 		return c.fail(call.Operation, comm.ErrClosed, "communicator is closed")
 	}
 	if err := call.Validate(c.rank, c.g.n, c.dev); err != nil {
-		return comm.Wrap(Name, call.Operation.String(), c.rank, err)
+		return driver.Wrap(Name, call.Operation.String(), c.rank, err)
 	}
 	return nil
 }
 
 // collective queues the call on its stream as one round of the group.
-func (c *Comm) collective(call comm.Call) error {
+func (c *Comm) collective(call driver.Call) error {
 	if err := c.check(call); err != nil {
 		return err
 	}
 	seq := c.seq.Add(1)
 	return call.Stream.HostFunc(func() error {
-		return comm.Wrap(Name, call.Operation.String(), c.rank, c.run(seq, call))
+		return driver.Wrap(Name, call.Operation.String(), c.rank, c.run(seq, call))
 	})
 }
 
@@ -236,19 +237,19 @@ func bytesOf(b devmem.Buffer, n int) []byte {
 	return v[:n]
 }
 
-func (c *Comm) run(seq uint64, call comm.Call) error {
+func (c *Comm) run(seq uint64, call driver.Call) error {
 	n, size := call.Count*call.DType.Size(), c.g.n
 	var in []byte
 	switch call.Operation {
-	case comm.OpAllReduce, comm.OpReduce, comm.OpAllGather, comm.OpGather:
+	case driver.OpAllReduce, driver.OpReduce, driver.OpAllGather, driver.OpGather:
 		in = clone(bytesOf(call.Send, n))
-	case comm.OpReduceScatter, comm.OpAllToAll:
+	case driver.OpReduceScatter, driver.OpAllToAll:
 		in = clone(bytesOf(call.Send, size*n))
-	case comm.OpBroadcast:
+	case driver.OpBroadcast:
 		if c.rank == call.Root {
 			in = clone(bytesOf(call.Send, n))
 		}
-	case comm.OpScatter:
+	case driver.OpScatter:
 		if c.rank == call.Root {
 			in = clone(bytesOf(call.Send, size*n))
 		}
@@ -260,31 +261,31 @@ func (c *Comm) run(seq uint64, call comm.Call) error {
 	defer c.g.leave(seq, r)
 	block := func(b []byte, j int) []byte { return b[j*n : (j+1)*n] }
 	switch call.Operation {
-	case comm.OpAllReduce:
+	case driver.OpAllReduce:
 		return reduceAll(call, r.inputs, bytesOf(call.Recv, n), nil)
-	case comm.OpReduce:
+	case driver.OpReduce:
 		if c.rank == call.Root {
 			return reduceAll(call, r.inputs, bytesOf(call.Recv, n), nil)
 		}
-	case comm.OpReduceScatter:
+	case driver.OpReduceScatter:
 		return reduceAll(call, r.inputs, bytesOf(call.Recv, n), func(b []byte) []byte { return block(b, c.rank) })
-	case comm.OpBroadcast:
+	case driver.OpBroadcast:
 		copy(bytesOf(call.Recv, n), r.inputs[call.Root])
-	case comm.OpAllGather:
+	case driver.OpAllGather:
 		out := bytesOf(call.Recv, size*n)
 		for j, v := range r.inputs {
 			copy(block(out, j), v)
 		}
-	case comm.OpGather:
+	case driver.OpGather:
 		if c.rank == call.Root {
 			out := bytesOf(call.Recv, size*n)
 			for j, v := range r.inputs {
 				copy(block(out, j), v)
 			}
 		}
-	case comm.OpScatter:
+	case driver.OpScatter:
 		copy(bytesOf(call.Recv, n), block(r.inputs[call.Root], c.rank))
-	case comm.OpAllToAll:
+	case driver.OpAllToAll:
 		out := bytesOf(call.Recv, size*n)
 		for j, v := range r.inputs {
 			copy(block(out, j), block(v, c.rank))
@@ -294,18 +295,18 @@ func (c *Comm) run(seq uint64, call comm.Call) error {
 }
 
 // reduceAll folds every rank's input in rank order into out.
-func reduceAll(call comm.Call, inputs [][]byte, out []byte, pick func([]byte) []byte) error {
+func reduceAll(call driver.Call, inputs [][]byte, out []byte, pick func([]byte) []byte) error {
 	if pick == nil {
 		pick = func(b []byte) []byte { return b }
 	}
 	acc := clone(pick(inputs[0]))
 	for _, v := range inputs[1:] {
-		if err := comm.ReduceInto(call.DType, call.Op, acc, pick(v)); err != nil {
+		if err := driver.ReduceInto(call.DType, call.Op, acc, pick(v)); err != nil {
 			return err
 		}
 	}
 	if call.Op == comm.Avg {
-		if err := comm.DivideInto(call.DType, acc, len(inputs)); err != nil {
+		if err := driver.DivideInto(call.DType, acc, len(inputs)); err != nil {
 			return err
 		}
 	}
@@ -322,11 +323,11 @@ func clone(b []byte) []byte {
 
 // meet waits until every rank has reached collective seq, then returns the
 // round. finish, when given, runs once, on the last rank to arrive.
-func (g *group) meet(seq uint64, rank int, call comm.Call, in []byte, finish func(*round)) (*round, error) {
+func (g *group) meet(seq uint64, rank int, call driver.Call, in []byte, finish func(*round)) (*round, error) {
 	g.mu.Lock()
 	r := g.rounds[seq]
 	if r == nil {
-		r = &round{calls: make([]comm.Call, g.n), inputs: make([][]byte, g.n), arrived: make([]bool, g.n), left: g.n, done: make(chan struct{})}
+		r = &round{calls: make([]driver.Call, g.n), inputs: make([][]byte, g.n), arrived: make([]bool, g.n), left: g.n, done: make(chan struct{})}
 		g.rounds[seq] = r
 	}
 	r.calls[rank], r.inputs[rank], r.arrived[rank] = call, in, true
@@ -387,7 +388,7 @@ func (g *group) wait(done <-chan struct{}, why func() string) error {
 }
 
 // mismatch names the ranks whose call differs from rank 0's.
-func mismatch(calls []comm.Call) error {
+func mismatch(calls []driver.Call) error {
 	want := calls[0].Signature()
 	var bad []string
 	for i, c := range calls[1:] {
@@ -403,12 +404,12 @@ func mismatch(calls []comm.Call) error {
 
 // Split is collective over the group and runs now, not on a stream.
 func (c *Comm) Split(color, key int) (comm.Communicator, error) {
-	call := comm.Call{Operation: comm.OpSplit}
+	call := driver.Call{Operation: driver.OpSplit}
 	if err := c.check(call); err != nil {
 		return nil, err
 	}
 	if color < 0 && color != comm.Undefined {
-		return nil, c.fail(comm.OpSplit, comm.ErrInvalidArgument, "color %d: want >= 0 or comm.Undefined", color)
+		return nil, c.fail(driver.OpSplit, comm.ErrInvalidArgument, "color %d: want >= 0 or comm.Undefined", color)
 	}
 	seq := c.seq.Add(1)
 	type member struct{ color, key, rank int }
@@ -457,7 +458,7 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	}
 	r, err := c.g.meet(seq, c.rank, call, in, finish)
 	if err != nil {
-		return nil, comm.Wrap(Name, "Split", c.rank, err)
+		return nil, driver.Wrap(Name, "Split", c.rank, err)
 	}
 	defer c.g.leave(seq, r)
 	if color == comm.Undefined {

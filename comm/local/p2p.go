@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 )
 
 // link holds the messages from one rank to another, oldest first.
@@ -58,7 +59,7 @@ func (g *group) take(from, to int) (message, error) {
 }
 
 // p2p queues sends (eager: they never wait) then receives, on the stream.
-func (c *Comm) p2p(call comm.Call, ops []comm.P2P) error {
+func (c *Comm) p2p(call driver.Call, ops []comm.P2P) error {
 	if err := c.check(call); err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@
 //     runs its own pipeline at once, so sends never wait for receives.
 //     Between two ranks of one node, from 64 KiB up, the node path below.
 //   - AllReduce: Iallreduce per chunk, in place in the slot; Avg sums, then
-//     divides in the slot (comm.DivideInto) before the copy out. float16 and
+//     divides in the slot (driver.DivideInto) before the copy out. float16 and
 //     bfloat16 use internal/mpi's user ops, which run on the pinned memory.
 //   - Broadcast: Ibcast per chunk.
 //   - Reduce: Iallreduce per chunk, copied back at the root only

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 	"github.com/gpucomm/gpucomm/internal/mpicomm"
 )
@@ -12,7 +13,7 @@ import (
 const Name = "mpi"
 
 func init() {
-	comm.Register(Name, comm.Driver{Open: Open, Probe: Probe, Rank: 10})
+	comm.Register(Name, driver.Driver{Open: func(o driver.Options) (driver.Conn, error) { return Open(o) }, Probe: Probe, Rank: 10})
 }
 
 // Open makes this process's communicator over every rank of the job; every

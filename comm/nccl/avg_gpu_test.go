@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 )
@@ -90,7 +91,7 @@ func gpuReductionGrid(t *testing.T, c *Comm, s *devmem.Stream, sendBuf, recvBuf 
 	for _, count := range []int{1_000_003, 1_000_000, 1_048_583} {
 		for _, dt := range comm.DTypes {
 			input := gpuTestInput(dt, count, uint64(count)*16+uint64(dt))
-			for _, op := range []comm.Operation{comm.OpAllReduce, comm.OpReduce, comm.OpReduceScatter} {
+			for _, op := range []driver.Operation{driver.OpAllReduce, driver.OpReduce, driver.OpReduceScatter} {
 				for _, red := range comm.Ops {
 					for _, inPlace := range []bool{false, true} {
 						for _, at := range [][2]int{{0, 0}, {1, 3}} {
@@ -117,7 +118,7 @@ func gpuReductionGrid(t *testing.T, c *Comm, s *devmem.Stream, sendBuf, recvBuf 
 }
 
 // gpuReduceOnce makes one call and checks both buffers.
-func gpuReduceOnce(c *Comm, s *devmem.Stream, op comm.Operation, dt comm.DType, red comm.Op, count int, inPlace bool,
+func gpuReduceOnce(c *Comm, s *devmem.Stream, op driver.Operation, dt comm.DType, red comm.Op, count int, inPlace bool,
 	sendAt, recvAt int, input []byte, sendBuf, recvBuf devmem.Buffer) error {
 	es, n := dt.Size(), count*dt.Size()
 	size := sendBuf.Len()
@@ -138,11 +139,11 @@ func gpuReduceOnce(c *Comm, s *devmem.Stream, op comm.Operation, dt comm.DType, 
 	}
 	var err error
 	switch op {
-	case comm.OpAllReduce:
+	case driver.OpAllReduce:
 		err = c.AllReduce(send, recv, count, dt, red, s)
-	case comm.OpReduce:
+	case driver.OpReduce:
 		err = c.Reduce(send, recv, count, dt, red, 0, s)
-	case comm.OpReduceScatter:
+	case driver.OpReduceScatter:
 		err = c.ReduceScatter(send, recv, count, dt, red, s)
 	}
 	if err != nil {

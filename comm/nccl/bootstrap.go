@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/cuda"
 )
@@ -95,7 +96,7 @@ func gatherStatus(b boot, mine status) ([]status, error) {
 // sentinel. nil when every rank succeeded.
 func verdict(op string, rank int, own error, all []status) error {
 	if own != nil {
-		return comm.Wrap(Name, op, rank, own)
+		return driver.Wrap(Name, op, rank, own)
 	}
 	var bad []string
 	var first byte
@@ -114,14 +115,14 @@ func verdict(op string, rank int, own error, all []status) error {
 	if int(first) < len(sentinels) {
 		sentinel = sentinels[first]
 	}
-	return comm.Errorf(Name, op, rank, sentinel, "%s failed elsewhere (%s)", op, strings.Join(bad, "; "))
+	return driver.Errorf(Name, op, rank, sentinel, "%s failed elsewhere (%s)", op, strings.Join(bad, "; "))
 }
 
 // agree shares each rank's outcome of a step and returns verdict's error.
 func agree(b boot, op string, own error) error {
 	all, err := gatherStatus(b, statusOf(own))
 	if err != nil {
-		return comm.Errorf(Name, op, b.rank(), nil, "sharing the outcome with the other ranks: %w", err)
+		return driver.Errorf(Name, op, b.rank(), nil, "sharing the outcome with the other ranks: %w", err)
 	}
 	return verdict(op, b.rank(), own, all)
 }
@@ -161,7 +162,7 @@ func rankList(ranks []int) string {
 func open(o comm.Options, world func() (boot, error), lib library) (*Comm, error) {
 	b, err := world()
 	if err != nil {
-		return nil, comm.Errorf(Name, "Open", envRank(), nil, "NCCL's unique id travels by MPI: %w", err)
+		return nil, driver.Errorf(Name, "Open", envRank(), nil, "NCCL's unique id travels by MPI: %w", err)
 	}
 	c, err := openOn(o, b, lib)
 	if err != nil {
@@ -175,7 +176,7 @@ func openOn(o comm.Options, b boot, lib library) (*Comm, error) {
 	rank := b.rank()
 	lr, ls, err := b.localRankSize()
 	if err != nil {
-		return nil, comm.Errorf(Name, "Open", rank, nil, "finding this rank's node: %w", err)
+		return nil, driver.Errorf(Name, "Open", rank, nil, "finding this rank's node: %w", err)
 	}
 	dev, err := prepare(o, lib, lr)
 	mine := statusOf(err)
@@ -184,14 +185,14 @@ func openOn(o comm.Options, b boot, lib library) (*Comm, error) {
 	}
 	all, gerr := gatherStatus(b, mine)
 	if gerr != nil {
-		return nil, comm.Errorf(Name, "Open", rank, nil, "sharing devices with the other ranks: %w", gerr)
+		return nil, driver.Errorf(Name, "Open", rank, nil, "sharing devices with the other ranks: %w", gerr)
 	}
 	if err := verdict("Open", rank, err, all); err != nil {
 		return nil, err
 	}
 	// Before any NCCL call, which would hang or fail less clearly.
 	if err := duplicates(all); err != nil {
-		return nil, comm.Wrap(Name, "Open", rank, err)
+		return nil, driver.Wrap(Name, "Open", rank, err)
 	}
 	eng, err := initOn(b, lib, dev, "Open")
 	if err != nil {
@@ -235,17 +236,17 @@ func initOn(b boot, lib library, dev *devmem.Device, op string) (engine, error) 
 	got, err := b.bcast(msg, 0)
 	switch {
 	case err != nil:
-		return nil, comm.Errorf(Name, op, b.rank(), nil, "broadcasting NCCL's unique id: %w", err)
+		return nil, driver.Errorf(Name, op, b.rank(), nil, "broadcasting NCCL's unique id: %w", err)
 	case len(got) < 1+len(id):
-		return nil, comm.Errorf(Name, op, b.rank(), comm.ErrMismatch, "broadcast of NCCL's unique id carried %d bytes", len(got))
+		return nil, driver.Errorf(Name, op, b.rank(), comm.ErrMismatch, "broadcast of NCCL's unique id carried %d bytes", len(got))
 	case idErr != nil:
-		return nil, comm.Wrap(Name, op, b.rank(), idErr)
+		return nil, driver.Wrap(Name, op, b.rank(), idErr)
 	case got[0] != 0:
 		var sentinel error
 		if int(got[0]) < len(sentinels) {
 			sentinel = sentinels[got[0]]
 		}
-		return nil, comm.Errorf(Name, op, b.rank(), sentinel, "rank 0 could not make NCCL's unique id: %s", got[1+len(id):])
+		return nil, driver.Errorf(Name, op, b.rank(), sentinel, "rank 0 could not make NCCL's unique id: %s", got[1+len(id):])
 	}
 	copy(id[:], got[1:])
 	eng, err := lib.initRank(dev, b.size(), b.rank(), id)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 )
 
@@ -50,14 +51,14 @@ var _ comm.Communicator = (*Comm)(nil)
 func newComm(o comm.Options, lib library, b boot, eng engine, dev *devmem.Device, lr, ls int) (*Comm, error) {
 	own, err := dev.NewStream()
 	if err != nil {
-		return nil, comm.Errorf(Name, "Open", b.rank(), nil, "stream for nil-stream operations: %w", err)
+		return nil, driver.Errorf(Name, "Open", b.rank(), nil, "stream for nil-stream operations: %w", err)
 	}
 	bar, err := dev.Alloc(4)
 	if err == nil {
 		err = devmem.Memset(bar, 0, nil)
 	}
 	if err != nil {
-		return nil, comm.Errorf(Name, "Open", b.rank(), nil, "Barrier's buffer: %w", errors.Join(err, own.Destroy(), freeIfAny(bar)))
+		return nil, driver.Errorf(Name, "Open", b.rank(), nil, "Barrier's buffer: %w", errors.Join(err, own.Destroy(), freeIfAny(bar)))
 	}
 	c := &Comm{
 		lib: lib, boot: b, eng: eng, dev: dev, rank: b.rank(), size: b.size(), version: lib.versionCode(), localRank: lr, localSize: ls,
@@ -83,23 +84,23 @@ func (c *Comm) LocalSize() int         { return c.localSize }
 func (c *Comm) Backend() string        { return Name }
 func (c *Comm) Device() *devmem.Device { return c.dev }
 
-func (c *Comm) errorf(op comm.Operation, sentinel error, format string, args ...any) error {
-	return comm.Errorf(Name, op.String(), c.rank, sentinel, format, args...)
+func (c *Comm) errorf(op driver.Operation, sentinel error, format string, args ...any) error {
+	return driver.Errorf(Name, op.String(), c.rank, sentinel, format, args...)
 }
 
 // check runs the checks that need no lock: closed, then the arguments.
-func (c *Comm) check(call comm.Call) error {
+func (c *Comm) check(call driver.Call) error {
 	if c.closedFlag.Load() {
 		return c.errorf(call.Operation, comm.ErrClosed, "communicator is closed")
 	}
 	if err := call.Validate(c.rank, c.size, c.dev); err != nil {
-		return comm.Wrap(Name, call.Operation.String(), c.rank, err)
+		return driver.Wrap(Name, call.Operation.String(), c.rank, err)
 	}
 	return nil
 }
 
 // usableLocked returns why no NCCL call may be made now; c.mu is held.
-func (c *Comm) usableLocked(op comm.Operation) error {
+func (c *Comm) usableLocked(op driver.Operation) error {
 	if c.closed {
 		return c.errorf(op, comm.ErrClosed, "communicator is closed")
 	}
@@ -112,7 +113,7 @@ func (c *Comm) usableLocked(op comm.Operation) error {
 
 // signature compares the collective across ranks (Options.Debug) before
 // NCCL sees it: a mismatch would hang there or corrupt data.
-func (c *Comm) signature(call comm.Call) error {
+func (c *Comm) signature(call driver.Call) error {
 	if !c.debug {
 		return nil
 	}
@@ -135,7 +136,7 @@ func (c *Comm) signature(call comm.Call) error {
 
 // collective checks call, then queues it with enqueue (unless it moves no
 // data) and, for a nil stream, waits for it.
-func (c *Comm) collective(call comm.Call, enqueue func(s *devmem.Stream) error) error {
+func (c *Comm) collective(call driver.Call, enqueue func(s *devmem.Stream) error) error {
 	if err := c.check(call); err != nil {
 		return err
 	}
@@ -147,7 +148,7 @@ func (c *Comm) collective(call comm.Call, enqueue func(s *devmem.Stream) error) 
 	if err := c.signature(call); err != nil {
 		return err
 	}
-	if call.Count == 0 && call.Operation != comm.OpBarrier {
+	if call.Count == 0 && call.Operation != driver.OpBarrier {
 		return nil // every rank has the same count, so every rank skips
 	}
 	return c.runLocked(call, enqueue)
@@ -156,7 +157,7 @@ func (c *Comm) collective(call comm.Call, enqueue func(s *devmem.Stream) error) 
 // runLocked queues one operation on its stream (the communicator's own for
 // a nil stream) between events the timeout needs, then waits for it if the
 // stream was nil. c.mu is held.
-func (c *Comm) runLocked(call comm.Call, enqueue func(s *devmem.Stream) error) error {
+func (c *Comm) runLocked(call driver.Call, enqueue func(s *devmem.Stream) error) error {
 	s := call.Stream
 	if s == nil {
 		s = c.own
@@ -217,7 +218,7 @@ func (c *Comm) runLocked(call comm.Call, enqueue func(s *devmem.Stream) error) e
 var testHookAfterStart = func(*devmem.Stream) {}
 
 func (c *Comm) AllReduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpAllReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
+	call := driver.Call{Operation: driver.OpAllReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
 	p := c.planAvg(dt, op, count, send.Same(recv))
 	return c.collective(call, func(s *devmem.Stream) error {
 		from, err := p.source(send, recv, count, dt, s)
@@ -232,7 +233,7 @@ func (c *Comm) AllReduce(send, recv devmem.Buffer, count int, dt comm.DType, op 
 }
 
 func (c *Comm) Reduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, root int, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Root: root, Stream: s}
+	call := driver.Call{Operation: driver.OpReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Root: root, Stream: s}
 	if c.rank != root {
 		recv = devmem.Buffer{} // unused, and maybe unchecked: NCCL gets NULL
 	}
@@ -250,7 +251,7 @@ func (c *Comm) Reduce(send, recv devmem.Buffer, count int, dt comm.DType, op com
 }
 
 func (c *Comm) Broadcast(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpBroadcast, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
+	call := driver.Call{Operation: driver.OpBroadcast, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
 	if c.rank != root {
 		send = devmem.Buffer{}
 	}
@@ -258,12 +259,12 @@ func (c *Comm) Broadcast(send, recv devmem.Buffer, count int, dt comm.DType, roo
 }
 
 func (c *Comm) AllGather(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpAllGather, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
+	call := driver.Call{Operation: driver.OpAllGather, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
 	return c.collective(call, func(s *devmem.Stream) error { return c.eng.allGather(send, recv, count, dt, s) })
 }
 
 func (c *Comm) ReduceScatter(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpReduceScatter, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
+	call := driver.Call{Operation: driver.OpReduceScatter, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
 	p := c.planAvg(dt, op, count, send.Overlaps(recv))
 	if p.copyFirst && c.size > 1 {
 		// In place, recv is this rank's block of send: no copy makes an out
@@ -287,7 +288,7 @@ func (c *Comm) ReduceScatter(send, recv devmem.Buffer, count int, dt comm.DType,
 // own: NCCL has no barrier, and a reduction cannot finish anywhere before
 // every rank has joined it.
 func (c *Comm) Barrier(s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpBarrier, Stream: s}
+	call := driver.Call{Operation: driver.OpBarrier, Stream: s}
 	return c.collective(call, func(s *devmem.Stream) error {
 		return c.eng.allReduce(c.barrierBuf, c.barrierBuf, 1, comm.Uint8, comm.Max, s)
 	})
@@ -301,32 +302,32 @@ func (c *Comm) Barrier(s *devmem.Stream) error {
 func (c *Comm) Wait(s *devmem.Stream) error {
 	const op = "Wait"
 	if c.closedFlag.Load() {
-		return comm.Errorf(Name, op, c.rank, comm.ErrClosed, "communicator is closed")
+		return driver.Errorf(Name, op, c.rank, comm.ErrClosed, "communicator is closed")
 	}
 	if err := s.Check(c.dev); err != nil {
-		return comm.Wrap(Name, op, c.rank, err)
+		return driver.Wrap(Name, op, c.rank, err)
 	}
 	if cause := c.failure(); cause != nil {
-		return comm.Errorf(Name, op, c.rank, nil, "the communicator was aborted after an earlier failure: %w", cause)
+		return driver.Errorf(Name, op, c.rank, nil, "the communicator was aborted after an earlier failure: %w", cause)
 	}
 	if s == nil {
 		return nil
 	}
 	end, err := c.events.record(s)
 	if err != nil {
-		return comm.Wrap(Name, op, c.rank, err)
+		return driver.Wrap(Name, op, c.rank, err)
 	}
 	err = c.waitFor(&pendingOp{what: op, end: end}, 0)
 	c.events.put(end)
 	if cause := c.failure(); cause != nil {
 		// Work the abort cut short may look finished: the failure is the news.
-		return comm.Errorf(Name, op, c.rank, nil, "the communicator failed: %w", cause)
+		return driver.Errorf(Name, op, c.rank, nil, "the communicator failed: %w", cause)
 	}
 	if err != nil {
-		return comm.Wrap(Name, op, c.rank, err)
+		return driver.Wrap(Name, op, c.rank, err)
 	}
 	if err := s.Synchronize(); err != nil {
-		return comm.Wrap(Name, op, c.rank, err)
+		return driver.Wrap(Name, op, c.rank, err)
 	}
 	return nil
 }
@@ -336,24 +337,24 @@ func (c *Comm) Wait(s *devmem.Stream) error {
 // MPI_Bcast within MPI_Comm_split's communicator; the MPI communicator is
 // split either way, for the new communicator's bootstrap and local ranks.
 func (c *Comm) Split(color, key int) (comm.Communicator, error) {
-	call := comm.Call{Operation: comm.OpSplit}
+	call := driver.Call{Operation: driver.OpSplit}
 	if err := c.check(call); err != nil {
 		return nil, err
 	}
 	if (color < 0 && color != comm.Undefined) || color > math.MaxInt32 {
-		return nil, c.errorf(comm.OpSplit, comm.ErrInvalidArgument, "color %d: want 0..%d or comm.Undefined", color, math.MaxInt32)
+		return nil, c.errorf(driver.OpSplit, comm.ErrInvalidArgument, "color %d: want 0..%d or comm.Undefined", color, math.MaxInt32)
 	}
 	if key < math.MinInt32 || key > math.MaxInt32 {
-		return nil, c.errorf(comm.OpSplit, comm.ErrInvalidArgument, "key %d does not fit MPI's and NCCL's int", key)
+		return nil, c.errorf(driver.OpSplit, comm.ErrInvalidArgument, "key %d does not fit MPI's and NCCL's int", key)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.usableLocked(comm.OpSplit); err != nil {
+	if err := c.usableLocked(driver.OpSplit); err != nil {
 		return nil, err
 	}
 	nb, err := c.boot.split(color, key)
 	if err != nil {
-		return nil, c.errorf(comm.OpSplit, nil, "MPI_Comm_split: %w", err)
+		return nil, c.errorf(driver.OpSplit, nil, "MPI_Comm_split: %w", err)
 	}
 	sub, err := c.splitEngine(nb, color, key)
 	if err != nil {
@@ -379,7 +380,7 @@ func (c *Comm) splitEngine(nb boot, color, key int) (*Comm, error) {
 	}
 	all, err := c.boot.allgather(can)
 	if err != nil {
-		return nil, c.errorf(comm.OpSplit, nil, "asking the ranks for ncclCommSplit: %w", err)
+		return nil, c.errorf(driver.OpSplit, nil, "asking the ranks for ncclCommSplit: %w", err)
 	}
 	native := true
 	for _, a := range all {
@@ -397,7 +398,7 @@ func (c *Comm) splitEngine(nb boot, color, key int) (*Comm, error) {
 			return err
 		})
 		if cause := c.failure(); cause != nil {
-			return nil, c.errorf(comm.OpSplit, nil, "ncclCommSplit: %w", cause)
+			return nil, c.errorf(driver.OpSplit, nil, "ncclCommSplit: %w", cause)
 		}
 		err = agree(c.boot, "Split", err)
 	} else {
@@ -416,7 +417,7 @@ func (c *Comm) splitEngine(nb boot, color, key int) (*Comm, error) {
 	}
 	if nb == nil {
 		if eng != nil {
-			return nil, c.errorf(comm.OpSplit, nil, "ncclCommSplit made a communicator for a rank left out: %w", eng.destroy())
+			return nil, c.errorf(driver.OpSplit, nil, "ncclCommSplit made a communicator for a rank left out: %w", eng.destroy())
 		}
 		return nil, nil
 	}
@@ -428,7 +429,7 @@ func (c *Comm) splitEngine(nb boot, color, key int) (*Comm, error) {
 			return sub, nil
 		}
 	}
-	return nil, c.errorf(comm.OpSplit, nil, "%w", errors.Join(err, eng.destroy()))
+	return nil, c.errorf(driver.OpSplit, nil, "%w", errors.Join(err, eng.destroy()))
 }
 
 // noColor is NCCL_SPLIT_NOCOLOR.
@@ -441,7 +442,7 @@ func (c *Comm) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return comm.Errorf(Name, "Close", c.rank, comm.ErrClosed, "closed twice")
+		return driver.Errorf(Name, "Close", c.rank, comm.ErrClosed, "closed twice")
 	}
 	c.closed = true
 	c.closedFlag.Store(true)
@@ -475,7 +476,7 @@ func (c *Comm) Close() error {
 	}
 	errs = append(errs, c.barrierBuf.Free(), ownErr, c.events.destroy(), c.boot.free(false))
 	if err := errors.Join(errs...); err != nil {
-		return comm.Errorf(Name, "Close", c.rank, nil, "%w", err)
+		return driver.Errorf(Name, "Close", c.rank, nil, "%w", err)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/comm/local"
 	"github.com/gpucomm/gpucomm/devmem"
 )
@@ -411,12 +412,12 @@ func (e *fakeEngine) enqueue(what string, s *devmem.Stream, in func() []byte, ou
 func reduceInto(out []byte, inputs [][]byte, off, n int, dt comm.DType, op comm.Op) error {
 	acc := append([]byte(nil), inputs[0][off:off+n]...)
 	for _, in := range inputs[1:] {
-		if err := comm.ReduceInto(dt, op, acc, in[off:off+n]); err != nil {
+		if err := driver.ReduceInto(dt, op, acc, in[off:off+n]); err != nil {
 			return err
 		}
 	}
 	if op == comm.Avg {
-		if err := comm.DivideInto(dt, acc, len(inputs)); err != nil {
+		if err := driver.DivideInto(dt, acc, len(inputs)); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 )
@@ -15,11 +16,11 @@ import (
 const Name = "nccl"
 
 func init() {
-	comm.Register(Name, comm.Driver{Open: openDriver, Probe: Probe, Rank: 30})
+	comm.Register(Name, driver.Driver{Open: openDriver, Probe: Probe, Rank: 30})
 }
 
 // openDriver is comm.Open's way in; it never returns a typed nil.
-func openDriver(o comm.Options) (comm.Communicator, error) {
+func openDriver(o comm.Options) (driver.Conn, error) {
 	c, err := open(o, openWorld, realLibrary())
 	if err != nil {
 		return nil, err
@@ -33,7 +34,7 @@ func openDriver(o comm.Options) (comm.Communicator, error) {
 func Open(opts ...comm.Option) (*Comm, error) {
 	o, err := comm.DefaultOptions()
 	if err != nil {
-		return nil, comm.Wrap(Name, "Open", envRank(), err)
+		return nil, driver.Wrap(Name, "Open", envRank(), err)
 	}
 	for _, opt := range opts {
 		opt(&o)

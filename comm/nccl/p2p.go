@@ -2,6 +2,7 @@ package nccl
 
 import (
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 )
 
@@ -52,7 +53,7 @@ func (c *Comm) enqueuePlan(p plan, s *devmem.Stream) error {
 }
 
 func (c *Comm) Gather(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpGather, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
+	call := driver.Call{Operation: driver.OpGather, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
 	var p plan
 	n := count * dt.Size()
 	if c.rank == root {
@@ -70,7 +71,7 @@ func (c *Comm) Gather(send, recv devmem.Buffer, count int, dt comm.DType, root i
 }
 
 func (c *Comm) Scatter(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpScatter, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
+	call := driver.Call{Operation: driver.OpScatter, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
 	var p plan
 	n := count * dt.Size()
 	if c.rank == root {
@@ -88,7 +89,7 @@ func (c *Comm) Scatter(send, recv devmem.Buffer, count int, dt comm.DType, root 
 }
 
 func (c *Comm) AllToAll(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpAllToAll, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
+	call := driver.Call{Operation: driver.OpAllToAll, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
 	var p plan
 	n := count * dt.Size()
 	for j := range c.size {
@@ -103,21 +104,21 @@ func (c *Comm) AllToAll(send, recv devmem.Buffer, count int, dt comm.DType, s *d
 }
 
 func (c *Comm) Send(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
-	return c.pointToPoint(comm.SendCall(buf, count, dt, peer, s))
+	return c.pointToPoint(driver.SendCall(buf, count, dt, peer, s))
 }
 
 func (c *Comm) Recv(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
-	return c.pointToPoint(comm.RecvCall(buf, count, dt, peer, s))
+	return c.pointToPoint(driver.RecvCall(buf, count, dt, peer, s))
 }
 
 // GroupP2P issues the transfers as one NCCL group. Transfers to self pair
 // up in order, the k-th send to self with the k-th receive from self, as
 // NCCL pairs them; each pair must agree on count and type.
 func (c *Comm) GroupP2P(ops []comm.P2P, s *devmem.Stream) error {
-	return c.pointToPoint(comm.GroupCall(ops, s))
+	return c.pointToPoint(driver.GroupCall(ops, s))
 }
 
-func (c *Comm) pointToPoint(call comm.Call, ops []comm.P2P) error {
+func (c *Comm) pointToPoint(call driver.Call, ops []comm.P2P) error {
 	if err := c.check(call); err != nil {
 		return err
 	}
@@ -136,7 +137,7 @@ func (c *Comm) pointToPoint(call comm.Call, ops []comm.P2P) error {
 	return c.runLocked(call, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
 }
 
-func (c *Comm) p2pPlan(op comm.Operation, ops []comm.P2P) (plan, error) {
+func (c *Comm) p2pPlan(op driver.Operation, ops []comm.P2P) (plan, error) {
 	var p plan
 	var sends, recvs []comm.P2P // to and from self
 	for _, o := range ops {

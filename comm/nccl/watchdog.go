@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 )
 
@@ -75,7 +76,7 @@ func (p *pendingOp) poll(now time.Time, timeout time.Duration) (bool, error) {
 // another call named by what.
 type callMark struct {
 	what  string
-	call  *comm.Call
+	call  *driver.Call
 	since time.Time
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 )
@@ -152,13 +153,13 @@ func (c *Comm) admitDeviceMemory() error {
 	state, why, err := c.localAwareness()
 	v := []int64{b2i(state == unknown), b2i(err != nil)}
 	if aerr := mpi.AllreduceInt64s(c.ctl, v, mpi.Max); aerr != nil {
-		return comm.Wrap(c.backend, "Open", c.rank, errors.Join(err, aerr))
+		return driver.Wrap(c.backend, "Open", c.rank, errors.Join(err, aerr))
 	}
 	switch {
 	case err != nil:
-		return comm.Wrap(c.backend, "Open", c.rank, err)
+		return driver.Wrap(c.backend, "Open", c.rank, err)
 	case v[1] != 0:
-		return comm.Errorf(c.backend, "Open", c.rank, comm.ErrInvalidArgument, "another rank's %s is malformed", AwareEnv)
+		return driver.Errorf(c.backend, "Open", c.rank, comm.ErrInvalidArgument, "another rank's %s is malformed", AwareEnv)
 	}
 	if v[0] != 0 {
 		ok, how := c.exchangeDeviceBuffers()
@@ -171,7 +172,7 @@ func (c *Comm) admitDeviceMemory() error {
 	}
 	flags, err := mpi.AllgatherValues(c.ctl, []int64{b2i(state != aware)})
 	if err != nil {
-		return comm.Wrap(c.backend, "Open", c.rank, err)
+		return driver.Wrap(c.backend, "Open", c.rank, err)
 	}
 	var refused []string
 	for r, f := range flags {
@@ -187,7 +188,7 @@ func (c *Comm) admitDeviceMemory() error {
 		}
 		verdict = comm.Verdict{Reason: msg + "; " + NotAwareAdvice}
 		lastVerdict.Store(&verdict)
-		return comm.Errorf(c.backend, "Open", c.rank, comm.ErrNotCUDAAware, "%s; %s", msg, NotAwareAdvice)
+		return driver.Errorf(c.backend, "Open", c.rank, comm.ErrNotCUDAAware, "%s; %s", msg, NotAwareAdvice)
 	}
 	lastVerdict.Store(&verdict)
 	return nil

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 )
@@ -131,14 +132,14 @@ func (c *Comm) ThreadMultiple() bool { return c.multiple }
 func Open(cfg Config) (*Comm, error) {
 	o := cfg.Options
 	if err := checkOptions(o); err != nil {
-		return nil, comm.Wrap(cfg.Backend, "Open", mpi.World().Rank(), err)
+		return nil, driver.Wrap(cfg.Backend, "Open", mpi.World().Rank(), err)
 	}
 	if err := mpi.Acquire(); err != nil {
-		return nil, comm.Wrap(cfg.Backend, "Open", mpi.World().Rank(), err)
+		return nil, driver.Wrap(cfg.Backend, "Open", mpi.World().Rank(), err)
 	}
 	base, err := mpi.World().Dup()
 	if err != nil {
-		return nil, comm.Wrap(cfg.Backend, "Open", mpi.World().Rank(), errors.Join(err, mpi.ReleaseKeepingUp()))
+		return nil, driver.Wrap(cfg.Backend, "Open", mpi.World().Rank(), errors.Join(err, mpi.ReleaseKeepingUp()))
 	}
 	c, err := build(cfg, base, nil, "Open")
 	if err != nil {
@@ -182,7 +183,7 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	c.multiple = mpi.ThreadLevel() == mpi.ThreadMultiple
 	defer func() {
 		if err != nil {
-			err = comm.Wrap(c.backend, opName, c.rank, errors.Join(err, c.teardown(true)))
+			err = driver.Wrap(c.backend, opName, c.rank, errors.Join(err, c.teardown(true)))
 			c = nil
 		}
 	}()
@@ -390,7 +391,7 @@ func (c *Comm) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return comm.Errorf(c.backend, "Close", c.rank, comm.ErrClosed, "closed twice")
+		return driver.Errorf(c.backend, "Close", c.rank, comm.ErrClosed, "closed twice")
 	}
 	c.closed = true
 	c.cond.Broadcast()
@@ -415,7 +416,7 @@ func (c *Comm) Close() error {
 		mpi.World().Abort(1)
 	}
 	if err := errors.Join(undelivered, c.teardown(false)); err != nil {
-		return comm.Wrap(c.backend, "Close", c.rank, err)
+		return driver.Wrap(c.backend, "Close", c.rank, err)
 	}
 	return nil
 }
@@ -462,18 +463,18 @@ func (c *Comm) closeTogether() error {
 // Split need not wait for collectives queued on streams), then the same
 // set-up as Open on the device of c.
 func (c *Comm) Split(color, key int) (comm.Communicator, error) {
-	call := comm.Call{Operation: comm.OpSplit}
+	call := driver.Call{Operation: driver.OpSplit}
 	if err := c.check(call); err != nil {
 		return nil, err
 	}
 	switch {
 	case color < 0 && color != comm.Undefined:
-		return nil, c.fail(comm.OpSplit, comm.ErrInvalidArgument, "color %d: want >= 0 or comm.Undefined", color)
+		return nil, c.fail(driver.OpSplit, comm.ErrInvalidArgument, "color %d: want >= 0 or comm.Undefined", color)
 	case color > math.MaxInt32 || key > math.MaxInt32 || key < math.MinInt32:
-		return nil, c.fail(comm.OpSplit, comm.ErrInvalidArgument, "color %d or key %d does not fit MPI's int", color, key)
+		return nil, c.fail(driver.OpSplit, comm.ErrInvalidArgument, "color %d or key %d does not fit MPI's int", color, key)
 	}
 	if err := c.begin(); err != nil {
-		return nil, c.wrap(comm.OpSplit, err)
+		return nil, c.wrap(driver.OpSplit, err)
 	}
 	defer c.end()
 	o := c.newOp(call, 0)
@@ -488,13 +489,13 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 			err = fmt.Errorf("Split(color=%d key=%d): no progress after %v; some rank never called it: %w", color, key, c.timeout, err)
 			c.setBroken(err)
 		}
-		return nil, c.wrap(comm.OpSplit, err)
+		return nil, c.wrap(driver.OpSplit, err)
 	}
 	if nc == nil {
 		return nil, nil
 	}
 	if err := mpi.Acquire(); err != nil {
-		return nil, c.wrap(comm.OpSplit, errors.Join(err, nc.Free()))
+		return nil, c.wrap(driver.OpSplit, errors.Join(err, nc.Free()))
 	}
 	sub, err := build(Config{Backend: c.backend, Mode: c.mode}, nc, c, "Split")
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 )
@@ -251,7 +252,7 @@ const deferBytes = 4096
 // having done nothing, where the call must be queued instead (a busy stream,
 // a timeout to honour, the host-staged mode, MPI below THREAD_MULTIPLE, a
 // closed or broken communicator, whose error the queued call reports).
-func (c *Comm) p2pNow(call comm.Call, ps []comm.P2P, tags []int) (bool, error) {
+func (c *Comm) p2pNow(call driver.Call, ps []comm.P2P, tags []int) (bool, error) {
 	if c.mode != Direct || c.timeout > 0 || !c.multiple {
 		// Below MPI_THREAD_MULTIPLE an MPI call may wait for another
 		// goroutine's blocking collective: not on the caller's goroutine.
@@ -293,7 +294,7 @@ func (c *Comm) p2pNow(call comm.Call, ps []comm.P2P, tags []int) (bool, error) {
 // stream's goroutine, when later work starts it first, polls with
 // MPI_Iprobe for the message (its tag is this message's own) and receives
 // it once it is there. c.end is its, once it is done.
-func (c *Comm) recvLater(call comm.Call, p comm.P2P, tag int) error {
+func (c *Comm) recvLater(call driver.Call, p comm.P2P, tag int) error {
 	o := op{call: call}
 	wait := func() error {
 		defer c.end()

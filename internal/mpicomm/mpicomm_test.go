@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 )
@@ -449,7 +450,7 @@ func TestTraceWritesTheChosenTransfersTimelines(t *testing.T) {
 		}
 		p := pipeline{bytes: size, chunk: chunk, maxChunk: 8 * chunk, in: copyIn(buf), out: copyOut(buf, 0),
 			mpi: func(*slot, int, int) ([]*mpi.Request, error) { return nil, nil }}
-		if err := c.run(&op{call: comm.Call{Operation: comm.OpSend, Count: size, DType: comm.Uint8}}, p); err != nil {
+		if err := c.run(&op{call: driver.Call{Operation: driver.OpSend, Count: size, DType: comm.Uint8}}, p); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 )
@@ -301,7 +302,7 @@ func AwaitNodeMessages() error {
 			continue // closed meanwhile (Close waited itself), or broken: nothing is owed
 		}
 		if err := c.awaitTaken(c.timeout); err != nil {
-			errs = append(errs, comm.Wrap(c.backend, "Finalize", c.rank, err))
+			errs = append(errs, driver.Wrap(c.backend, "Finalize", c.rank, err))
 		}
 		c.end()
 	}

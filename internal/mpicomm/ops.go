@@ -9,19 +9,20 @@ import (
 	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 )
 
 // op is one running operation.
 type op struct {
-	call     comm.Call
+	call     driver.Call
 	seq      uint64        // the collective's ticket; 0 for point-to-point
 	deadline time.Time     // zero: no timeout
 	recv     devmem.Buffer // where a direct ReduceScatter has MPI write
 }
 
-func (c *Comm) newOp(call comm.Call, seq uint64) *op {
+func (c *Comm) newOp(call driver.Call, seq uint64) *op {
 	o := &op{call: call, seq: seq}
 	if c.timeout > 0 {
 		o.deadline = time.Now().Add(c.timeout)
@@ -29,24 +30,24 @@ func (c *Comm) newOp(call comm.Call, seq uint64) *op {
 	return o
 }
 
-func (c *Comm) fail(operation comm.Operation, sentinel error, format string, args ...any) error {
-	return comm.Errorf(c.backend, operation.String(), c.rank, sentinel, format, args...)
+func (c *Comm) fail(operation driver.Operation, sentinel error, format string, args ...any) error {
+	return driver.Errorf(c.backend, operation.String(), c.rank, sentinel, format, args...)
 }
 
-func (c *Comm) wrap(operation comm.Operation, err error) error {
-	return comm.Wrap(c.backend, operation.String(), c.rank, err)
+func (c *Comm) wrap(operation driver.Operation, err error) error {
+	return driver.Wrap(c.backend, operation.String(), c.rank, err)
 }
 
 // check runs before anything else, on the calling goroutine: a closed or
 // broken communicator, or a bad argument, is an error that changes nothing.
-func (c *Comm) check(call comm.Call) error {
+func (c *Comm) check(call driver.Call) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.checkLocked(call)
 }
 
 // checkLocked is check, with c.mu held.
-func (c *Comm) checkLocked(call comm.Call) error {
+func (c *Comm) checkLocked(call driver.Call) error {
 	switch {
 	case c.closed:
 		return c.fail(call.Operation, comm.ErrClosed, "communicator is closed")
@@ -60,7 +61,7 @@ func (c *Comm) checkLocked(call comm.Call) error {
 		// Device pointers go to MPI in one call, whose counts are C ints.
 		n := int64(call.Count)
 		switch call.Operation {
-		case comm.OpAllGather, comm.OpReduceScatter, comm.OpAllToAll, comm.OpGather, comm.OpScatter:
+		case driver.OpAllGather, driver.OpReduceScatter, driver.OpAllToAll, driver.OpGather, driver.OpScatter:
 			n *= int64(c.size)
 		}
 		for _, p := range call.P2P {
@@ -77,7 +78,7 @@ func (c *Comm) checkLocked(call comm.Call) error {
 // direct reports whether the call hands device pointers to MPI: in Direct
 // mode, except float16 and bfloat16 reductions, whose MPI ops run on the
 // host, and 8-bit sums that must be widened on the host.
-func (c *Comm) direct(call comm.Call) bool {
+func (c *Comm) direct(call driver.Call) bool {
 	return c.mode == Direct && !(call.Reduces() && (halfPrecision(call.DType) || c.widened(call) || c.stagesReduction(call)))
 }
 
@@ -92,12 +93,12 @@ const defaultStageReduceBytes = 64 << 10
 // stagesReduction reports whether a reduction that would go direct is
 // large enough to go through the host-staged pipeline instead: the whole
 // array's bytes (all ranks' blocks for ReduceScatter) reach stageReduce.
-func (c *Comm) stagesReduction(call comm.Call) bool {
+func (c *Comm) stagesReduction(call driver.Call) bool {
 	if c.stageReduce <= 0 {
 		return false
 	}
 	n := int64(call.Count) * int64(call.DType.Size())
-	if call.Operation == comm.OpReduceScatter {
+	if call.Operation == driver.OpReduceScatter {
 		n *= int64(c.size)
 	}
 	return n >= int64(c.stageReduce)
@@ -115,7 +116,7 @@ func (c *Comm) StagedReductions() int64 { return c.stagedReductions.Load() }
 
 // widened reports whether the call's reduction runs widened to int32
 // because MPI's 8-bit sums saturate.
-func (c *Comm) widened(call comm.Call) bool {
+func (c *Comm) widened(call driver.Call) bool {
 	return c.widenBytes && (call.DType == comm.Int8 || call.DType == comm.Uint8) && (call.Op == comm.Sum || call.Op == comm.Avg)
 }
 
@@ -197,7 +198,7 @@ func (c *Comm) passTurn(seq uint64) {
 // can never run after it took its ticket or its message numbers leaves this
 // rank out of step: the communicator is broken, and the ticket is passed on
 // so that later collectives fail instead of waiting.
-func (c *Comm) enqueue(call comm.Call, seq uint64, fn func() error) error {
+func (c *Comm) enqueue(call driver.Call, seq uint64, fn func() error) error {
 	var ran atomic.Bool
 	err := call.Stream.HostFunc(func() error { ran.Store(true); return fn() })
 	if err != nil && !ran.Load() {
@@ -218,7 +219,7 @@ func (c *Comm) enqueue(call comm.Call, seq uint64, fn func() error) error {
 // no stream at once, on the calling goroutine), in ticket order, after the
 // Timeout announcement and the Debug check. body is a method expression, so
 // that no closure is made per call.
-func (c *Comm) collective(call comm.Call, body func(*Comm, *op) error) error {
+func (c *Comm) collective(call driver.Call, body func(*Comm, *op) error) error {
 	if call.Stream == nil {
 		return c.collectiveNow(call, body)
 	}
@@ -233,7 +234,7 @@ func (c *Comm) collective(call comm.Call, body func(*Comm, *op) error) error {
 // what check, begin, awaitTurn and brokenErr do, under one lock, and what
 // passTurn and end do, under another (a small collective pays for each
 // lock, docs/PERFORMANCE.md).
-func (c *Comm) collectiveNow(call comm.Call, body func(*Comm, *op) error) error {
+func (c *Comm) collectiveNow(call driver.Call, body func(*Comm, *op) error) error {
 	c.mu.Lock()
 	if err := c.checkLocked(call); err != nil {
 		c.mu.Unlock()
@@ -275,7 +276,7 @@ func (c *Comm) endTurn(seq uint64) {
 // nothing outlives the collective's call (no MPI call runs aside, see
 // block), so the communicator's one op serves each collective in turn and
 // a collective allocates nothing; with one, the op is the collective's own.
-func (c *Comm) turnOp(call comm.Call, seq uint64) *op {
+func (c *Comm) turnOp(call driver.Call, seq uint64) *op {
 	if c.timeout > 0 {
 		return c.newOp(call, seq)
 	}
@@ -284,7 +285,7 @@ func (c *Comm) turnOp(call comm.Call, seq uint64) *op {
 }
 
 // runTicket runs collective seq once the one before it has finished.
-func (c *Comm) runTicket(call comm.Call, seq uint64, body func(*Comm, *op) error) error {
+func (c *Comm) runTicket(call driver.Call, seq uint64, body func(*Comm, *op) error) error {
 	if err := c.begin(); err != nil {
 		return c.wrap(call.Operation, err)
 	}
@@ -312,7 +313,7 @@ func (c *Comm) runCollective(o *op, body func(*Comm, *op) error) error {
 			return err
 		}
 	}
-	if o.call.Count == 0 && o.call.Operation != comm.OpBarrier {
+	if o.call.Count == 0 && o.call.Operation != driver.OpBarrier {
 		return nil // every rank gave count 0 (Debug checks it): nothing moves
 	}
 	return body(c, o)
@@ -337,7 +338,7 @@ func (c *Comm) finish(o *op, err error) error {
 // stream order: on no stream at once, on the calling goroutine; on a stream
 // with nothing pending, in Direct mode, posted at once (p2pNow); else queued
 // on the stream.
-func (c *Comm) pointToPoint(call comm.Call, ps []comm.P2P) error {
+func (c *Comm) pointToPoint(call driver.Call, ps []comm.P2P) error {
 	if err := c.check(call); err != nil {
 		return err
 	}
@@ -369,7 +370,7 @@ func (c *Comm) pointToPoint(call comm.Call, ps []comm.P2P) error {
 }
 
 // runP2P runs numbered transfers and waits for them.
-func (c *Comm) runP2P(call comm.Call, ps []comm.P2P, tags []int, turns []nodeTurn) error {
+func (c *Comm) runP2P(call driver.Call, ps []comm.P2P, tags []int, turns []nodeTurn) error {
 	if err := c.beginUnbroken(); err != nil {
 		abandon(turns, err)
 		return c.wrap(call.Operation, err)
@@ -415,7 +416,7 @@ type nodeTurn struct {
 
 // either runs call as a collective through direct (device pointers to MPI)
 // when the call goes direct, else through staged.
-func (c *Comm) either(call comm.Call, direct, staged func(*Comm, *op) error) error {
+func (c *Comm) either(call driver.Call, direct, staged func(*Comm, *op) error) error {
 	if c.direct(call) {
 		return c.collective(call, direct)
 	}
@@ -426,42 +427,42 @@ func (c *Comm) either(call comm.Call, direct, staged func(*Comm, *op) error) err
 }
 
 func (c *Comm) AllReduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpAllReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
+	call := driver.Call{Operation: driver.OpAllReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
 	return c.either(call, (*Comm).directAllReduce, (*Comm).stagedAllReduce)
 }
 
 func (c *Comm) Reduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, root int, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Root: root, Stream: s}
+	call := driver.Call{Operation: driver.OpReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Root: root, Stream: s}
 	return c.either(call, (*Comm).directReduce, (*Comm).stagedReduce)
 }
 
 func (c *Comm) Broadcast(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpBroadcast, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
+	call := driver.Call{Operation: driver.OpBroadcast, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
 	return c.either(call, (*Comm).directBroadcast, (*Comm).stagedBroadcast)
 }
 
 func (c *Comm) AllGather(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpAllGather, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
+	call := driver.Call{Operation: driver.OpAllGather, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
 	return c.either(call, (*Comm).directAllGather, (*Comm).stagedBlocks)
 }
 
 func (c *Comm) ReduceScatter(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpReduceScatter, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
+	call := driver.Call{Operation: driver.OpReduceScatter, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
 	return c.either(call, (*Comm).directReduceScatter, (*Comm).stagedReduceScatter)
 }
 
 func (c *Comm) AllToAll(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpAllToAll, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
+	call := driver.Call{Operation: driver.OpAllToAll, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
 	return c.either(call, (*Comm).directAllToAll, (*Comm).stagedBlocks)
 }
 
 func (c *Comm) Gather(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpGather, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
+	call := driver.Call{Operation: driver.OpGather, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
 	return c.either(call, (*Comm).directGather, (*Comm).stagedBlocks)
 }
 
 func (c *Comm) Scatter(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
-	call := comm.Call{Operation: comm.OpScatter, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
+	call := driver.Call{Operation: driver.OpScatter, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
 	return c.either(call, (*Comm).directScatter, (*Comm).stagedBlocks)
 }
 
@@ -469,7 +470,7 @@ func (c *Comm) Scatter(send, recv devmem.Buffer, count int, dt comm.DType, root 
 // a timeout, where MPI lets other goroutines call it meanwhile, MPI_Barrier
 // (which allocates no request).
 func (c *Comm) Barrier(s *devmem.Stream) error {
-	return c.collective(comm.Call{Operation: comm.OpBarrier, Stream: s}, (*Comm).barrier)
+	return c.collective(driver.Call{Operation: driver.OpBarrier, Stream: s}, (*Comm).barrier)
 }
 
 func (c *Comm) barrier(o *op) error {
@@ -484,15 +485,15 @@ func (c *Comm) barrier(o *op) error {
 }
 
 func (c *Comm) Send(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
-	return c.pointToPoint(comm.SendCall(buf, count, dt, peer, s))
+	return c.pointToPoint(driver.SendCall(buf, count, dt, peer, s))
 }
 
 func (c *Comm) Recv(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
-	return c.pointToPoint(comm.RecvCall(buf, count, dt, peer, s))
+	return c.pointToPoint(driver.RecvCall(buf, count, dt, peer, s))
 }
 
 func (c *Comm) GroupP2P(ops []comm.P2P, s *devmem.Stream) error {
-	return c.pointToPoint(comm.GroupCall(ops, s))
+	return c.pointToPoint(driver.GroupCall(ops, s))
 }
 
 // wait completes reqs within the operation's deadline. Without a timeout,

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 )
@@ -39,7 +40,7 @@ func (r reduction) pipeline(bytes int, send devmem.Buffer) pipeline {
 }
 
 // reduction reduces the bytes of send and finishes an Avg on those in [lo, hi).
-func (c *Comm) reduction(call comm.Call, lo, hi int) reduction {
+func (c *Comm) reduction(call driver.Call, lo, hi int) reduction {
 	avg := c.average(call, lo, hi)
 	es, op := call.DType.Size(), mpiOp(call.Op)
 	if !c.widened(call) {
@@ -110,7 +111,7 @@ func narrow(b []byte, n int) {
 }
 
 // average finishes an Avg on the host, in the slot, before the copy out.
-func (c *Comm) average(call comm.Call, lo, hi int) func(s *slot, off, n int, _ []*mpi.Request) error {
+func (c *Comm) average(call driver.Call, lo, hi int) func(s *slot, off, n int, _ []*mpi.Request) error {
 	if call.Op != comm.Avg {
 		return nil
 	}
@@ -119,7 +120,7 @@ func (c *Comm) average(call comm.Call, lo, hi int) func(s *slot, off, n int, _ [
 		if a >= b {
 			return nil
 		}
-		return comm.DivideInto(call.DType, slotBytes(s, b-off)[a-off:], c.size)
+		return driver.DivideInto(call.DType, slotBytes(s, b-off)[a-off:], c.size)
 	}
 }
 
@@ -346,7 +347,7 @@ func (c *Comm) stagedBlocks(o *op) error {
 	}
 	root := c.rank == call.Root
 	switch call.Operation {
-	case comm.OpAllGather:
+	case driver.OpAllGather:
 		if c.size > 1 {
 			sendTo(call.Send, others()...)
 		}
@@ -354,7 +355,7 @@ func (c *Comm) stagedBlocks(o *op) error {
 			recvFrom(block(call.Recv, j), j)
 		}
 		local(block(call.Recv, c.rank), call.Send)
-	case comm.OpGather:
+	case driver.OpGather:
 		if !root {
 			sendTo(call.Send, call.Root)
 			break
@@ -363,7 +364,7 @@ func (c *Comm) stagedBlocks(o *op) error {
 			recvFrom(block(call.Recv, j), j)
 		}
 		local(block(call.Recv, c.rank), call.Send)
-	case comm.OpScatter:
+	case driver.OpScatter:
 		if !root {
 			recvFrom(call.Recv, call.Root)
 			break
@@ -372,7 +373,7 @@ func (c *Comm) stagedBlocks(o *op) error {
 			sendTo(block(call.Send, j), j)
 		}
 		local(call.Recv, block(call.Send, c.rank))
-	case comm.OpAllToAll:
+	case driver.OpAllToAll:
 		for _, j := range others() {
 			sendTo(block(call.Send, j), j)
 			recvFrom(block(call.Recv, j), j)

@@ -1,4 +1,4 @@
-package comm
+package driver
 
 import (
 	"fmt"
@@ -175,37 +175,4 @@ func BF16From(f float32) BF16 {
 	}
 	u += 0x7fff + (u>>16)&1
 	return BF16(u >> 16)
-}
-
-// Element is the set of Go types that map to a DType.
-type Element interface {
-	int8 | uint8 | int32 | uint32 | int64 | uint64 | Half | BF16 | float32 | float64
-}
-
-// DTypeOf maps T to its DType.
-func DTypeOf[T Element]() DType {
-	var z T
-	switch any(z).(type) {
-	case int8:
-		return Int8
-	case uint8:
-		return Uint8
-	case int32:
-		return Int32
-	case uint32:
-		return Uint32
-	case int64:
-		return Int64
-	case uint64:
-		return Uint64
-	case Half:
-		return Float16
-	case BF16:
-		return BFloat16
-	case float32:
-		return Float32
-	case float64:
-		return Float64
-	}
-	return 0 // unreachable: Element has no other types
 }

@@ -1,4 +1,4 @@
-package comm
+package driver
 
 import (
 	"fmt"
@@ -239,4 +239,54 @@ func checkP2P(p P2P, rank, size int, dev *devmem.Device, grouped bool) error {
 		what = "recv"
 	}
 	return checkBuf(what, p.Buf, dev, p.Count*p.DType.Size())
+}
+
+// P2PKind says whether a P2P entry sends or receives.
+type P2PKind int
+
+const (
+	// SendKind sends Buf to Peer.
+	SendKind P2PKind = iota + 1
+	// RecvKind receives from Peer into Buf.
+	RecvKind
+)
+
+// P2P is one transfer of a GroupP2P.
+type P2P struct {
+	Kind  P2PKind
+	Buf   devmem.Buffer
+	Count int
+	DType DType
+	Peer  int
+}
+
+// SendTo is a P2P entry that sends count elements of buf to peer.
+func SendTo(peer int, buf devmem.Buffer, count int, dt DType) P2P {
+	return P2P{Kind: SendKind, Buf: buf, Count: count, DType: dt, Peer: peer}
+}
+
+// RecvFrom is a P2P entry that receives count elements from peer into buf.
+func RecvFrom(peer int, buf devmem.Buffer, count int, dt DType) P2P {
+	return P2P{Kind: RecvKind, Buf: buf, Count: count, DType: dt, Peer: peer}
+}
+
+// SendCall, RecvCall and GroupCall are the Call (for Validate and errors)
+// and the transfer list of a Send, a Recv and a GroupP2P, for backends that
+// run every point-to-point operation as a group. GroupCall copies ops: the
+// caller may reuse its slice as soon as GroupP2P returns.
+func SendCall(buf devmem.Buffer, count int, dt DType, peer int, s *devmem.Stream) (Call, []P2P) {
+	return Call{Operation: OpSend, Send: buf, Count: count, DType: dt, Root: peer, Stream: s},
+		[]P2P{SendTo(peer, buf, count, dt)}
+}
+
+// RecvCall: see SendCall.
+func RecvCall(buf devmem.Buffer, count int, dt DType, peer int, s *devmem.Stream) (Call, []P2P) {
+	return Call{Operation: OpRecv, Recv: buf, Count: count, DType: dt, Root: peer, Stream: s},
+		[]P2P{RecvFrom(peer, buf, count, dt)}
+}
+
+// GroupCall: see SendCall.
+func GroupCall(ops []P2P, s *devmem.Stream) (Call, []P2P) {
+	ops = append([]P2P(nil), ops...)
+	return Call{Operation: OpGroupP2P, P2P: ops, Stream: s}, ops
 }

@@ -1,4 +1,4 @@
-package comm
+package driver
 
 import (
 	"fmt"
