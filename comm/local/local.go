@@ -102,7 +102,11 @@ func makeGroup(devs []*devmem.Device, timeout time.Duration) []comm.Communicator
 	g := &group{n: len(devs), devs: devs, timeout: timeout, rounds: map[uint64]*round{}, links: map[[2]int]*link{}}
 	cs := make([]comm.Communicator, len(devs))
 	for i, d := range devs {
-		cs[i] = &Comm{g: g, rank: i, dev: d}
+		c := &Comm{g: g, rank: i, dev: d}
+		// The ranks of a group always meet, even for nothing: that is how
+		// it finds a count that differs between them.
+		c.Front = driver.NewFront(driver.FrontConfig{Backend: Name, Rank: i, Size: len(devs), Device: d}, c)
+		cs[i] = c
 	}
 	return cs
 }
@@ -131,6 +135,7 @@ type round struct {
 
 // Comm is one rank of a local group.
 type Comm struct {
+	driver.Front
 	g      *group
 	rank   int
 	dev    *devmem.Device
@@ -155,73 +160,31 @@ func (c *Comm) Close() error {
 	return nil
 }
 
-func (c *Comm) AllReduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
-	return c.collective(driver.Call{Operation: driver.OpAllReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s})
+// Usable refuses every call once the communicator is closed.
+func (c *Comm) Usable() error {
+	if c.closed.Load() {
+		return comm.ErrClosed
+	}
+	return nil
 }
 
-func (c *Comm) Reduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, root int, s *devmem.Stream) error {
-	return c.collective(driver.Call{Operation: driver.OpReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Root: root, Stream: s})
-}
-
-func (c *Comm) Broadcast(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
-	return c.collective(driver.Call{Operation: driver.OpBroadcast, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s})
-}
-
-func (c *Comm) AllGather(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
-	return c.collective(driver.Call{Operation: driver.OpAllGather, Send: send, Recv: recv, Count: count, DType: dt, Stream: s})
-}
-
-func (c *Comm) ReduceScatter(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
-	return c.collective(driver.Call{Operation: driver.OpReduceScatter, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s})
-}
-
-func (c *Comm) AllToAll(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
-	return c.collective(driver.Call{Operation: driver.OpAllToAll, Send: send, Recv: recv, Count: count, DType: dt, Stream: s})
-}
-
-func (c *Comm) Gather(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
-	return c.collective(driver.Call{Operation: driver.OpGather, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s})
-}
-
-func (c *Comm) Scatter(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
-	return c.collective(driver.Call{Operation: driver.OpScatter, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s})
-}
-
-func (c *Comm) Barrier(s *devmem.Stream) error {
-	return c.collective(driver.Call{Operation: driver.OpBarrier, Stream: s})
-}
-
-func (c *Comm) Send(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
-	return c.p2p(driver.SendCall(buf, count, dt, peer, s))
-}
-
-func (c *Comm) Recv(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
-	return c.p2p(driver.RecvCall(buf, count, dt, peer, s))
-}
-
-func (c *Comm) GroupP2P(ops []comm.P2P, s *devmem.Stream) error {
-	return c.p2p(driver.GroupCall(ops, s))
+// Run runs a call Front checked: a collective as one round of the group,
+// transfers on the links between ranks.
+func (c *Comm) Run(call driver.Call) error {
+	switch call.Operation {
+	case driver.OpSend, driver.OpRecv, driver.OpGroupP2P:
+		var one [1]comm.P2P
+		return c.p2p(call, driver.Transfers(call, &one))
+	}
+	return c.collective(call)
 }
 
 func (c *Comm) fail(op driver.Operation, sentinel error, format string, args ...any) error {
 	return driver.Errorf(Name, op.String(), c.rank, sentinel, format, args...)
 }
 
-func (c *Comm) check(call driver.Call) error {
-	if c.closed.Load() {
-		return c.fail(call.Operation, comm.ErrClosed, "communicator is closed")
-	}
-	if err := call.Validate(c.rank, c.g.n, c.dev); err != nil {
-		return driver.Wrap(Name, call.Operation.String(), c.rank, err)
-	}
-	return nil
-}
-
 // collective queues the call on its stream as one round of the group.
 func (c *Comm) collective(call driver.Call) error {
-	if err := c.check(call); err != nil {
-		return err
-	}
 	seq := c.seq.Add(1)
 	return call.Stream.HostFunc(func() error {
 		return driver.Wrap(Name, call.Operation.String(), c.rank, c.run(seq, call))
@@ -405,7 +368,7 @@ func mismatch(calls []driver.Call) error {
 // Split is collective over the group and runs now, not on a stream.
 func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	call := driver.Call{Operation: driver.OpSplit}
-	if err := c.check(call); err != nil {
+	if err := c.Check(call); err != nil {
 		return nil, err
 	}
 	if color < 0 && color != comm.Undefined {

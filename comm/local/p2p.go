@@ -60,9 +60,6 @@ func (g *group) take(from, to int) (message, error) {
 
 // p2p queues sends (eager: they never wait) then receives, on the stream.
 func (c *Comm) p2p(call driver.Call, ops []comm.P2P) error {
-	if err := c.check(call); err != nil {
-		return err
-	}
 	return call.Stream.HostFunc(func() error {
 		for _, p := range ops {
 			if p.Kind == comm.SendKind {
