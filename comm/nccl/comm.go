@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 // Comm is one rank of an NCCL communicator.
 type Comm struct {
+	driver.Front
 	lib         library
 	boot        boot
 	eng         engine
@@ -65,6 +65,7 @@ func newComm(o comm.Options, lib library, b boot, eng engine, dev *devmem.Device
 		debug: o.Debug, timeout: o.Timeout, own: own, barrierBuf: bar, events: eventPool{dev: dev},
 		failCh: make(chan struct{}), abortDone: make(chan struct{}), watchdogEnd: make(chan struct{}),
 	}
+	c.Front = driver.NewFront(driver.FrontConfig{Backend: Name, Rank: c.rank, Size: c.size, Device: dev, SkipEmpty: !o.Debug}, c)
 	c.dog = newWatchdog(o.Timeout, time.Now)
 	go c.watch()
 	return c, nil
@@ -88,15 +89,41 @@ func (c *Comm) errorf(op driver.Operation, sentinel error, format string, args .
 	return driver.Errorf(Name, op.String(), c.rank, sentinel, format, args...)
 }
 
-// check runs the checks that need no lock: closed, then the arguments.
-func (c *Comm) check(call driver.Call) error {
+// Usable is Front's check that needs no lock; usableLocked checks again
+// under c.mu.
+func (c *Comm) Usable() error {
 	if c.closedFlag.Load() {
-		return c.errorf(call.Operation, comm.ErrClosed, "communicator is closed")
-	}
-	if err := call.Validate(c.rank, c.size, c.dev); err != nil {
-		return driver.Wrap(Name, call.Operation.String(), c.rank, err)
+		return comm.ErrClosed
 	}
 	return nil
+}
+
+// Run runs a call that Front checked.
+func (c *Comm) Run(call driver.Call) error {
+	switch call.Operation {
+	case driver.OpAllReduce:
+		return c.allReduce(call)
+	case driver.OpReduce:
+		return c.reduce(call)
+	case driver.OpBroadcast:
+		return c.broadcast(call)
+	case driver.OpAllGather:
+		return c.allGather(call)
+	case driver.OpReduceScatter:
+		return c.reduceScatter(call)
+	case driver.OpAllToAll:
+		return c.allToAll(call)
+	case driver.OpGather:
+		return c.gather(call)
+	case driver.OpScatter:
+		return c.scatter(call)
+	case driver.OpBarrier:
+		return c.barrier(call)
+	case driver.OpSend, driver.OpRecv, driver.OpGroupP2P:
+		var one [1]comm.P2P
+		return c.pointToPoint(call, driver.Transfers(call, &one))
+	}
+	return c.errorf(call.Operation, comm.ErrUnsupported, "no such data operation")
 }
 
 // usableLocked returns why no NCCL call may be made now; c.mu is held.
@@ -121,25 +148,15 @@ func (c *Comm) signature(call driver.Call) error {
 	if err != nil {
 		return c.errorf(call.Operation, nil, "comparing the call with the other ranks: %w", err)
 	}
-	want := call.Signature()
-	var bad []string
-	for r, got := range all {
-		if string(got) != want {
-			bad = append(bad, fmt.Sprintf("rank %d called %s", r, got))
-		}
-	}
-	if bad != nil {
-		return c.errorf(call.Operation, comm.ErrMismatch, "this rank called %s but %s", want, strings.Join(bad, "; "))
+	if err := driver.CompareSignatures(call, all); err != nil {
+		return c.errorf(call.Operation, nil, "%w", err)
 	}
 	return nil
 }
 
-// collective checks call, then queues it with enqueue (unless it moves no
+// collective queues call with enqueue (unless it moves no
 // data) and, for a nil stream, waits for it.
 func (c *Comm) collective(call driver.Call, enqueue func(s *devmem.Stream) error) error {
-	if err := c.check(call); err != nil {
-		return err
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.usableLocked(call.Operation); err != nil {
@@ -148,7 +165,7 @@ func (c *Comm) collective(call driver.Call, enqueue func(s *devmem.Stream) error
 	if err := c.signature(call); err != nil {
 		return err
 	}
-	if call.Count == 0 && call.Operation != driver.OpBarrier {
+	if driver.Empty(call) {
 		return nil // every rank has the same count, so every rank skips
 	}
 	return c.runLocked(call, enqueue)
@@ -217,8 +234,8 @@ func (c *Comm) runLocked(call driver.Call, enqueue func(s *devmem.Stream) error)
 // timed window, where only a hung NCCL kernel would otherwise be.
 var testHookAfterStart = func(*devmem.Stream) {}
 
-func (c *Comm) AllReduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
-	call := driver.Call{Operation: driver.OpAllReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
+func (c *Comm) allReduce(call driver.Call) error {
+	send, recv, count, dt, op := call.Send, call.Recv, call.Count, call.DType, call.Op
 	p := c.planAvg(dt, op, count, send.Same(recv))
 	return c.collective(call, func(s *devmem.Stream) error {
 		from, err := p.source(send, recv, count, dt, s)
@@ -232,8 +249,8 @@ func (c *Comm) AllReduce(send, recv devmem.Buffer, count int, dt comm.DType, op 
 	})
 }
 
-func (c *Comm) Reduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, root int, s *devmem.Stream) error {
-	call := driver.Call{Operation: driver.OpReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Root: root, Stream: s}
+func (c *Comm) reduce(call driver.Call) error {
+	send, recv, count, dt, op, root := call.Send, call.Recv, call.Count, call.DType, call.Op, call.Root
 	if c.rank != root {
 		recv = devmem.Buffer{} // unused, and maybe unchecked: NCCL gets NULL
 	}
@@ -250,21 +267,21 @@ func (c *Comm) Reduce(send, recv devmem.Buffer, count int, dt comm.DType, op com
 	})
 }
 
-func (c *Comm) Broadcast(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
-	call := driver.Call{Operation: driver.OpBroadcast, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
+func (c *Comm) broadcast(call driver.Call) error {
+	send, recv, count, dt, root := call.Send, call.Recv, call.Count, call.DType, call.Root
 	if c.rank != root {
 		send = devmem.Buffer{}
 	}
 	return c.collective(call, func(s *devmem.Stream) error { return c.eng.broadcast(send, recv, count, dt, root, s) })
 }
 
-func (c *Comm) AllGather(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
-	call := driver.Call{Operation: driver.OpAllGather, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
+func (c *Comm) allGather(call driver.Call) error {
+	send, recv, count, dt := call.Send, call.Recv, call.Count, call.DType
 	return c.collective(call, func(s *devmem.Stream) error { return c.eng.allGather(send, recv, count, dt, s) })
 }
 
-func (c *Comm) ReduceScatter(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
-	call := driver.Call{Operation: driver.OpReduceScatter, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
+func (c *Comm) reduceScatter(call driver.Call) error {
+	send, recv, count, dt, op := call.Send, call.Recv, call.Count, call.DType, call.Op
 	p := c.planAvg(dt, op, count, send.Overlaps(recv))
 	if p.copyFirst && c.size > 1 {
 		// In place, recv is this rank's block of send: no copy makes an out
@@ -284,11 +301,10 @@ func (c *Comm) ReduceScatter(send, recv devmem.Buffer, count int, dt comm.DType,
 	})
 }
 
-// Barrier is a one-byte AllReduce (Max) of a buffer of the communicator's
+// barrier is a one-byte AllReduce (Max) of a buffer of the communicator's
 // own: NCCL has no barrier, and a reduction cannot finish anywhere before
 // every rank has joined it.
-func (c *Comm) Barrier(s *devmem.Stream) error {
-	call := driver.Call{Operation: driver.OpBarrier, Stream: s}
+func (c *Comm) barrier(call driver.Call) error {
 	return c.collective(call, func(s *devmem.Stream) error {
 		return c.eng.allReduce(c.barrierBuf, c.barrierBuf, 1, comm.Uint8, comm.Max, s)
 	})
@@ -338,7 +354,7 @@ func (c *Comm) Wait(s *devmem.Stream) error {
 // split either way, for the new communicator's bootstrap and local ranks.
 func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	call := driver.Call{Operation: driver.OpSplit}
-	if err := c.check(call); err != nil {
+	if err := c.Check(call); err != nil {
 		return nil, err
 	}
 	if (color < 0 && color != comm.Undefined) || color > math.MaxInt32 {

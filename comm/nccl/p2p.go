@@ -52,8 +52,8 @@ func (c *Comm) enqueuePlan(p plan, s *devmem.Stream) error {
 	return c.eng.group(p.remote, s)
 }
 
-func (c *Comm) Gather(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
-	call := driver.Call{Operation: driver.OpGather, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
+func (c *Comm) gather(call driver.Call) error {
+	send, recv, count, dt, root := call.Send, call.Recv, call.Count, call.DType, call.Root
 	var p plan
 	n := count * dt.Size()
 	if c.rank == root {
@@ -70,8 +70,8 @@ func (c *Comm) Gather(send, recv devmem.Buffer, count int, dt comm.DType, root i
 	return c.collective(call, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
 }
 
-func (c *Comm) Scatter(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
-	call := driver.Call{Operation: driver.OpScatter, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
+func (c *Comm) scatter(call driver.Call) error {
+	send, recv, count, dt, root := call.Send, call.Recv, call.Count, call.DType, call.Root
 	var p plan
 	n := count * dt.Size()
 	if c.rank == root {
@@ -88,8 +88,8 @@ func (c *Comm) Scatter(send, recv devmem.Buffer, count int, dt comm.DType, root 
 	return c.collective(call, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
 }
 
-func (c *Comm) AllToAll(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
-	call := driver.Call{Operation: driver.OpAllToAll, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
+func (c *Comm) allToAll(call driver.Call) error {
+	send, recv, count, dt := call.Send, call.Recv, call.Count, call.DType
 	var p plan
 	n := count * dt.Size()
 	for j := range c.size {
@@ -103,25 +103,11 @@ func (c *Comm) AllToAll(send, recv devmem.Buffer, count int, dt comm.DType, s *d
 	return c.collective(call, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
 }
 
-func (c *Comm) Send(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
-	return c.pointToPoint(driver.SendCall(buf, count, dt, peer, s))
-}
-
-func (c *Comm) Recv(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
-	return c.pointToPoint(driver.RecvCall(buf, count, dt, peer, s))
-}
-
-// GroupP2P issues the transfers as one NCCL group. Transfers to self pair
-// up in order, the k-th send to self with the k-th receive from self, as
-// NCCL pairs them; each pair must agree on count and type.
-func (c *Comm) GroupP2P(ops []comm.P2P, s *devmem.Stream) error {
-	return c.pointToPoint(driver.GroupCall(ops, s))
-}
-
+// pointToPoint issues a Send's, a Recv's or a GroupP2P's transfers as one
+// NCCL group. Transfers to self pair up in order, the k-th send to self
+// with the k-th receive from self, as NCCL pairs them; each pair must agree
+// on count and type.
 func (c *Comm) pointToPoint(call driver.Call, ops []comm.P2P) error {
-	if err := c.check(call); err != nil {
-		return err
-	}
 	p, err := c.p2pPlan(call.Operation, ops)
 	if err != nil {
 		return err
