@@ -53,6 +53,7 @@ type Config struct {
 // Comm is one rank of a communicator over MPI. It implements
 // comm.Communicator.
 type Comm struct {
+	driver.Front
 	backend   string
 	mode      Mode
 	rank      int
@@ -275,6 +276,8 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 		return c, fmt.Errorf("another rank failed to set up its side of the communicator: %w", comm.ErrUnsupported)
 	}
 	c.debug, c.announce, c.chunk = v[1] != 0, v[2] != 0, int(-v[3])
+	// Without Debug a collective of nothing needs no meeting: Front skips it.
+	c.Front = driver.NewFront(driver.FrontConfig{Backend: c.backend, Rank: c.rank, Size: c.size, Device: c.dev, SkipEmpty: !c.debug}, c)
 	if v[4] == 0 {
 		c.nodeMin = int(v[5])
 	}
@@ -464,7 +467,7 @@ func (c *Comm) closeTogether() error {
 // set-up as Open on the device of c.
 func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	call := driver.Call{Operation: driver.OpSplit}
-	if err := c.check(call); err != nil {
+	if err := c.Check(call); err != nil {
 		return nil, err
 	}
 	switch {

@@ -38,41 +38,74 @@ func (c *Comm) wrap(operation driver.Operation, err error) error {
 	return driver.Wrap(c.backend, operation.String(), c.rank, err)
 }
 
-// check runs before anything else, on the calling goroutine: a closed or
-// broken communicator, or a bad argument, is an error that changes nothing.
-func (c *Comm) check(call driver.Call) error {
+// Usable is Front's check before the arguments: a closed or broken
+// communicator takes no call. collectiveNow checks again under the lock it
+// takes its ticket with.
+func (c *Comm) Usable() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.checkLocked(call)
+	return c.usableLocked()
 }
 
-// checkLocked is check, with c.mu held.
-func (c *Comm) checkLocked(call driver.Call) error {
+// usableLocked is Usable, with c.mu held.
+func (c *Comm) usableLocked() error {
 	switch {
 	case c.closed:
-		return c.fail(call.Operation, comm.ErrClosed, "communicator is closed")
+		return comm.ErrClosed
 	case c.broken != nil:
-		return c.fail(call.Operation, nil, "communicator is broken by an earlier failure: %w", c.broken)
-	}
-	if err := call.Validate(c.rank, c.size, c.dev); err != nil {
-		return c.wrap(call.Operation, err)
-	}
-	if c.mode == Direct && c.direct(call) {
-		// Device pointers go to MPI in one call, whose counts are C ints.
-		n := int64(call.Count)
-		switch call.Operation {
-		case driver.OpAllGather, driver.OpReduceScatter, driver.OpAllToAll, driver.OpGather, driver.OpScatter:
-			n *= int64(c.size)
-		}
-		for _, p := range call.P2P {
-			n = max(n, int64(p.Count))
-		}
-		if n > math.MaxInt32 {
-			return c.fail(call.Operation, comm.ErrInvalidArgument,
-				"%d elements in one MPI call exceed MPI's int count; the mpi backend chunks such transfers", n)
-		}
+		return fmt.Errorf("communicator is broken by an earlier failure: %w", c.broken)
 	}
 	return nil
+}
+
+// Limit refuses what MPI cannot take in one call: in Direct mode device
+// pointers go to MPI whole, and MPI's counts are C ints.
+func (c *Comm) Limit(call driver.Call) error {
+	if c.mode != Direct || !c.direct(call) {
+		return nil
+	}
+	n := int64(call.Count)
+	switch call.Operation {
+	case driver.OpAllGather, driver.OpReduceScatter, driver.OpAllToAll, driver.OpGather, driver.OpScatter:
+		n *= int64(c.size)
+	}
+	for _, p := range call.P2P {
+		n = max(n, int64(p.Count))
+	}
+	if n > math.MaxInt32 {
+		return fmt.Errorf("%d elements in one MPI call exceed MPI's int count; the mpi backend chunks such transfers: %w", n, comm.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Run runs a call that Front checked: a collective in ticket order, in
+// Direct mode on device pointers where the call goes direct, else through
+// the host-staged pipeline; transfers numbered now, in call order.
+func (c *Comm) Run(call driver.Call) error {
+	switch call.Operation {
+	case driver.OpAllReduce:
+		return c.either(call, (*Comm).directAllReduce, (*Comm).stagedAllReduce)
+	case driver.OpReduce:
+		return c.either(call, (*Comm).directReduce, (*Comm).stagedReduce)
+	case driver.OpBroadcast:
+		return c.either(call, (*Comm).directBroadcast, (*Comm).stagedBroadcast)
+	case driver.OpAllGather:
+		return c.either(call, (*Comm).directAllGather, (*Comm).stagedBlocks)
+	case driver.OpReduceScatter:
+		return c.either(call, (*Comm).directReduceScatter, (*Comm).stagedReduceScatter)
+	case driver.OpAllToAll:
+		return c.either(call, (*Comm).directAllToAll, (*Comm).stagedBlocks)
+	case driver.OpGather:
+		return c.either(call, (*Comm).directGather, (*Comm).stagedBlocks)
+	case driver.OpScatter:
+		return c.either(call, (*Comm).directScatter, (*Comm).stagedBlocks)
+	case driver.OpBarrier:
+		return c.collective(call, (*Comm).barrier)
+	case driver.OpSend, driver.OpRecv, driver.OpGroupP2P:
+		var one [1]comm.P2P
+		return c.pointToPoint(call, driver.Transfers(call, &one))
+	}
+	return c.fail(call.Operation, comm.ErrUnsupported, "no such data operation")
 }
 
 // direct reports whether the call hands device pointers to MPI: in Direct
@@ -223,9 +256,6 @@ func (c *Comm) collective(call driver.Call, body func(*Comm, *op) error) error {
 	if call.Stream == nil {
 		return c.collectiveNow(call, body)
 	}
-	if err := c.check(call); err != nil {
-		return err
-	}
 	seq := c.tickets.Add(1)
 	return c.enqueue(call, seq, func() error { return c.runTicket(call, seq, body) })
 }
@@ -236,9 +266,9 @@ func (c *Comm) collective(call driver.Call, body func(*Comm, *op) error) error {
 // lock, docs/PERFORMANCE.md).
 func (c *Comm) collectiveNow(call driver.Call, body func(*Comm, *op) error) error {
 	c.mu.Lock()
-	if err := c.checkLocked(call); err != nil {
+	if err := c.usableLocked(); err != nil {
 		c.mu.Unlock()
-		return err
+		return c.wrap(call.Operation, err)
 	}
 	seq := c.tickets.Add(1)
 	c.running++
@@ -313,7 +343,7 @@ func (c *Comm) runCollective(o *op, body func(*Comm, *op) error) error {
 			return err
 		}
 	}
-	if o.call.Count == 0 && o.call.Operation != driver.OpBarrier {
+	if driver.Empty(o.call) {
 		return nil // every rank gave count 0 (Debug checks it): nothing moves
 	}
 	return body(c, o)
@@ -339,9 +369,6 @@ func (c *Comm) finish(o *op, err error) error {
 // with nothing pending, in Direct mode, posted at once (p2pNow); else queued
 // on the stream.
 func (c *Comm) pointToPoint(call driver.Call, ps []comm.P2P) error {
-	if err := c.check(call); err != nil {
-		return err
-	}
 	// One transfer, the common case, numbers itself in arrays of the stack.
 	var tag1 [1]int
 	var turn1 [1]nodeTurn
@@ -426,53 +453,9 @@ func (c *Comm) either(call driver.Call, direct, staged func(*Comm, *op) error) e
 	return c.collective(call, staged)
 }
 
-func (c *Comm) AllReduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
-	call := driver.Call{Operation: driver.OpAllReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
-	return c.either(call, (*Comm).directAllReduce, (*Comm).stagedAllReduce)
-}
-
-func (c *Comm) Reduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, root int, s *devmem.Stream) error {
-	call := driver.Call{Operation: driver.OpReduce, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Root: root, Stream: s}
-	return c.either(call, (*Comm).directReduce, (*Comm).stagedReduce)
-}
-
-func (c *Comm) Broadcast(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
-	call := driver.Call{Operation: driver.OpBroadcast, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
-	return c.either(call, (*Comm).directBroadcast, (*Comm).stagedBroadcast)
-}
-
-func (c *Comm) AllGather(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
-	call := driver.Call{Operation: driver.OpAllGather, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
-	return c.either(call, (*Comm).directAllGather, (*Comm).stagedBlocks)
-}
-
-func (c *Comm) ReduceScatter(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
-	call := driver.Call{Operation: driver.OpReduceScatter, Send: send, Recv: recv, Count: count, DType: dt, Op: op, Stream: s}
-	return c.either(call, (*Comm).directReduceScatter, (*Comm).stagedReduceScatter)
-}
-
-func (c *Comm) AllToAll(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
-	call := driver.Call{Operation: driver.OpAllToAll, Send: send, Recv: recv, Count: count, DType: dt, Stream: s}
-	return c.either(call, (*Comm).directAllToAll, (*Comm).stagedBlocks)
-}
-
-func (c *Comm) Gather(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
-	call := driver.Call{Operation: driver.OpGather, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
-	return c.either(call, (*Comm).directGather, (*Comm).stagedBlocks)
-}
-
-func (c *Comm) Scatter(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
-	call := driver.Call{Operation: driver.OpScatter, Send: send, Recv: recv, Count: count, DType: dt, Root: root, Stream: s}
-	return c.either(call, (*Comm).directScatter, (*Comm).stagedBlocks)
-}
-
-// Barrier is MPI_Ibarrier, waited on with the operation's timeout; without
+// barrier is MPI_Ibarrier, waited on with the operation's timeout; without
 // a timeout, where MPI lets other goroutines call it meanwhile, MPI_Barrier
 // (which allocates no request).
-func (c *Comm) Barrier(s *devmem.Stream) error {
-	return c.collective(driver.Call{Operation: driver.OpBarrier, Stream: s}, (*Comm).barrier)
-}
-
 func (c *Comm) barrier(o *op) error {
 	if o.deadline.IsZero() && c.multiple {
 		return c.coll.Barrier()
@@ -482,18 +465,6 @@ func (c *Comm) barrier(o *op) error {
 		return err
 	}
 	return c.wait(o, []*mpi.Request{r})
-}
-
-func (c *Comm) Send(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
-	return c.pointToPoint(driver.SendCall(buf, count, dt, peer, s))
-}
-
-func (c *Comm) Recv(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
-	return c.pointToPoint(driver.RecvCall(buf, count, dt, peer, s))
-}
-
-func (c *Comm) GroupP2P(ops []comm.P2P, s *devmem.Stream) error {
-	return c.pointToPoint(driver.GroupCall(ops, s))
 }
 
 // wait completes reqs within the operation's deadline. Without a timeout,
