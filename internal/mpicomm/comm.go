@@ -252,37 +252,30 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	// (collectives on ctl) and on announcing (messages on ctl), and on
 	// whether every rank is ready, and on the node path and on staged
 	// reductions (each off on every rank if off on one, else the largest
-	// threshold); one Allreduce(max) settles all eight.
-	v := []int64{0, 0, 0, -int64(chunk), b2i(nodeMin <= 0), int64(max(nodeMin, 0)), b2i(stage <= 0), int64(max(stage, 0))}
-	if localErr != nil {
-		v[0] = 1
-	}
-	if o.Debug {
-		v[1] = 1
-	}
-	if o.Timeout > 0 {
-		v[2] = 1
-	}
+	// threshold); one Allreduce(max) settles them all (agreement).
+	want := agreement{failed: localErr != nil, debug: o.Debug, announce: o.Timeout > 0, chunk: chunk,
+		nodeOff: nodeMin <= 0, nodeMin: max(nodeMin, 0), stageOff: stage <= 0, stage: max(stage, 0)}
 	if parent != nil {
-		v[1], v[2], v[3] = b2i(parent.debug), b2i(parent.announce), -int64(parent.chunk)
+		want.debug, want.announce, want.chunk = parent.debug, parent.announce, parent.chunk
 	}
-	if err := mpi.AllreduceInt64s(c.ctl, v, mpi.Max); err != nil {
+	got, err := want.settle(c.ctl)
+	if err != nil {
 		return c, errors.Join(localErr, err)
 	}
 	if localErr != nil {
 		return c, localErr
 	}
-	if v[0] != 0 {
+	if got.failed {
 		return c, fmt.Errorf("another rank failed to set up its side of the communicator: %w", comm.ErrUnsupported)
 	}
-	c.debug, c.announce, c.chunk = v[1] != 0, v[2] != 0, int(-v[3])
+	c.debug, c.announce, c.chunk = got.debug, got.announce, got.chunk
 	// Without Debug a collective of nothing needs no meeting: Front skips it.
 	c.Front = driver.NewFront(driver.FrontConfig{Backend: c.backend, Rank: c.rank, Size: c.size, Device: c.dev, SkipEmpty: !c.debug}, c)
-	if v[4] == 0 {
-		c.nodeMin = int(v[5])
+	if !got.nodeOff {
+		c.nodeMin = got.nodeMin
 	}
-	if v[6] == 0 {
-		c.stageReduce = int(v[7])
+	if !got.stageOff {
+		c.stageReduce = got.stage
 	}
 	c.pool.base = max(c.chunk, 8) // room for one element of any type, and a widened byte
 	c.timeout = o.Timeout
@@ -302,6 +295,31 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	}
 	live.add(c)
 	return c, nil
+}
+
+// agreement is what the ranks of a new communicator settle together: each
+// flag is true on every rank if it is on any, the sizes are the largest any
+// rank asks for, and the chunk the smallest.
+type agreement struct {
+	failed   bool // some rank could not set up its side
+	debug    bool
+	announce bool // some rank has a timeout
+	chunk    int
+	nodeOff  bool // some rank has the node path off
+	nodeMin  int
+	stageOff bool // some rank has staged reductions off
+	stage    int
+}
+
+// settle is one Allreduce(max) of the agreement over ctl.
+func (a agreement) settle(ctl *mpi.Comm) (agreement, error) {
+	v := []int64{b2i(a.failed), b2i(a.debug), b2i(a.announce), -int64(a.chunk),
+		b2i(a.nodeOff), int64(a.nodeMin), b2i(a.stageOff), int64(a.stage)}
+	if err := mpi.AllreduceInt64s(ctl, v, mpi.Max); err != nil {
+		return agreement{}, err
+	}
+	return agreement{failed: v[0] != 0, debug: v[1] != 0, announce: v[2] != 0, chunk: int(-v[3]),
+		nodeOff: v[4] != 0, nodeMin: int(v[5]), stageOff: v[6] != 0, stage: int(v[7])}, nil
 }
 
 func b2i(b bool) int64 {
