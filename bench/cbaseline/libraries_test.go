@@ -86,6 +86,9 @@ const libChildEnv = "GPUCOMM_CBASELINE_LIB_CHILD"
 func loaderNames(t *testing.T, path, prefix string) []string {
 	t.Helper()
 	src, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		t.Skipf("the loader's source is not here (a test binary run away from its tree): %v", err)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,8 @@ done
 for p in comm/mpi comm/cudaaware comm/nccl internal/mpicomm internal/mpicomm/mpitest; do
   [ -d "$p" ] && go test -c -tags mpi -ldflags=-s\ -w -o "$out/$(echo $p | tr / _).test" ./$p
 done
+# bench's C baselines: the NCCL loop's GPU test (one-rank NCCL on the GPU, through gpucomm's loaders)
+go test -c -tags mpi -ldflags=-s\ -w -o "$out/bench_cbaseline.test" ./bench/cbaseline
 go build -tags mpi -ldflags="-s -w" -o "$out/gpucomm" ./cmd/gpucomm
 for e in hybrid ipcshare heat ddp; do go build -tags mpi -ldflags="-s -w" -o "$out/ex-$e" ./examples/$e; done
 go build -tags mpi -ldflags="-s -w" -o "$out/pingpong" ./cmd/pingpong

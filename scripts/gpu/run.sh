@@ -72,6 +72,8 @@ tests() { # in order of what a change most often breaks: IPC, the backends, then
   step internal-cuda 40 $B/cuda.test -test.run GPU -test.v
   step internal-nvrtc 40 $B/nvrtc.test -test.run GPU -test.v
   step internal-nccl 40 $B/nccl.test -test.run GPU -test.v
+  # bench's NCCL loop from C on the GPU, through the loaders' NCCL and driver
+  step cbaseline-nccl 60 $B/bench_cbaseline.test -test.run NCCLLoopsOnOneGPU -test.v
   step kernels 60 $B/kernels.test -test.v
   step solver 90 $B/solver.test -test.run GPU -test.v
   step hybrid-np2 30 mpirun $NB -np 2 $B/ex-hybrid
