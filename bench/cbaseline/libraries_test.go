@@ -196,6 +196,13 @@ func runsOnFakes(t *testing.T) {
 	if v, err := cuda.DriverVersion(); err != nil || v != 12345 {
 		t.Errorf("internal/cuda loaded driver %d (%v), want the fake's 12345", v, err)
 	}
+	// The loaders give out only what their tables resolve.
+	if _, _, err := nccl.Symbols("ncclGetUniqueId", "ncclNoSuchCall"); !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "ncclNoSuchCall") {
+		t.Errorf("nccl.Symbols of a name its loader does not resolve: %v, want ErrInvalidArgument naming it", err)
+	}
+	if _, _, err := cuda.Symbols("cuNoSuchCall"); !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "cuNoSuchCall") {
+		t.Errorf("cuda.Symbols of a call its loader does not resolve: %v, want ErrInvalidArgument naming it", err)
+	}
 	id, err := NCCLUniqueID()
 	if err != nil {
 		t.Fatal(err)
