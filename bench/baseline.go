@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -187,7 +188,10 @@ func (m *mpiBaseline) Close() error {
 
 // ncclBaseline calls NCCL from C on a communicator and stream of its own,
 // on gpucomm's device buffers.
-type ncclBaseline struct{ n *cbaseline.NCCL }
+type ncclBaseline struct {
+	n          *cbaseline.NCCL
+	nccl, cuda string // the files the C loop calls: the loaders' own, as the nccl backend's
+}
 
 // newNCCLBaseline makes the NCCL communicator: rank 0 makes the unique id
 // and the gpucomm communicator carries it to every rank, with a flag byte
@@ -234,10 +238,18 @@ func newNCCLBaseline(c comm.Communicator) (Baseline, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ncclBaseline{n: n}, nil
+	nFile, cFile, err := cbaseline.Libraries()
+	if err != nil {
+		return nil, errors.Join(err, n.Close())
+	}
+	return &ncclBaseline{n: n, nccl: nFile, cuda: cFile}, nil
 }
 
-func (b *ncclBaseline) Name() string { return "NCCL from C on device buffers" }
+// Name says which NCCL and driver files the loop calls, so that a report
+// shows the baseline timed the library the backend loaded.
+func (b *ncclBaseline) Name() string {
+	return fmt.Sprintf("NCCL from C on device buffers (%s, %s)", b.nccl, b.cuda)
+}
 
 func (b *ncclBaseline) Time(op Operation, t Task, times []float64) error {
 	return b.n.Run(coll(op), cArgs(t, t.Send.Addr(), t.Recv.Addr()), times)

@@ -42,7 +42,7 @@ enum {
 	GCB_ETYPE = -2,    // the library has no such datatype or reduction
 	GCB_EARG = -3,     // a bad argument (count, peer, window, iterations)
 	GCB_ENOMEM = -4,
-	GCB_ELOAD = -5,    // libnccl or libcuda could not be loaded; see the message
+	GCB_ELOAD = -5,    // NCCL and CUDA are not bound (gcb_nccl_bind); see the message
 	GCB_ECUDA = -6,    // a CUDA driver call failed; see the message
 };
 
@@ -68,7 +68,40 @@ void gcb_mpi_error_string(int code, char *buf, int len);
 // reduces) and, when reduces, an MPI_Op for op; GCB_ETYPE otherwise.
 int gcb_mpi_maps(int dtype, int reduces, int op);
 
-// NCCL, loaded with dlopen: a communicator and a stream of its own on one GPU.
+// NCCL and the CUDA driver, called through the functions gpucomm's loaders
+// resolved (internal/nccl, internal/cuda), handed to gcb_nccl_bind once, in
+// this order, before any other gcb_nccl_ call; each loop then runs on a
+// communicator and a stream of its own on one GPU.
+enum {
+	GCB_FN_ncclGetUniqueId,
+	GCB_FN_ncclCommInitRank,
+	GCB_FN_ncclCommDestroy,
+	GCB_FN_ncclAllReduce,
+	GCB_FN_ncclAllGather,
+	GCB_FN_ncclReduceScatter,
+	GCB_FN_ncclBroadcast,
+	GCB_FN_ncclReduce,
+	GCB_FN_ncclSend,
+	GCB_FN_ncclRecv,
+	GCB_FN_ncclGroupStart,
+	GCB_FN_ncclGroupEnd,
+	GCB_FN_ncclGetErrorString,
+	GCB_FN_cuDeviceGet,
+	GCB_FN_cuDevicePrimaryCtxRetain,
+	GCB_FN_cuDevicePrimaryCtxRelease,
+	GCB_FN_cuCtxSetCurrent,
+	GCB_FN_cuStreamCreate,
+	GCB_FN_cuStreamSynchronize,
+	GCB_FN_cuStreamDestroy,
+	GCB_FN_cuEventCreate,
+	GCB_FN_cuEventRecord,
+	GCB_FN_cuEventElapsedTime,
+	GCB_FN_cuEventDestroy,
+	GCB_FN_cuGetErrorString,
+	GCB_FN_COUNT
+};
+// GCB_OK, or GCB_EARG if a function is missing (NULL).
+int gcb_nccl_bind(void *const fn[GCB_FN_COUNT]);
 typedef struct gcb_nccl gcb_nccl;
 int gcb_nccl_unique_id(unsigned char id[128], char *err, int errlen);
 int gcb_nccl_open(int ordinal, int nranks, int rank, const unsigned char id[128], gcb_nccl **out, char *err, int errlen);

@@ -56,9 +56,10 @@ var (
 	// ErrNotBuilt is what MPI returns in a binary built without -tags mpi or
 	// -tags mpich (or without cgo), and NCCL without cgo.
 	ErrNotBuilt = fmt.Errorf("baseline not built: rebuild with -tags mpi (Open MPI) or -tags mpich, with cgo enabled: %w", comm.ErrNotBuilt)
-	// ErrNotInitialized is what MPI returns before MPI_Init or after
+	// ErrNotInitialized is what MPI returns when gpucomm's MPI is not up:
+	// before the first MPI backend opens (or comm/mpi's Init), or after
 	// MPI_Finalize.
-	ErrNotInitialized = errors.New("cbaseline: MPI is not initialised (open gpucomm's MPI backend first)")
+	ErrNotInitialized = errors.New("cbaseline: MPI is not initialised (open gpucomm's MPI backend, or call Init of gpucomm/comm/mpi, first)")
 	// ErrUnsupported is returned for a datatype or reduction the library
 	// lacks (MPI has no float16 or bfloat16 arithmetic).
 	ErrUnsupported = fmt.Errorf("cbaseline: not supported by the library: %w", comm.ErrUnsupported)

@@ -6,13 +6,19 @@
 // MPI_Bcast, MPI_Reduce, MPI_Alltoall, and osu_latency/osu_bw style
 // send-receive loops) run on MPI_COMM_WORLD and are linked at build time:
 // -tags mpi uses pkg-config ompi, -tags mpich uses pkg-config mpich. Without
-// either tag (or without cgo) MPI returns ErrNotBuilt. MPI must already be
-// initialised, by gpucomm's MPI backend or by the program; this package
-// never calls MPI_Init.
+// either tag (or without cgo) MPI returns ErrNotBuilt. They run only on the
+// MPI gpucomm started (internal/mpi, brought up by the first MPI backend or
+// by Init of gpucomm/comm/mpi: the same thread level, the same launcher
+// checks), each loop called as internal/mpi makes its own calls (the thread
+// setup, so a CUDA-aware MPI sees the GPU's context current, and the lock
+// below MPI_THREAD_MULTIPLE); this package never calls MPI_Init.
 //
-// The NCCL loops load libnccl.so.2 and libcuda.so.1 with dlopen, so they
-// build with cgo alone; they run on a communicator and a CUDA stream of their
-// own, and time each iteration with CUDA events.
+// The NCCL loops call NCCL and the CUDA driver through the functions
+// gpucomm's own loaders resolved (internal/nccl and internal/cuda, with
+// GPUCOMM_NCCL_LIB and GPUCOMM_CUDA_LIB honoured), handed to C once, so that
+// they time the very library the nccl backend calls; Libraries says which
+// files those are. They build with cgo alone, run on a communicator and a
+// CUDA stream of their own, and time each iteration with CUDA events.
 //
 // The timing loops are in C so that the numbers measure only the library.
 // This package must not import gpucomm's backends.

@@ -8,13 +8,17 @@ import "C"
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/gpucomm/gpucomm/internal/mpi"
 )
 
 // MPIBuilt reports whether the MPI loops are compiled in.
 const MPIBuilt = true
 
-// MPIInitialized reports whether MPI is initialised and not yet finalized.
-func MPIInitialized() bool { return C.gcb_mpi_initialized() != 0 }
+// MPIInitialized reports whether gpucomm's MPI (internal/mpi, which the MPI
+// backends and the comm/mpi package's Init start) is up: the loops run only
+// on that MPI, started at its thread level after its launcher checks.
+func MPIInitialized() bool { return mpi.Initialized() && C.gcb_mpi_initialized() != 0 }
 
 // MPI times len(times) iterations of c on MPI_COMM_WORLD after a.Warmup
 // untimed ones, writing each iteration's seconds to times. Collectives are
@@ -25,8 +29,17 @@ func MPI(c Coll, a Args, times []float64) error {
 	if err := a.check(c, times); err != nil {
 		return err
 	}
+	if !mpi.Initialized() {
+		return ErrNotInitialized
+	}
 	ca := cArgs(c, a)
-	rc := C.gcb_mpi_run(&ca, C.int(len(times)), timesPtr(times))
+	var rc C.int
+	// As internal/mpi makes each of its calls: the thread prepared (the
+	// GPU's context current, for MPI on device buffers) and, below
+	// MPI_THREAD_MULTIPLE, no other MPI call at the same time.
+	if err := mpi.CallExternal(func() { rc = C.gcb_mpi_run(&ca, C.int(len(times)), timesPtr(times)) }); err != nil {
+		return fmt.Errorf("%w: %w", ErrNotInitialized, err)
+	}
 	switch rc {
 	case C.GCB_OK:
 		return nil

@@ -10,28 +10,31 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/gpucomm/gpucomm/bench/cbaseline/internal/mpiinit"
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/mpi"
 )
 
 // childEnv marks the processes that mpirun starts: they run the MPI tests
-// between MPI_Init and MPI_Finalize; the parent only launches them.
+// between gpucomm's own MPI Init and Finalize (internal/mpi: its thread
+// level, its launcher checks), as a program that opens an MPI backend does;
+// the parent only launches them.
 const childEnv = "GPUCOMM_CBASELINE_MPI_CHILD"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "1" {
 		os.Exit(m.Run())
 	}
-	if err := mpiinit.Init(); err != nil {
+	if err := mpi.Init(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
-	if err := mpiinit.Finalize(); err != nil && code == 0 {
+	if err := mpi.Finalize(); err != nil && code == 0 {
 		fmt.Fprintln(os.Stderr, err)
 		code = 1
 	}
@@ -81,7 +84,8 @@ func TestMPILoopsUnderMpirun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%s %s: %v\n%s", launcher, strings.Join(args, " "), err, out)
 	}
-	for _, name := range []string{"TestMPIChildLoopsGiveCorrectResults", "TestMPIChildUnsupportedTypeIsAnError"} {
+	for _, name := range []string{"TestMPIChildLoopsGiveCorrectResults", "TestMPIChildUnsupportedTypeIsAnError",
+		"TestMPIChildLoopRunsAsGpucommsOwnMPICalls"} {
 		if n := strings.Count(string(out), "--- PASS: "+name); n != 2 {
 			t.Errorf("%s passed on %d ranks, want 2:\n%s", name, n, out)
 		}
@@ -102,10 +106,7 @@ func i32(t *testing.T, b devmem.Buffer) []int32 {
 
 func TestMPIChildLoopsGiveCorrectResults(t *testing.T) {
 	inChild(t)
-	rank, size, err := mpiinit.World()
-	if err != nil {
-		t.Fatal(err)
-	}
+	rank, size := mpi.World().Rank(), mpi.World().Size()
 	if size != 2 {
 		t.Fatalf("%d ranks, want 2", size)
 	}
@@ -192,5 +193,39 @@ func TestMPIChildUnsupportedTypeIsAnError(t *testing.T) {
 	binary.NativeEndian.PutUint16(v, 0x3c00)
 	if err := MPI(Broadcast, a, make([]float64, 1)); err != nil {
 		t.Errorf("float16 broadcast: %v", err)
+	}
+}
+
+// countingSetup is a thread setup (mpi.SetThreadSetup) that counts its
+// calls; a CUDA-aware backend's makes the GPU's context current instead.
+type countingSetup struct{ enter, leave atomic.Int32 }
+
+func (s *countingSetup) Enter() { s.enter.Add(1) }
+func (s *countingSetup) Leave() { s.leave.Add(1) }
+
+// TestMPIChildLoopRunsAsGpucommsOwnMPICalls checks that a C loop runs as
+// internal/mpi runs its own calls: inside the thread setup, once per loop,
+// so that MPI on device buffers has the GPU's context as the backend's
+// calls have it.
+func TestMPIChildLoopRunsAsGpucommsOwnMPICalls(t *testing.T) {
+	inChild(t)
+	s := &countingSetup{}
+	if !mpi.SetThreadSetup(s) {
+		t.Fatal("a thread setup was installed already")
+	}
+	buf, err := devmem.NewHostDevice().Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Free()
+	a := Args{Send: buf.Addr(), Recv: buf.Addr() + 32, Count: 4, DType: comm.Int32, Op: comm.Sum, Warmup: 1}
+	for _, c := range []Coll{AllReduce, Broadcast} {
+		before, beforeLeave := s.enter.Load(), s.leave.Load()
+		if err := MPI(c, a, make([]float64, 3)); err != nil {
+			t.Fatalf("%v: %v", c, err)
+		}
+		if e, l := s.enter.Load()-before, s.leave.Load()-beforeLeave; e != 1 || l != 1 {
+			t.Errorf("%v: the thread setup was entered %d and left %d times around the loop, want 1 and 1", c, e, l)
+		}
 	}
 }

@@ -2,11 +2,12 @@
 
 // The NCCL baseline: each operation called straight from a C loop on an
 // NCCL communicator and a CUDA stream of its own, each iteration timed with
-// CUDA events. libnccl.so.2 and libcuda.so.1 are loaded with dlopen, as the
-// rest of gpucomm loads them, so this builds and runs without either.
+// CUDA events. It calls NCCL and CUDA through the functions gpucomm's own
+// loaders resolved (internal/nccl, internal/cuda: GPUCOMM_NCCL_LIB and
+// GPUCOMM_CUDA_LIB honoured, versioned CUDA symbols chosen as they choose
+// them), handed over once by gcb_nccl_bind, so that it times the library
+// the nccl backend uses; it never opens a library itself.
 
-#include <dlfcn.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +29,9 @@ enum { ncclInt8, ncclUint8, ncclInt32, ncclUint32, ncclInt64, ncclUint64, ncclFl
 enum { ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg };
 enum { CU_STREAM_NON_BLOCKING = 1, CU_EVENT_DEFAULT = 0 };
 
+// The functions, typed; filled from gcb_nccl_bind's table (GCB_FN_*).
 static struct {
+	int bound;
 	ncclResult_t (*GetUniqueId)(ncclUniqueId *);
 	ncclResult_t (*CommInitRank)(ncclComm_t *, int, ncclUniqueId, int);
 	ncclResult_t (*CommDestroy)(ncclComm_t);
@@ -43,7 +46,6 @@ static struct {
 	ncclResult_t (*GroupEnd)(void);
 	const char *(*GetErrorString)(ncclResult_t);
 
-	CUresult (*Init)(unsigned);
 	CUresult (*DeviceGet)(CUdevice *, int);
 	CUresult (*PrimaryCtxRetain)(CUcontext *, CUdevice);
 	CUresult (*PrimaryCtxRelease)(CUdevice);
@@ -58,9 +60,6 @@ static struct {
 	CUresult (*GetErrorString_cu)(CUresult, const char **);
 } L;
 
-static pthread_once_t load_once = PTHREAD_ONCE_INIT;
-static char load_err[512];
-
 struct gcb_nccl {
 	ncclComm_t comm;
 	CUdevice dev;
@@ -71,61 +70,43 @@ struct gcb_nccl {
 	int rank, nranks;
 };
 
-static void *sym(void *lib, const char *libname, const char *name) {
-	void *p = dlsym(lib, name);
-	if (p == NULL && load_err[0] == 0) {
-		snprintf(load_err, sizeof load_err, "%s has no symbol %s", libname, name);
+int gcb_nccl_bind(void *const fn[GCB_FN_COUNT]) {
+	for (int i = 0; i < GCB_FN_COUNT; i++) {
+		if (fn[i] == NULL) return GCB_EARG;
 	}
-	return p;
+	*(void **)&L.GetUniqueId = fn[GCB_FN_ncclGetUniqueId];
+	*(void **)&L.CommInitRank = fn[GCB_FN_ncclCommInitRank];
+	*(void **)&L.CommDestroy = fn[GCB_FN_ncclCommDestroy];
+	*(void **)&L.AllReduce = fn[GCB_FN_ncclAllReduce];
+	*(void **)&L.AllGather = fn[GCB_FN_ncclAllGather];
+	*(void **)&L.ReduceScatter = fn[GCB_FN_ncclReduceScatter];
+	*(void **)&L.Broadcast = fn[GCB_FN_ncclBroadcast];
+	*(void **)&L.Reduce = fn[GCB_FN_ncclReduce];
+	*(void **)&L.Send = fn[GCB_FN_ncclSend];
+	*(void **)&L.Recv = fn[GCB_FN_ncclRecv];
+	*(void **)&L.GroupStart = fn[GCB_FN_ncclGroupStart];
+	*(void **)&L.GroupEnd = fn[GCB_FN_ncclGroupEnd];
+	*(void **)&L.GetErrorString = fn[GCB_FN_ncclGetErrorString];
+	*(void **)&L.DeviceGet = fn[GCB_FN_cuDeviceGet];
+	*(void **)&L.PrimaryCtxRetain = fn[GCB_FN_cuDevicePrimaryCtxRetain];
+	*(void **)&L.PrimaryCtxRelease = fn[GCB_FN_cuDevicePrimaryCtxRelease];
+	*(void **)&L.CtxSetCurrent = fn[GCB_FN_cuCtxSetCurrent];
+	*(void **)&L.StreamCreate = fn[GCB_FN_cuStreamCreate];
+	*(void **)&L.StreamSynchronize = fn[GCB_FN_cuStreamSynchronize];
+	*(void **)&L.StreamDestroy = fn[GCB_FN_cuStreamDestroy];
+	*(void **)&L.EventCreate = fn[GCB_FN_cuEventCreate];
+	*(void **)&L.EventRecord = fn[GCB_FN_cuEventRecord];
+	*(void **)&L.EventElapsedTime = fn[GCB_FN_cuEventElapsedTime];
+	*(void **)&L.EventDestroy = fn[GCB_FN_cuEventDestroy];
+	*(void **)&L.GetErrorString_cu = fn[GCB_FN_cuGetErrorString];
+	L.bound = 1;
+	return GCB_OK;
 }
 
-static void load(void) {
-	void *nccl = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-	if (nccl == NULL) {
-		snprintf(load_err, sizeof load_err, "cannot load libnccl.so.2: %s", dlerror());
-		return;
-	}
-	void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	if (cuda == NULL) {
-		snprintf(load_err, sizeof load_err, "cannot load libcuda.so.1: %s", dlerror());
-		return;
-	}
-	const char *n = "libnccl.so.2", *c = "libcuda.so.1";
-	*(void **)&L.GetUniqueId = sym(nccl, n, "ncclGetUniqueId");
-	*(void **)&L.CommInitRank = sym(nccl, n, "ncclCommInitRank");
-	*(void **)&L.CommDestroy = sym(nccl, n, "ncclCommDestroy");
-	*(void **)&L.AllReduce = sym(nccl, n, "ncclAllReduce");
-	*(void **)&L.AllGather = sym(nccl, n, "ncclAllGather");
-	*(void **)&L.ReduceScatter = sym(nccl, n, "ncclReduceScatter");
-	*(void **)&L.Broadcast = sym(nccl, n, "ncclBroadcast");
-	*(void **)&L.Reduce = sym(nccl, n, "ncclReduce");
-	*(void **)&L.Send = sym(nccl, n, "ncclSend");
-	*(void **)&L.Recv = sym(nccl, n, "ncclRecv");
-	*(void **)&L.GroupStart = sym(nccl, n, "ncclGroupStart");
-	*(void **)&L.GroupEnd = sym(nccl, n, "ncclGroupEnd");
-	*(void **)&L.GetErrorString = sym(nccl, n, "ncclGetErrorString");
-	*(void **)&L.Init = sym(cuda, c, "cuInit");
-	*(void **)&L.DeviceGet = sym(cuda, c, "cuDeviceGet");
-	*(void **)&L.PrimaryCtxRetain = sym(cuda, c, "cuDevicePrimaryCtxRetain");
-	*(void **)&L.PrimaryCtxRelease = sym(cuda, c, "cuDevicePrimaryCtxRelease_v2");
-	*(void **)&L.CtxSetCurrent = sym(cuda, c, "cuCtxSetCurrent");
-	*(void **)&L.StreamCreate = sym(cuda, c, "cuStreamCreate");
-	*(void **)&L.StreamSynchronize = sym(cuda, c, "cuStreamSynchronize");
-	*(void **)&L.StreamDestroy = sym(cuda, c, "cuStreamDestroy_v2");
-	*(void **)&L.EventCreate = sym(cuda, c, "cuEventCreate");
-	*(void **)&L.EventRecord = sym(cuda, c, "cuEventRecord");
-	*(void **)&L.EventElapsedTime = sym(cuda, c, "cuEventElapsedTime");
-	*(void **)&L.EventDestroy = sym(cuda, c, "cuEventDestroy_v2");
-	*(void **)&L.GetErrorString_cu = sym(cuda, c, "cuGetErrorString");
-	if (load_err[0] == 0 && L.Init(0) != 0) {
-		snprintf(load_err, sizeof load_err, "cuInit failed: no usable GPU");
-	}
-}
-
+// Go binds before any other call; this only keeps a NULL call from crashing.
 static int loaded(char *err, int errlen) {
-	pthread_once(&load_once, load);
-	if (load_err[0] != 0) {
-		snprintf(err, errlen, "%s", load_err);
+	if (!L.bound) {
+		snprintf(err, errlen, "NCCL and CUDA are not bound (gcb_nccl_bind)");
 		return GCB_ELOAD;
 	}
 	return GCB_OK;

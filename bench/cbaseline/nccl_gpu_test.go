@@ -26,6 +26,11 @@ func TestNCCLLoopsOnOneGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	nFile, cFile, err := Libraries()
+	if err != nil || nFile == "" || cFile == "" {
+		t.Fatalf("Libraries = %q, %q, %v: want the files the loop calls", nFile, cFile, err)
+	}
+	t.Logf("the loop calls NCCL in %s and the driver in %s", nFile, cFile)
 	const c = 1000
 	send, err := devmem.AllocSlice[int32](dev, c)
 	if err != nil {

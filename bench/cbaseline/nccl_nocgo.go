@@ -36,5 +36,8 @@ func (n *NCCL) Run(c Coll, a Args, times []float64) error {
 	return errNoCgo
 }
 
+// Libraries reports that NCCL cannot be loaded without cgo.
+func Libraries() (ncclFile, cudaFile string, err error) { return "", "", errNoCgo }
+
 // Close reports that NCCL cannot be loaded without cgo.
 func (n *NCCL) Close() error { return errNoCgo }

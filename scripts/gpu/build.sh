@@ -14,9 +14,11 @@ done
 for p in comm/mpi comm/cudaaware comm/nccl internal/mpicomm internal/mpicomm/mpitest; do
   [ -d "$p" ] && go test -c -tags mpi -ldflags=-s\ -w -o "$out/$(echo $p | tr / _).test" ./$p
 done
+# bench's C baselines: the NCCL loop's GPU test (one-rank NCCL on the GPU, through gpucomm's loaders)
+go test -c -tags mpi -ldflags=-s\ -w -o "$out/bench_cbaseline.test" ./bench/cbaseline
 go build -tags mpi -ldflags="-s -w" -o "$out/gpucomm" ./cmd/gpucomm
 for e in hybrid ipcshare heat ddp; do go build -tags mpi -ldflags="-s -w" -o "$out/ex-$e" ./examples/$e; done
-[ -d comm/mpi/internal/pingpong ] && go build -tags mpi -ldflags="-s -w" -o "$out/pingpong" ./comm/mpi/internal/pingpong
+go build -tags mpi -ldflags="-s -w" -o "$out/pingpong" ./cmd/pingpong
 # MPICH builds, run there with Debian's MPICH unpacked from carried .debs.
 go build -tags mpich -ldflags="-s -w" -o "$out/gpucomm-mpich" ./cmd/gpucomm
 go test -c -tags mpich -ldflags=-s\ -w -o "$out/comm_mpi-mpich.test" ./comm/mpi

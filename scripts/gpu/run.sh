@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine from the repository root, with .gpupack carried
 # (scripts/gpu/build.sh makes it): every GPU test and figure of the project,
-# in three parts that each fit the device tool's 10 minutes:
+# in four parts that each fit the device tool's 10 minutes:
 #
 #   bash .gpupack/run.sh tests    # every GPU test, check and example, under each MPI
 #   bash .gpupack/run.sh bench    # gpucomm's figures, each backend beside its C baseline
+#   bash .gpupack/run.sh pingpong # cmd/pingpong: the MPI backends beside MPI from Go, side by side
 #   bash .gpupack/run.sh compare  # public peers (carried in .peers) beside gpucomm
 #
 # Each step has its own time limit; its output goes to $OUT/log-PART.txt and
@@ -71,6 +72,8 @@ tests() { # in order of what a change most often breaks: IPC, the backends, then
   step internal-cuda 40 $B/cuda.test -test.run GPU -test.v
   step internal-nvrtc 40 $B/nvrtc.test -test.run GPU -test.v
   step internal-nccl 40 $B/nccl.test -test.run GPU -test.v
+  # bench's NCCL loop from C on the GPU, through the loaders' NCCL and driver
+  step cbaseline-nccl 60 $B/bench_cbaseline.test -test.run NCCLLoopsOnOneGPU -test.v
   step kernels 60 $B/kernels.test -test.v
   step solver 90 $B/solver.test -test.run GPU -test.v
   step hybrid-np2 30 mpirun $NB -np 2 $B/ex-hybrid
@@ -97,6 +100,16 @@ bench() { # gpucomm's figures on each backend, each with its C baseline in the s
   step bench-cudaaware-nostream 60 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,allreduce -b 8 -e 64M -f 64 -nostream -noprogress
   sys_mpi
   step heat-np1 60 mpirun $NB -np 1 $B/gpucomm heat -backend mpi -n 16384 -steps 1000
+}
+
+pingpong() { # cmd/pingpong on two ranks of the GPU: each way of moving the same bytes, round after round
+  export GPUCOMM_DEVICE=cuda
+  # the machine's own Open MPI: host-staged (node path, via MPI, one chunk) beside host MPI, and the chunk sizes
+  step pingpong-mpi 200 mpirun $NB -np 2 $B/pingpong -rounds 3 -budget 256M -sizes 8,64K,512K,4M,16M,64M -chunks 256K,1M,4M
+  # the CUDA-aware Open MPI: cudaaware (no stream, on a stream) beside MPI called on the same device buffers
+  cuda_mpi
+  step pingpong-cudaaware 200 mpirun $NB $X -np 2 $B/pingpong -cudaaware -rounds 5 -budget 64M -sizes 8,4K,64K,4M,64M
+  sys_mpi
 }
 
 compare() { # public peers, built here from the sources carried in .peers (never committed)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -55,7 +56,34 @@ func parseSizes(s string) ([]int, error) {
 		if err != nil {
 			return nil, err
 		}
+		if n > math.MaxInt32 {
+			return nil, fmt.Errorf("size %q: above 2G-1 bytes, more than an MPI count holds", f)
+		}
 		out = append(out, int(n))
+	}
+	return out, nil
+}
+
+// defaultSizes is bench's sweep from 8 bytes by factors of 4 up to -max,
+// and -max itself.
+func defaultSizes(maxSize string) ([]int, error) {
+	top, err := bench.ParseSize(maxSize)
+	if err != nil {
+		return nil, err
+	}
+	if top < 1 || top > math.MaxInt32 {
+		return nil, fmt.Errorf("-max %s: want 1 byte to 2G-1 (an MPI count is an int)", maxSize)
+	}
+	sweep, err := bench.Sweep(min(8, top), top, 4, 0)
+	if err != nil {
+		return nil, err
+	}
+	if sweep[len(sweep)-1] != top {
+		sweep = append(sweep, top)
+	}
+	out := make([]int, len(sweep))
+	for i, n := range sweep {
+		out[i] = int(n)
 	}
 	return out, nil
 }
@@ -88,15 +116,8 @@ func run() error {
 		return err
 	}
 	if len(cfg.sizes) == 0 {
-		top, err := bench.ParseSize(maxSize)
-		if err != nil {
+		if cfg.sizes, err = defaultSizes(maxSize); err != nil {
 			return err
-		}
-		for n := 8; n <= int(top); n *= 4 {
-			cfg.sizes = append(cfg.sizes, n)
-		}
-		if last := cfg.sizes[len(cfg.sizes)-1]; last != int(top) {
-			cfg.sizes = append(cfg.sizes, int(top))
 		}
 	}
 	if cfg.chunks, err = parseSizes(chunks); err != nil {
@@ -427,14 +448,19 @@ func timeTrips(host *mpi.Comm, s *side, n, iters int) (time.Duration, error) {
 	return d, host.Barrier()
 }
 
-// median of ds (the upper middle one of an even count).
+// median of ds by bench's statistics (bench.Summarize: the mean of the
+// middle two of an even count), so that this program's figures and gpucomm
+// bench's are summarised alike.
 func median(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
+	s := make([]float64, len(ds))
+	for i, d := range ds {
+		s[i] = d.Seconds()
+	}
+	return time.Duration(math.Round(bench.Summarize(s).Median * 1e9))
 }
 
-func gbps(n int, oneWay time.Duration) float64 { return float64(n) / oneWay.Seconds() / 1e9 }
+// gbps is n bytes moved in d, in GB/s as bench reports them (bench.GBps).
+func gbps(n int, d time.Duration) float64 { return bench.GBps(int64(n), d.Seconds()) }
 
 func pingPongTable(cfg config, host *mpi.Comm, staged, viaMPI, whole, direct comm.Communicator) error {
 	maxN := 0

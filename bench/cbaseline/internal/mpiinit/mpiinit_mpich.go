@@ -1,6 +1,0 @@
-//go:build cgo && mpich
-
-package mpiinit
-
-// #cgo pkg-config: mpich
-import "C"

@@ -1,6 +1,0 @@
-//go:build cgo && mpi && !mpich
-
-package mpiinit
-
-// #cgo pkg-config: ompi
-import "C"
