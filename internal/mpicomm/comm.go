@@ -31,7 +31,7 @@ const (
 // DefaultChunkBytes is the pipelining chunk when no option sets one: at 1 MiB
 // MPI reaches most of its bandwidth between ranks while a message of a few
 // MiB still splits into enough chunks for the copies to overlap (measured with
-// comm/mpi/internal/pingpong; see the package comment of comm/mpi).
+// cmd/pingpong; see the package comment of comm/mpi).
 const DefaultChunkBytes = 1 << 20
 
 // pipeSlots is how many pinned chunks one pipelined transfer holds: one being
