@@ -250,10 +250,10 @@ const deferBytes = 4096
 // receive is not even posted (recvLater). An error is, as for a queued
 // call, the next Synchronize's. It reports false,
 // having done nothing, where the call must be queued instead (a busy stream,
-// a timeout to honour, the host-staged mode, MPI below THREAD_MULTIPLE, a
-// closed or broken communicator, whose error the queued call reports).
+// a timeout to honour, the host-staged mode, MPI below THREAD_MULTIPLE, VMM
+// memory to bounce (vmm.go), a closed or broken communicator, whose error the queued call reports).
 func (c *Comm) p2pNow(call driver.Call, ps []comm.P2P, tags []int) (bool, error) {
-	if c.mode != Direct || c.timeout > 0 || !c.multiple {
+	if c.mode != Direct || c.timeout > 0 || !c.multiple || p2pHasVMM(ps) {
 		// Below MPI_THREAD_MULTIPLE an MPI call may wait for another
 		// goroutine's blocking collective: not on the caller's goroutine.
 		return false, nil

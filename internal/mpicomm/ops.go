@@ -408,6 +408,9 @@ func (c *Comm) runP2P(call driver.Call, ps []comm.P2P, tags []int, turns []nodeT
 		if c.timeout > 0 {
 			o.deadline = time.Now().Add(c.timeout)
 		}
+		if p2pHasVMM(ps) {
+			return c.finish(&o, c.bouncedP2P(&o, ps, tags))
+		}
 		return c.finish(&o, c.directP2P(&o, ps, tags))
 	}
 	o := c.newOp(call, 0)
@@ -445,6 +448,9 @@ type nodeTurn struct {
 // when the call goes direct, else through staged.
 func (c *Comm) either(call driver.Call, direct, staged func(*Comm, *op) error) error {
 	if c.direct(call) {
+		if hasVMM(call.Send, call.Recv) {
+			return c.collective(call, func(c *Comm, o *op) error { return c.bounced(o, direct) })
+		}
 		return c.collective(call, direct)
 	}
 	if c.mode == Direct && c.stagesReduction(call) && !halfPrecision(call.DType) && !c.widened(call) {
