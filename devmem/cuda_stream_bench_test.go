@@ -37,7 +37,7 @@ func BenchmarkCUDAStreamHostCost(b *testing.B) {
 		name string
 		op   func() error
 	}{
-		{"enqueue-nothing", func() error { return s.Enqueue(func(uintptr) error { return nil }) }},
+		{"enqueue-nothing", func() error { return s.enqueue(func(uintptr) error { return nil }) }},
 		{"event-record", func() error { return ev.Record(s) }},
 		{"hostfunc-then-synchronize", func() error {
 			return errors.Join(s.HostFunc(func() error { return nil }), s.Synchronize())
@@ -70,10 +70,10 @@ func BenchmarkCUDAStreamHostCost(b *testing.B) {
 		// starts, so against the hostfunc rows this is what the deferral
 		// saves.
 		{"deferred-of-1us-then-synchronize", func() error {
-			return errors.Join(s.HostFuncDeferred(hostWork(time.Microsecond)), s.Synchronize())
+			return errors.Join(s.hostFuncDeferred(hostWork(time.Microsecond)), s.Synchronize())
 		}},
 		{"deferred-of-1us-then-synchronize-each-10us", func() error {
-			err := errors.Join(s.HostFuncDeferred(hostWork(time.Microsecond)), s.Synchronize())
+			err := errors.Join(s.hostFuncDeferred(hostWork(time.Microsecond)), s.Synchronize())
 			busy(10 * time.Microsecond)
 			return err
 		}},
@@ -82,7 +82,7 @@ func BenchmarkCUDAStreamHostCost(b *testing.B) {
 		// deferred): the poll says not yet, so the Synchronize waits.
 		{"hostwait-deferred-of-1us-then-synchronize", func() error {
 			poll := func() (bool, error) { return false, nil }
-			return errors.Join(s.HostWait(hostWork(time.Microsecond), poll, true), s.Synchronize())
+			return errors.Join(s.hostWait(hostWork(time.Microsecond), poll, true), s.Synchronize())
 		}},
 		// Query of a stream with nothing pending: what a stream-ordered
 		// Send or Recv of the cudaaware backend asks before it posts at once.

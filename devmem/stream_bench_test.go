@@ -27,7 +27,7 @@ func BenchmarkHostStreamHostCost(b *testing.B) {
 			return errors.Join(s.HostFunc(work), s.Synchronize())
 		}},
 		{"hostwait-of-1us-then-synchronize", func() error {
-			return errors.Join(s.HostWait(work, func() (bool, error) { return false, nil }, true), s.Synchronize())
+			return errors.Join(s.hostWait(work, func() (bool, error) { return false, nil }, true), s.Synchronize())
 		}},
 		{"query-idle", func() error {
 			_, err := s.Query()
