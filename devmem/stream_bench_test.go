@@ -26,7 +26,7 @@ func BenchmarkHostStreamHostCost(b *testing.B) {
 		{"hostfunc-of-1us-then-synchronize", func() error {
 			return errors.Join(s.HostFunc(work), s.Synchronize())
 		}},
-		{"hostwait-of-1us-then-synchronize", func() error {
+		{"hostwait-deferred-of-1us-then-synchronize", func() error {
 			return errors.Join(s.hostWait(work, func() (bool, error) { return false, nil }, true), s.Synchronize())
 		}},
 		{"query-idle", func() error {

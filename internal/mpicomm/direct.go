@@ -244,7 +244,7 @@ const deferBytes = 4096
 // that the call never waits for a peer) and tests them once. Transfers not
 // complete then are waited for in stream order, as a wait the stream's
 // goroutine polls and hands over to a Synchronize that comes meanwhile
-// (devmem.Stream.HostWait): small receives start no goroutine (the next
+// (devhook.HostWait): small receives start no goroutine (the next
 // Synchronize, later work queued on the stream, or the sweep completes
 // them), the rest start the stream's goroutine, which polls. A lone small
 // receive is not even posted (recvLater). An error is, as for a queued
