@@ -14,11 +14,13 @@
 // so both sides are checked by the compiler). devhook imports devmem, so
 // devmem's init has run before devhook's, which takes the functions once.
 // A call here is one indirect call into the devmem method: no lookup, no
-// type assertion and no allocation on the stream-ordered hot path
-// (BenchmarkCUDAStreamHostCost and BenchmarkHostStreamHostCost in devmem
-// measure it).
+// type assertion and no allocation on the stream-ordered hot path:
+// BenchmarkStreamHostCost here makes the calls of devmem's
+// BenchmarkCUDAStreamHostCost and BenchmarkHostStreamHostCost, under the
+// same case names, through devhook.
 //
-// Only gpucomm's backends, tools and tests import it; devmem must not.
+// Only gpucomm's backends, tools and tests import it; devmem imports only
+// internal/devhook/table.
 package devhook
 
 import (
