@@ -16,7 +16,7 @@ import (
 // says the driver was not compiled in.
 func init() {
 	openCUDA = cudaOpen
-	CUDADeviceCount = cudaDeviceCount
+	countCUDA = cudaDeviceCount
 }
 
 // cudaDriver drives one GPU through its primary context, the context the

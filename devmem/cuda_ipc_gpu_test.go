@@ -266,7 +266,7 @@ func TestCUDAOnGPUIPCBesideAForeignLegacyMapping(t *testing.T) {
 			}
 			// What MPI does on the sending side.
 			var raw cuda.IpcMemHandle
-			rawErr := cuda.WithContext(cuda.Context(d.Context()), func() error {
+			rawErr := cuda.WithContext(cuda.Context(d.context()), func() error {
 				var err error
 				raw, err = cuda.IpcGetMemHandle(cuda.DevicePtr(b.Addr()))
 				return err
@@ -306,7 +306,7 @@ func cudaChildBesideForeignMapping() error {
 	if err != nil {
 		return err
 	}
-	ctx := cuda.Context(d.Context())
+	ctx := cuda.Context(d.context())
 	var foreign cuda.DevicePtr
 	if s := os.Getenv("GCT_RAW"); s != "" {
 		var raw cuda.IpcMemHandle
@@ -441,7 +441,7 @@ func TestCUDAOnGPUIPCBesideAStaleMappingOfFreedMemory(t *testing.T) {
 	a, err := d.Alloc(n)
 	must(t, err)
 	var raw cuda.IpcMemHandle
-	must(t, cuda.WithContext(cuda.Context(d.Context()), func() error {
+	must(t, cuda.WithContext(cuda.Context(d.context()), func() error {
 		var err error
 		raw, err = cuda.IpcGetMemHandle(cuda.DevicePtr(a.Addr()))
 		return err
@@ -472,7 +472,7 @@ func cudaChildStaleMapping() error {
 	if err != nil {
 		return err
 	}
-	ctx := cuda.Context(d.Context())
+	ctx := cuda.Context(d.context())
 	var raw cuda.IpcMemHandle
 	b, err := hex.DecodeString(os.Getenv("GCT_RAW"))
 	if err != nil || len(b) != len(raw) {
@@ -523,4 +523,49 @@ func cudaChildStaleMapping() error {
 		}
 	}
 	return nil
+}
+
+// TestCUDAOnGPUIsVMMFollowsTheMemory: isVMM (internal/devhook.IsVMM, which
+// keeps a CUDA-aware MPI away from VMM memory) is true for AllocShared's
+// VMM memory, every slice of it and every view OpenIPC opens of it, and
+// false for Alloc and pinned memory and for legacy shared memory.
+func TestCUDAOnGPUIsVMMFollowsTheMemory(t *testing.T) {
+	d := needCUDA(t)
+	cudaNoLeaks(t, d)
+	plain := mustAlloc(t, d, 64, false)
+	pinned := mustAlloc(t, d, 64, true)
+	t.Setenv(IPCModeEnv, "legacy")
+	legacy := mustAllocShared(t, d, 64)
+	for name, b := range map[string]Buffer{"Alloc": plain, "AllocPinned": pinned, "legacy AllocShared": legacy, "zero": {}} {
+		if b.isVMM() {
+			t.Errorf("isVMM of %s memory = true", name)
+		}
+	}
+	lh, err := legacy.Export()
+	must(t, err)
+	lv, err := d.OpenIPC(lh)
+	must(t, err)
+	if lv.isVMM() {
+		t.Errorf("isVMM of a view of legacy memory = true")
+	}
+	must(t, lv.CloseIPC())
+	if !vmmHere(t, d) {
+		return
+	}
+	t.Setenv(IPCModeEnv, "vmm")
+	vmm := mustAllocShared(t, d, 64)
+	part, err := vmm.Slice(16, 8)
+	must(t, err)
+	h, err := vmm.Export()
+	must(t, err)
+	view, err := d.OpenIPC(h)
+	must(t, err)
+	defer func() { must(t, view.CloseIPC()) }()
+	viewPart, err := view.Slice(8, 8)
+	must(t, err)
+	for name, b := range map[string]Buffer{"AllocShared": vmm, "a slice": part, "an opened view": view, "a slice of a view": viewPart} {
+		if !b.isVMM() {
+			t.Errorf("isVMM of %s of VMM memory = false", name)
+		}
+	}
 }

@@ -17,7 +17,8 @@ import (
 // benchmark records two an iteration), and a HostFunc with the Synchronize
 // that follows it (a stream-ordered MPI call waited for). The stream is
 // synchronized every 256 calls, so its queue stays short. The deferred cases
-// are the same host work through HostFuncDeferred, and query-idle the Query
+// are the same host work through HostFuncDeferred, hostwait-deferred a
+// wait for work under way (HostWait), and query-idle the Query
 // a stream-ordered Send or Recv makes first. Each case also
 // reports hand-backs/op: how often a Synchronize slept while the stream's
 // goroutine ran host work, to be woken when it was done.
@@ -36,7 +37,7 @@ func BenchmarkCUDAStreamHostCost(b *testing.B) {
 		name string
 		op   func() error
 	}{
-		{"enqueue-nothing", func() error { return s.Enqueue(func(uintptr) error { return nil }) }},
+		{"enqueue-nothing", func() error { return s.enqueue(func(uintptr) error { return nil }) }},
 		{"event-record", func() error { return ev.Record(s) }},
 		{"hostfunc-then-synchronize", func() error {
 			return errors.Join(s.HostFunc(func() error { return nil }), s.Synchronize())
@@ -69,12 +70,19 @@ func BenchmarkCUDAStreamHostCost(b *testing.B) {
 		// starts, so against the hostfunc rows this is what the deferral
 		// saves.
 		{"deferred-of-1us-then-synchronize", func() error {
-			return errors.Join(s.HostFuncDeferred(hostWork(time.Microsecond)), s.Synchronize())
+			return errors.Join(s.hostFuncDeferred(hostWork(time.Microsecond)), s.Synchronize())
 		}},
 		{"deferred-of-1us-then-synchronize-each-10us", func() error {
-			err := errors.Join(s.HostFuncDeferred(hostWork(time.Microsecond)), s.Synchronize())
+			err := errors.Join(s.hostFuncDeferred(hostWork(time.Microsecond)), s.Synchronize())
 			busy(10 * time.Microsecond)
 			return err
+		}},
+		// A wait for MPI requests already posted, left for the Synchronize
+		// as the cudaaware backend queues a small message's (HostWait,
+		// deferred): the poll says not yet, so the Synchronize waits.
+		{"hostwait-deferred-of-1us-then-synchronize", func() error {
+			poll := func() (bool, error) { return false, nil }
+			return errors.Join(s.hostWait(hostWork(time.Microsecond), poll, true), s.Synchronize())
 		}},
 		// Query of a stream with nothing pending: what a stream-ordered
 		// Send or Recv of the cudaaware backend asks before it posts at once.
@@ -119,11 +127,5 @@ func BenchmarkCUDAStreamHostCost(b *testing.B) {
 				b.ReportMetric(float64(handBack.Nanoseconds())/float64(b.N), "hand-back-ns/op")
 			}
 		})
-	}
-}
-
-// busy spins for d, as a thread blocked in MPI's progress loop does.
-func busy(d time.Duration) {
-	for t := time.Now(); time.Since(t) < d; {
 	}
 }

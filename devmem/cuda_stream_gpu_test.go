@@ -35,7 +35,7 @@ func TestCUDAOnGPUDeferredHostWork(t *testing.T) {
 	sentinel := errors.New("from deferred work")
 	var ranOn atomic.Int64
 	swept := sweep.started.Load()
-	must(t, s.HostFuncDeferred(func() error { ranOn.Store(goid()); return sentinel }))
+	must(t, s.hostFuncDeferred(func() error { ranOn.Store(goid()); return sentinel }))
 	if done, err := s.Query(); err != nil || done {
 		t.Errorf("Query with deferred work queued = %v, %v; want not done", done, err)
 	}
@@ -51,7 +51,7 @@ func TestCUDAOnGPUDeferredHostWork(t *testing.T) {
 
 	var order []string // written by host functions only, which run one at a time
 	done := make(chan struct{})
-	must(t, s.HostFuncDeferred(func() error { order = append(order, "deferred"); return nil }))
+	must(t, s.hostFuncDeferred(func() error { order = append(order, "deferred"); return nil }))
 	copyThenCheck(t, d, s, 5, func() { order = append(order, "after the copy") }, done)
 	awaitClosed(t, done, "work queued behind deferred work did not run without a Synchronize")
 	if want := []string{"deferred", "after the copy"}; !slices.Equal(order, want) {
@@ -60,14 +60,14 @@ func TestCUDAOnGPUDeferredHostWork(t *testing.T) {
 	must(t, s.Synchronize())
 
 	unwatched := make(chan struct{})
-	must(t, s.HostFuncDeferred(func() error { close(unwatched); return nil }))
+	must(t, s.hostFuncDeferred(func() error { close(unwatched); return nil }))
 	awaitClosed(t, unwatched, "deferred work that nobody waits for never ran")
 	must(t, s.Synchronize())
 
 	s2, err := d.NewStream()
 	must(t, err)
 	var runs atomic.Int64
-	must(t, s2.HostFuncDeferred(func() error { runs.Add(1); return sentinel }))
+	must(t, s2.hostFuncDeferred(func() error { runs.Add(1); return sentinel }))
 	if err := s2.Destroy(); !errors.Is(err, sentinel) {
 		t.Errorf("Destroy right after failing deferred work returned %v, want its error", err)
 	}
@@ -97,7 +97,7 @@ func TestCUDAOnGPUHostWaitHandsOverToSynchronize(t *testing.T) {
 		return nil
 	}
 	poll := func() (bool, error) { polls.Add(1); return false, nil }
-	must(t, s.HostWait(wait, poll, false))
+	must(t, s.hostWait(wait, poll, false))
 	awaitTrue(t, func() bool { return polls.Load() > 0 }, "the stream's goroutine never polled a queued wait")
 	go func() { time.Sleep(10 * time.Millisecond); close(release) }()
 	must(t, s.Synchronize())
@@ -108,7 +108,7 @@ func TestCUDAOnGPUHostWaitHandsOverToSynchronize(t *testing.T) {
 	var order []string
 	ready := make(chan struct{})
 	done := make(chan struct{})
-	must(t, s.HostWait(func() error { t.Error("wait called for a wait its poll finished"); return nil }, func() (bool, error) {
+	must(t, s.hostWait(func() error { t.Error("wait called for a wait its poll finished"); return nil }, func() (bool, error) {
 		select {
 		case <-ready:
 			order = append(order, "polled done")
@@ -127,19 +127,19 @@ func TestCUDAOnGPUHostWaitHandsOverToSynchronize(t *testing.T) {
 
 	waits.Store(0)
 	swept := sweep.started.Load()
-	must(t, s.HostWait(func() error { waits.Add(1); waitedOn.Store(goid()); return nil }, func() (bool, error) { return false, nil }, true))
+	must(t, s.hostWait(func() error { waits.Add(1); waitedOn.Store(goid()); return nil }, func() (bool, error) { return false, nil }, true))
 	must(t, s.Synchronize())
 	if waits.Load() != 1 || (waitedOn.Load() != goid() && sweep.started.Load() == swept) {
 		t.Errorf("deferred wait ran %d times, on goroutine %d; want once, on the one that synchronized (%d)", waits.Load(), waitedOn.Load(), goid())
 	}
 
 	var panicked atomic.Bool
-	must(t, s.HostWait(func() error { return nil }, func() (bool, error) { panicked.Store(true); panic("poll fault") }, false))
+	must(t, s.hostWait(func() error { return nil }, func() (bool, error) { panicked.Store(true); panic("poll fault") }, false))
 	awaitTrue(t, panicked.Load, "the stream's goroutine never polled a queued wait")
 	if err := s.Synchronize(); err == nil || !strings.Contains(err.Error(), "panicked") {
 		t.Errorf("Synchronize after a poll that panicked: %v, want the panic as an error", err)
 	}
-	if err := s.HostWait(func() error { return nil }, nil, false); !errors.Is(err, ErrInvalidArgument) {
+	if err := s.hostWait(func() error { return nil }, nil, false); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("HostWait without a poll = %v, want ErrInvalidArgument", err)
 	}
 }
@@ -161,7 +161,7 @@ func TestCUDAOnGPUDeferredWorkStartsWhileMoreIsDeferred(t *testing.T) {
 	cudaNoLeaks(t, d)
 	s := mustStream(t, d)
 	first := make(chan struct{})
-	must(t, s.HostFuncDeferred(func() error { close(first); return nil }))
+	must(t, s.hostFuncDeferred(func() error { close(first); return nil }))
 	for deadline := time.Now().Add(2 * time.Second); ; {
 		select {
 		case <-first:
@@ -172,7 +172,7 @@ func TestCUDAOnGPUDeferredWorkStartsWhileMoreIsDeferred(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("deferred work never started while more was deferred behind it every 100 µs")
 		}
-		must(t, s.HostFuncDeferred(func() error { return nil }))
+		must(t, s.hostFuncDeferred(func() error { return nil }))
 		busy(100 * time.Microsecond) // several deferrals a sweep (time.Sleep would take a millisecond)
 	}
 }
@@ -214,7 +214,7 @@ func TestCUDAOnGPUHostWaitRunsAfterFailedWork(t *testing.T) {
 	cs.issued.Add(1)                                   // as if work were queued before the wait
 	var waits atomic.Int64
 	for _, deferred := range []bool{false, true} {
-		must(t, s.HostWait(func() error { waits.Add(1); return nil }, func() (bool, error) { return false, nil }, deferred))
+		must(t, s.hostWait(func() error { waits.Add(1); return nil }, func() (bool, error) { return false, nil }, deferred))
 		if err := s.Synchronize(); !cuda.IsCode(err, cuda.CUDA_ERROR_INVALID_HANDLE) {
 			t.Errorf("deferred %v: Synchronize after failed CUDA work = %v, want CUDA_ERROR_INVALID_HANDLE", deferred, err)
 		}

@@ -107,7 +107,10 @@ var openCUDA func(ordinal int) (*Device, error)
 
 // CUDADeviceCount reports how many GPUs the cuda driver sees (0 and an error
 // when it cannot run here).
-var CUDADeviceCount = func() (int, error) {
+func CUDADeviceCount() (int, error) { return countCUDA() }
+
+// countCUDA is set by the cuda driver when it is compiled in.
+var countCUDA = func() (int, error) {
 	return 0, fmt.Errorf("devmem: cuda driver not available: %w", ErrLibraryNotFound)
 }
 

@@ -51,5 +51,14 @@
 // check) judges opened views by the memory they open: a view of a buffer
 // overlaps that buffer.
 //
+// # What backends use besides
+//
+// gpucomm's own backends need more of a stream and a device than a user
+// does: deferred and polled host waits on a stream's queue, the raw
+// CUstream and CUcontext for libraries that queue GPU work themselves
+// (NCCL), and whether a buffer is VMM memory. They reach them through
+// internal/devhook, which devmem fills at init; they are not part of this
+// API.
+//
 // devmem knows nothing of communicators and must not import comm.
 package devmem

@@ -109,7 +109,7 @@ func TestStreamQueryAndDeferredWork(t *testing.T) {
 	var order []string
 	s.HostFunc(func() error { <-gate; order = append(order, "gated"); return nil })
 	boom := errors.New("boom")
-	if err := s.HostFuncDeferred(func() error { order = append(order, "deferred"); return boom }); err != nil {
+	if err := s.hostFuncDeferred(func() error { order = append(order, "deferred"); return boom }); err != nil {
 		t.Fatal(err)
 	}
 	if done, err := s.Query(); err != nil || done {
@@ -125,7 +125,7 @@ func TestStreamQueryAndDeferredWork(t *testing.T) {
 	if done, err := s.Query(); err != nil || !done {
 		t.Errorf("Query after Synchronize = %v, %v; want done", done, err)
 	}
-	if err := nilStream.HostFuncDeferred(func() error { return boom }); !errors.Is(err, boom) {
+	if err := nilStream.hostFuncDeferred(func() error { return boom }); !errors.Is(err, boom) {
 		t.Errorf("HostFuncDeferred on the nil stream = %v, want its function's error at once", err)
 	}
 	if err := s.Destroy(); err != nil {
@@ -134,7 +134,7 @@ func TestStreamQueryAndDeferredWork(t *testing.T) {
 	if _, err := s.Query(); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("Query of a destroyed stream = %v, want ErrInvalidArgument", err)
 	}
-	if err := s.HostFuncDeferred(func() error { return nil }); !errors.Is(err, ErrInvalidArgument) {
+	if err := s.hostFuncDeferred(func() error { return nil }); !errors.Is(err, ErrInvalidArgument) {
 		t.Errorf("HostFuncDeferred on a destroyed stream = %v, want ErrInvalidArgument", err)
 	}
 }

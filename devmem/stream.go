@@ -62,14 +62,9 @@ func (s *Stream) HostFunc(fn func() error) error {
 	return s.impl.hostFunc(fn)
 }
 
-// HostFuncDeferred is HostFunc for work that nothing needs to start before
-// the stream's next Synchronize, such as waiting for MPI requests already
-// posted: on the cuda driver, fn runs on the goroutine of that Synchronize
-// (no goroutine has to start for it), or on the stream's goroutine as soon
-// as later work is queued on s, and in any case within about two
-// milliseconds (a sweep starts work deferred that long), so that it never
-// waits on the host for a call that may not come. Elsewhere it is HostFunc.
-func (s *Stream) HostFuncDeferred(fn func() error) error {
+// hostFuncDeferred is HostFunc for work that nothing needs to start before
+// the stream's next Synchronize (internal/devhook.HostFuncDeferred).
+func (s *Stream) hostFuncDeferred(fn func() error) error {
 	if s == nil {
 		return fn()
 	}
@@ -79,19 +74,9 @@ func (s *Stream) HostFuncDeferred(fn func() error) error {
 	return s.impl.hostFuncDeferred(fn)
 }
 
-// HostWait queues, in stream order, a wait for work already under way
-// elsewhere (MPI requests, say): wait blocks until that work is done, and
-// poll reports without blocking whether it is; each finishes it once done
-// (only one of them is called to completion). On the cuda driver the
-// stream's goroutine polls instead of blocking, and hands the wait over to
-// a Synchronize of s that comes meanwhile, which then calls wait itself, so
-// that the caller of Synchronize never sleeps while another goroutine
-// waits; deferred, no goroutine starts for it, as with HostFuncDeferred.
-// Unlike a host function, wait runs even when the GPU work queued before
-// it failed (what it waits for is under way and must end); Synchronize
-// then reports both. Elsewhere it is HostFunc(wait). Errors are those of
-// HostFunc.
-func (s *Stream) HostWait(wait func() error, poll func() (bool, error), deferred bool) error {
+// hostWait queues, in stream order, a wait for work already under way
+// elsewhere (internal/devhook.HostWait).
+func (s *Stream) hostWait(wait func() error, poll func() (bool, error), deferred bool) error {
 	if s == nil {
 		return wait()
 	}

@@ -5,6 +5,7 @@ package main
 import (
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/cuda"
+	"github.com/gpucomm/gpucomm/internal/devhook"
 )
 
 // streamSync is what a C program does before handing MPI a buffer that
@@ -16,7 +17,7 @@ func streamSync(dev *devmem.Device) (func() error, func() error, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	ctx, h := cuda.Context(dev.Context()), cuda.Stream(st.Handle())
+	ctx, h := cuda.Context(devhook.Context(dev)), cuda.Stream(devhook.StreamHandle(st))
 	if h == 0 {
 		return st.Synchronize, st.Destroy, nil
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/cuda"
+	"github.com/gpucomm/gpucomm/internal/devhook"
 	"github.com/gpucomm/gpucomm/internal/nccl"
 )
 
@@ -36,7 +37,7 @@ func (ncclLibrary) versionCode() int {
 }
 
 func (ncclLibrary) checkDevice(d *devmem.Device) error {
-	if d.Kind() != devmem.CUDA || d.Context() == 0 {
+	if d.Kind() != devmem.CUDA || devhook.Context(d) == 0 {
 		return fmt.Errorf("this rank's device is %v: nccl needs a GPU; use local or mpi on the host device: %w", d, comm.ErrUnsupported)
 	}
 	return nil
@@ -50,7 +51,7 @@ func (ncclLibrary) uniqueID() ([128]byte, error) {
 }
 
 func (ncclLibrary) initRank(d *devmem.Device, nranks, rank int, id [128]byte) (engine, error) {
-	e := &ncclEngine{ctx: cuda.Context(d.Context())}
+	e := &ncclEngine{ctx: cuda.Context(devhook.Context(d))}
 	// NCCL takes its device from the current context: the device's primary one.
 	err := e.do(func() error {
 		var err error
@@ -82,7 +83,7 @@ func (e *ncclEngine) on(s *devmem.Stream, fn func(h cuda.Stream) error) error {
 	if s == nil {
 		return e.do(func() error { return fn(0) })
 	}
-	return s.Enqueue(func(h uintptr) error { return fn(cuda.Stream(h)) })
+	return devhook.Enqueue(s, func(h uintptr) error { return fn(cuda.Stream(h)) })
 }
 
 // ncclType maps gpucomm's element types to NCCL's, which has all of them

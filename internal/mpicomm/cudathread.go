@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/cuda"
+	"github.com/gpucomm/gpucomm/internal/devhook"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 )
 
@@ -51,7 +52,7 @@ func (t *cudaThread) Leave() { runtime.UnlockOSThread() }
 // ("cuIpcCloseMemHandle failed ... return value: 201", "cuIpcGetMemHandle
 // failed"). MPI serves one device a process: the first GPU given stays.
 func UseDeviceForMPI(dev *devmem.Device) {
-	if ctx := dev.Context(); ctx != 0 {
+	if ctx := devhook.Context(dev); ctx != 0 {
 		mpi.SetThreadSetup(&cudaThread{ctx: cuda.Context(ctx)})
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/cuda"
+	"github.com/gpucomm/gpucomm/internal/devhook"
 )
 
 // gpuContext opens GPU 0 and returns its primary context, or skips unless
@@ -22,7 +23,7 @@ func gpuContext(tb testing.TB) cuda.Context {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	ctx := cuda.Context(dev.Context())
+	ctx := cuda.Context(devhook.Context(dev))
 	if ctx == 0 {
 		tb.Fatalf("%v has no primary context", dev)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/devhook"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 )
 
@@ -244,7 +245,7 @@ const deferBytes = 4096
 // that the call never waits for a peer) and tests them once. Transfers not
 // complete then are waited for in stream order, as a wait the stream's
 // goroutine polls and hands over to a Synchronize that comes meanwhile
-// (devmem.Stream.HostWait): small receives start no goroutine (the next
+// (devhook.HostWait): small receives start no goroutine (the next
 // Synchronize, later work queued on the stream, or the sweep completes
 // them), the rest start the stream's goroutine, which polls. A lone small
 // receive is not even posted (recvLater). An error is, as for a queued
@@ -313,7 +314,7 @@ func (c *Comm) recvLater(call driver.Call, p comm.P2P, tag int) error {
 		c.end()
 		return true, c.finish(&o, err)
 	}
-	if err := call.Stream.HostWait(wait, poll, true); err != nil {
+	if err := devhook.HostWait(call.Stream, wait, poll, true); err != nil {
 		// The stream went away under the call: receive here, so that the
 		// message numbers stay in step.
 		return errors.Join(c.wrap(call.Operation, err), wait())
@@ -322,7 +323,7 @@ func (c *Comm) recvLater(call driver.Call, p comm.P2P, tag int) error {
 }
 
 // waitLater queues the completion of posted transfers on the call's stream,
-// as a wait the stream's goroutine may poll (devmem.Stream.HostWait); c.end
+// as a wait the stream's goroutine may poll (devhook.HostWait); c.end
 // is its, once they are done.
 func (c *Comm) waitLater(o op, ps []comm.P2P, tags []int, reqs []*mpi.Request) error {
 	rest := func() error {
@@ -351,7 +352,7 @@ func (c *Comm) waitLater(o op, ps []comm.P2P, tags []int, reqs []*mpi.Request) e
 			}
 		}
 	}
-	if err := o.call.Stream.HostWait(rest, poll, pending <= deferBytes); err != nil {
+	if err := devhook.HostWait(o.call.Stream, rest, poll, pending <= deferBytes); err != nil {
 		// The stream went away under the call (destroyed meanwhile): the
 		// posted transfers still complete here, so that MPI keeps no
 		// requests into the user's buffers.

@@ -1,0 +1,34 @@
+// Package table is where devmem leaves the functions that
+// internal/devhook hands to gpucomm's backends. It imports nothing of
+// gpucomm, so that devmem can import it and fill it in its init; the type
+// parameters stand for devmem's *Stream, *Device and Buffer, which this
+// package cannot name. Only devmem and internal/devhook use it.
+package table
+
+// Funcs are devmem's backend-only operations, each the unexported devmem
+// method of the same meaning (internal/devhook documents them).
+type Funcs[S, D, B any] struct {
+	HostWait         func(s S, wait func() error, poll func() (bool, error), deferred bool) error
+	HostFuncDeferred func(s S, fn func() error) error
+	Enqueue          func(s S, fn func(handle uintptr) error) error
+	StreamHandle     func(s S) uintptr
+	Context          func(d D) uintptr
+	IsVMM            func(b B) bool
+}
+
+// funcs holds the one Funcs that devmem set.
+var funcs any
+
+// Set records devmem's functions. devmem's init calls it, once.
+func Set[S, D, B any](f Funcs[S, D, B]) { funcs = f }
+
+// Get returns the functions Set recorded, and false unless Set recorded
+// all of them for these types.
+func Get[S, D, B any]() (Funcs[S, D, B], bool) {
+	f, ok := funcs.(Funcs[S, D, B])
+	if !ok || f.HostWait == nil || f.HostFuncDeferred == nil || f.Enqueue == nil ||
+		f.StreamHandle == nil || f.Context == nil || f.IsVMM == nil {
+		return Funcs[S, D, B]{}, false
+	}
+	return f, true
+}
