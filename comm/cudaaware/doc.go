@@ -30,7 +30,7 @@
 // on a stream with nothing pending, a Send or GroupP2P is posted at once
 // (Isend/Irecv) on the calling goroutine and a receive of at most 4 KiB is
 // left whole to the stream's next Synchronize, which makes MPI_Recv itself
-// (devmem.Stream.HostWait), so that no goroutine starts for a stream-ordered
+// (internal/devhook.HostWait), so that no goroutine starts for a stream-ordered
 // ping-pong of small messages; otherwise they are Isend/Irecv queued on the
 // stream. MPI cannot compute on the device, so:
 //

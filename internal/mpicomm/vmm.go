@@ -5,6 +5,7 @@ import (
 
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/devhook"
 )
 
 // CUDA-aware Open MPI registers device memory it moves by asking the driver
@@ -17,8 +18,8 @@ import (
 // buffers, so the ranks' protocols stay the same whatever the others hold.
 
 // isVMM reports whether b's memory comes from the driver's virtual memory
-// management.
-var isVMM = func(b devmem.Buffer) bool { return false }
+// management (a variable, so that a test can call host memory VMM).
+var isVMM = devhook.IsVMM
 
 // hasVMM reports whether any buffer of bufs is VMM memory.
 func hasVMM(bufs ...devmem.Buffer) bool {
