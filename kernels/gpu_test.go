@@ -79,10 +79,47 @@ func TestCompiledKernelsMatchTheGoReferenceOnAGPU(t *testing.T) {
 		m("residual")(residualPlan(nil, part, a, c, nx, 1, ny-1, 1, nx-1)),
 		m("sum")(sumPlan(nil, one, part)),
 	}
+	slab32 := func(n int) devmem.Slice[float32] {
+		x, err := devmem.AllocSlice[float32](d, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { x.Free() })
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = rng.Float32()*2 - 1
+		}
+		x.CopyFrom(v, nil)
+		return x
+	}
+	a32, c32 := slab32(nx*ny), slab32(nx*ny)
+	parts := slab(HeatBlocks(ny-2, nx-2))
+	norm := func(dst, src any, rowLo, rowHi, colLo, colHi int, r float64) (plan, error) {
+		if d32, ok := dst.(devmem.Slice[float32]); ok {
+			return heatPlanShape(heatDefault, nil, d32, src.(devmem.Slice[float32]), &parts, nx, rowLo, rowHi, colLo, colHi, float32(r))
+		}
+		return heatPlanShape(heatDefault, nil, dst.(devmem.Slice[float64]), src.(devmem.Slice[float64]), &parts, nx, rowLo, rowHi, colLo, colHi, r)
+	}
+	big := slab(3*sumChunk + 123)
+	sumPasses, err := sumBlocksPlans(nil, one, big, slab(SumScratch(big.Len())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases = append(cases,
+		m("heat f32 full")(heatPlan(nil, a32, c32, nx, 1, ny-1, 1, nx-1, float32(0.23))),
+		m("heat f32 rect")(heatPlan(nil, c32, a32, nx, 3, 400, 17, 900, float32(0.19))),
+		m("heat norm f64 full")(norm(a, c, 1, ny-1, 1, nx-1, 0.23)),
+		m("heat norm f64 rect")(norm(b, c, 3, 400, 17, 900, 0.19)),
+		m("heat norm f64 few rows")(norm(b, a, 5, 8, 2, nx-3, 0.31)),
+		m("heat norm f32 full")(norm(a32, c32, 1, ny-1, 1, nx-1, 0.23)),
+		m("heat norm f32 rect")(norm(c32, a32, 3, 400, 17, 900, 0.19)),
+		mk{"sum chunks, first pass", sumPasses[0], nil},
+		mk{"sum chunks, last pass", sumPasses[1], nil},
+	)
 	for _, sh := range heatShapes[1:] {
 		name := fmt.Sprintf("heat %s %d rows, block %dx%d", sh.kernel, sh.rows, sh.blockX, sh.blockY)
-		cases = append(cases, m(name)(heatPlanShape(sh, nil, a, c, nx, 1, ny-1, 1, nx-1, 0.23)),
-			m(name+" rect")(heatPlanShape(sh, nil, b, c, nx, 5, 8, 2, nx-3, 0.31)))
+		cases = append(cases, m(name)(heatPlanShape(sh, nil, a, c, nil, nx, 1, ny-1, 1, nx-1, 0.23)),
+			m(name+" rect")(heatPlanShape(sh, nil, b, c, nil, nx, 5, 8, 2, nx-3, 0.31)))
 	}
 	err = cuda.WithContext(ctx, func() error {
 		for _, k := range cases {
@@ -228,7 +265,7 @@ func BenchmarkHeatStepAgainstDeviceCopy(b *testing.B) {
 				var heat, copyT float64
 				for b.Loop() {
 					heat = timeIt(func() error {
-						return run(heatPlanShape(sh, s, v, u, n, 1, n-1, 1, n-1, 0.1))
+						return run(heatPlanShape(sh, s, v, u, nil, n, 1, n-1, 1, n-1, 0.1))
 					})
 					copyT = timeIt(func() error { return devmem.CopyN(v.Buffer(), u.Buffer(), 8*n*n, s) })
 				}
