@@ -108,6 +108,8 @@ func TestCompiledKernelsMatchTheGoReferenceOnAGPU(t *testing.T) {
 	cases = append(cases,
 		m("heat f32 full")(heatPlan(nil, a32, c32, nx, 1, ny-1, 1, nx-1, float32(0.23))),
 		m("heat f32 rect")(heatPlan(nil, c32, a32, nx, 3, 400, 17, 900, float32(0.19))),
+		m("pack f32")(columnPlan("PackColumn", nil, c32, a32, nx, nx-2, 1, ny-1, true)),
+		m("unpack f32")(columnPlan("UnpackColumn", nil, a32, c32, nx, 0, 1, ny-1, false)),
 		m("heat norm f64 full")(norm(a, c, 1, ny-1, 1, nx-1, 0.23)),
 		m("heat norm f64 rect")(norm(b, c, 3, 400, 17, 900, 0.19)),
 		m("heat norm f64 few rows")(norm(b, a, 5, 8, 2, nx-3, 0.31)),

@@ -187,17 +187,17 @@ func heatPlanShape[T Float](sh heatShape, s *devmem.Stream, dst, src devmem.Slic
 // PackColumn copies column col of rows [rowLo, rowHi) of a row-major slab nx
 // wide into buf[0 : rowHi-rowLo], so that a strided column travels as one
 // contiguous message.
-func PackColumn(s *devmem.Stream, buf, slab devmem.Slice[float64], nx, col, rowLo, rowHi int) error {
+func PackColumn[T Float](s *devmem.Stream, buf, slab devmem.Slice[T], nx, col, rowLo, rowHi int) error {
 	return run(columnPlan("PackColumn", s, buf, slab, nx, col, rowLo, rowHi, true))
 }
 
 // UnpackColumn copies buf[0 : rowHi-rowLo] into column col of rows
 // [rowLo, rowHi) of a row-major slab nx wide: PackColumn's inverse.
-func UnpackColumn(s *devmem.Stream, slab, buf devmem.Slice[float64], nx, col, rowLo, rowHi int) error {
+func UnpackColumn[T Float](s *devmem.Stream, slab, buf devmem.Slice[T], nx, col, rowLo, rowHi int) error {
 	return run(columnPlan("UnpackColumn", s, buf, slab, nx, col, rowLo, rowHi, false))
 }
 
-func columnPlan(op string, s *devmem.Stream, buf, slab devmem.Slice[float64], nx, col, rowLo, rowHi int, pack bool) (plan, error) {
+func columnPlan[T Float](op string, s *devmem.Stream, buf, slab devmem.Slice[T], nx, col, rowLo, rowHi int, pack bool) (plan, error) {
 	if nx < 1 || nx > math.MaxInt32 {
 		return plan{}, invalid(op, "slab width %d: want 1 to %d columns", nx, math.MaxInt32)
 	}
@@ -224,14 +224,14 @@ func columnPlan(op string, s *devmem.Stream, buf, slab devmem.Slice[float64], nx
 	b, sl := buf.Buffer(), slab.Buffer()
 	l := launch{
 		grid: [3]uint32{uint32(min(ceilDiv(rows, flatThreads), maxFlatGrid)), 1, 1}, block: [3]uint32{flatThreads, 1, 1},
-		file: "halo.cu", kernel: "pack_column",
+		file: "halo.cu", kernel: "pack_column_" + suffix[T](),
 		args: []any{b, sl, int64(nx), int32(col), int32(rowLo), int32(rows)},
 	}
-	host := func() { packRef(view[float64](b), view[float64](sl), nx, col, rowLo, rowHi) }
+	host := func() { packRef(view[T](b), view[T](sl), nx, col, rowLo, rowHi) }
 	if !pack {
-		l.kernel = "unpack_column"
+		l.kernel = "unpack_column_" + suffix[T]()
 		l.args = []any{sl, b, int64(nx), int32(col), int32(rowLo), int32(rows)}
-		host = func() { unpackRef(view[float64](sl), view[float64](b), nx, col, rowLo, rowHi) }
+		host = func() { unpackRef(view[T](sl), view[T](b), nx, col, rowLo, rowHi) }
 	}
 	return plan{dev, s, host, l}, nil
 }

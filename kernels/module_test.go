@@ -374,6 +374,11 @@ func TestLaunchArgumentsMatchTheKernelSignatures(t *testing.T) {
 		c.work = [3]int{nx - 2, 1}
 		cases = append(cases, c)
 	}
+	for _, pack := range []bool{true, false} {
+		c := mk(columnPlan("PackColumn", nil, b32, a32, nx, 3, 1, ny-1, pack))
+		c.work = [3]int{ny - 2, 1}
+		cases = append(cases, c)
+	}
 	big := alloc(t, d, 3*sumChunk+5, nil)
 	sums, err := sumBlocksPlans(nil, alloc(t, d, 1, nil), big, alloc(t, d, SumScratch(big.Len()), nil))
 	if err != nil || len(sums) != 2 {

@@ -97,13 +97,13 @@ func blockSumRef(sums []float64) float64 {
 	return total
 }
 
-func packRef(buf, slab []float64, nx, col, rowLo, rowHi int) {
+func packRef[T Float](buf, slab []T, nx, col, rowLo, rowHi int) {
 	for i := rowLo; i < rowHi; i++ {
 		buf[i-rowLo] = slab[i*nx+col]
 	}
 }
 
-func unpackRef(slab, buf []float64, nx, col, rowLo, rowHi int) {
+func unpackRef[T Float](slab, buf []T, nx, col, rowLo, rowHi int) {
 	for i := rowLo; i < rowHi; i++ {
 		slab[i*nx+col] = buf[i-rowLo]
 	}
