@@ -87,7 +87,8 @@ type solverT[T kernels.Float] struct {
 	partOff                               []int
 	residualHost                          devmem.Buffer // pinned: the last global sum of squares
 	res                                   float64
-	residualQueued                        bool
+	residualPending                       bool // localSum holds a step's sum, not yet added over the ranks
+	residualQueued                        bool // residualHost will hold it once the streams are done
 
 	steps  int
 	st     Stats
@@ -455,6 +456,10 @@ func (s *solverT[T]) step(n int) error {
 			break
 		}
 	}
+	if err == nil {
+		err = s.finishResidual(s.compute)
+	}
+	s.residualPending = false
 	err = errors.Join(err, s.compute.Synchronize(), s.exch.Synchronize())
 	for i := range s.timing {
 		err = errors.Join(err, s.account(&s.timing[i]))
@@ -469,9 +474,13 @@ func (s *solverT[T]) step(n int) error {
 }
 
 // step1 queues one step. The host waits for nothing here but the timing
-// events of timingRing steps ago (and whatever a backend's GroupP2P or
-// AllReduce waits for): a residual step's sum reaches pinned memory in
-// stream order, and Step reads it after its final synchronisation.
+// events of timingRing steps ago and whatever a backend's GroupP2P or
+// AllReduce waits for. A residual step leaves its rank's sum on the device;
+// the next step adds the ranks' sums on the exchange's stream, just before
+// the exchange, which waits for the same work (an MPI backend holds the
+// host until the stream is done, once for both), while the interior update
+// runs; Step adds the last one's after its loop, and reads the total after
+// its final synchronisation.
 func (s *solverT[T]) step1() error {
 	cur, next := s.u[s.cur], s.u[1-s.cur]
 	tp := &s.timing[s.nextTiming]
@@ -485,6 +494,9 @@ func (s *solverT[T]) step1() error {
 	rects := s.l.rects(s.cfg)
 
 	if s.cfg.NoOverlap {
+		if err := s.finishResidual(s.compute); err != nil {
+			return err
+		}
 		if err := tp.start.Record(s.compute); err != nil {
 			return err
 		}
@@ -514,6 +526,9 @@ func (s *solverT[T]) step1() error {
 			return err
 		}
 		if err := s.exch.WaitEvent(s.computeDone); err != nil {
+			return err
+		}
+		if err := s.finishResidual(s.exch); err != nil {
 			return err
 		}
 		if err := s.exchange(s.exch, cur); err != nil {
@@ -593,20 +608,36 @@ func (s *solverT[T]) exchange(st *devmem.Stream, u devmem.Slice[T]) error {
 }
 
 // reduceResidual adds the step's partial sums in a fixed order on the
-// device, adds the ranks' sums with AllReduce and queues the total's copy
-// to pinned memory, all on the compute stream.
+// device into localSum, on the compute stream; finishResidual adds the
+// ranks' sums later.
 func (s *solverT[T]) reduceResidual() error {
 	if err := kernels.SumBlocks(s.compute, s.localSum, s.partial, s.scratch); err != nil {
 		return err
 	}
-	if err := comm.AllReduce(s.c, s.localSum, s.globalSum, comm.Sum, s.compute); err != nil {
-		return fmt.Errorf("solver: residual: %w", err)
+	s.residualPending = true
+	s.st.Residuals++
+	return nil
+}
+
+// finishResidual adds the ranks' sums of the pending residual step with
+// AllReduce (one rank's sum is the total) and queues the total's copy to
+// pinned memory, on st, which must already follow the step's SumBlocks.
+func (s *solverT[T]) finishResidual(st *devmem.Stream) error {
+	if !s.residualPending {
+		return nil
 	}
-	if err := devmem.CopyN(s.residualHost, s.globalSum.Buffer(), 8, s.compute); err != nil {
+	s.residualPending = false
+	sum := s.localSum
+	if s.c.Size() > 1 {
+		if err := comm.AllReduce(s.c, s.localSum, s.globalSum, comm.Sum, st); err != nil {
+			return fmt.Errorf("solver: residual: %w", err)
+		}
+		sum = s.globalSum
+	}
+	if err := devmem.CopyN(s.residualHost, sum.Buffer(), 8, st); err != nil {
 		return err
 	}
 	s.residualQueued = true
-	s.st.Residuals++
 	return nil
 }
 
