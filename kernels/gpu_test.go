@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/cuda"
@@ -279,4 +280,80 @@ func BenchmarkHeatStepAgainstDeviceCopy(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkHeatKernelsAgainstDeviceCopy times, per element type, the plain
+// step the solver takes between residuals (HeatStep) and the step that also
+// sums the residual (HeatStepNorm followed by SumBlocks of its partials)
+// over an n×n grid, beside a device-to-device copy of the grid, all by
+// events on one stream in one process. It reports each one's bandwidth,
+// counting the grid read once and written once, and its ratio to the copy's.
+func BenchmarkHeatKernelsAgainstDeviceCopy(b *testing.B) {
+	dev, err := devmem.Open("cuda:0", 0)
+	if err != nil {
+		b.Skipf("no usable CUDA device: %v", err)
+	}
+	for _, n := range []int{16384, 20480} {
+		b.Run(fmt.Sprintf("%d/float64", n), func(b *testing.B) { benchHeatKernels[float64](b, dev, n) })
+		b.Run(fmt.Sprintf("%d/float32", n), func(b *testing.B) { benchHeatKernels[float32](b, dev, n) })
+	}
+}
+
+func benchHeatKernels[T Float](b *testing.B, dev *devmem.Device, n int) {
+	u, err1 := devmem.AllocSlice[T](dev, n*n)
+	v, err2 := devmem.AllocSlice[T](dev, n*n)
+	parts, err3 := devmem.AllocSlice[float64](dev, HeatBlocks(n-2, n-2))
+	scratch, err4 := devmem.AllocSlice[float64](dev, max(1, SumScratch(parts.Len())))
+	sum, err5 := devmem.AllocSlice[float64](dev, 1)
+	s, err6 := dev.NewStream()
+	start, err7 := dev.NewEvent()
+	end, err8 := dev.NewEvent()
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		errors.Join(u.Free(), v.Free(), parts.Free(), scratch.Free(), sum.Free(), s.Destroy(), start.Destroy(), end.Destroy())
+	}()
+	if err := errors.Join(Fill(s, u, T(1)), Fill(s, v, T(0))); err != nil {
+		b.Fatal(err)
+	}
+	const reps = 20
+	timeIt := func(f func() error) float64 {
+		if err := f(); err != nil { // warm up, and compile
+			b.Fatal(err)
+		}
+		if err := start.Record(s); err != nil {
+			b.Fatal(err)
+		}
+		for range reps {
+			if err := f(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := errors.Join(end.Record(s), end.Synchronize()); err != nil {
+			b.Fatal(err)
+		}
+		d, err := devmem.Elapsed(start, end)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return d.Seconds() / reps
+	}
+	var size T
+	elem := int(unsafe.Sizeof(size))
+	moved := float64(2 * elem * (n - 2) * (n - 2))
+	var step, norm, copyT float64
+	for b.Loop() {
+		step = timeIt(func() error { return HeatStep(s, v, u, n, 1, n-1, T(0.1)) })
+		norm = timeIt(func() error {
+			return errors.Join(HeatStepNorm(s, v, u, parts, n, 1, n-1, 1, n-1, T(0.1)), SumBlocks(s, sum, parts, scratch))
+		})
+		copyT = timeIt(func() error { return devmem.CopyN(v.Buffer(), u.Buffer(), elem*n*n, s) })
+	}
+	copyBW := float64(2*elem*n*n) / copyT / 1e9
+	b.ReportMetric(moved/step/1e9, "step-GB/s")
+	b.ReportMetric(moved/norm/1e9, "norm-GB/s")
+	b.ReportMetric(copyBW, "copy-GB/s")
+	b.ReportMetric(moved/step/1e9/copyBW, "step-ratio")
+	b.ReportMetric(moved/norm/1e9/copyBW, "norm-ratio")
 }
