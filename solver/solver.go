@@ -84,6 +84,7 @@ type solverT[T kernels.Float] struct {
 	// partial, rects[i] from partOff[i]; SumBlocks adds them in a fixed
 	// order (through scratch) into localSum, AllReduce into globalSum.
 	partial, scratch, localSum, globalSum devmem.Slice[float64]
+	rects                                 [][4]int // layout.rects, one launch each
 	partOff                               []int
 	residualHost                          devmem.Buffer // pinned: the last global sum of squares
 	res                                   float64
@@ -314,7 +315,8 @@ func (s *solverT[T]) setup() error {
 		}
 	}
 	parts := 0
-	for _, r := range l.rects(s.cfg) {
+	s.rects = l.rects(s.cfg)
+	for _, r := range s.rects {
 		s.partOff = append(s.partOff, parts)
 		parts += kernels.HeatBlocks(r[1]-r[0], r[3]-r[2])
 	}
@@ -491,7 +493,7 @@ func (s *solverT[T]) step1() error {
 	tp.used = true
 	k := s.cfg.ResidualEvery
 	norm := k > 0 && (s.steps+1)%k == 0
-	rects := s.l.rects(s.cfg)
+	rects := s.rects
 
 	if s.cfg.NoOverlap {
 		if err := s.finishResidual(s.compute); err != nil {
