@@ -485,16 +485,46 @@ func (s *solverT[T]) step(n int) error {
 // its final synchronisation.
 func (s *solverT[T]) step1() error {
 	cur, next := s.u[s.cur], s.u[1-s.cur]
+	k := s.cfg.ResidualEvery
+	norm := k > 0 && (s.steps+1)%k == 0
+	rects := s.rects
+	l := s.l
+
+	if l.up < 0 && l.down < 0 && l.left < 0 && l.right < 0 {
+		// No neighbours, no halos: one launch over the block after
+		// another on the compute stream, with no events between them.
+		if err := s.finishResidual(s.compute); err != nil {
+			return err
+		}
+		for i := range rects {
+			if err := s.update(next, cur, rects, i, norm); err != nil {
+				return err
+			}
+		}
+	} else if err := s.stepWithHalos(next, cur, rects, norm); err != nil {
+		return err
+	}
+	s.steps++
+	s.st.Steps++
+	s.st.HaloBytes += s.haloBytes
+	if norm {
+		if err := s.reduceResidual(); err != nil {
+			return err
+		}
+	}
+	s.cur = 1 - s.cur
+	return nil
+}
+
+// stepWithHalos queues a step of a rank with neighbours: the exchange and
+// the update, overlapped or one after the other.
+func (s *solverT[T]) stepWithHalos(next, cur devmem.Slice[T], rects [][4]int, norm bool) error {
 	tp := &s.timing[s.nextTiming]
 	s.nextTiming = (s.nextTiming + 1) % timingRing
 	if err := s.account(tp); err != nil {
 		return err
 	}
 	tp.used = true
-	k := s.cfg.ResidualEvery
-	norm := k > 0 && (s.steps+1)%k == 0
-	rects := s.rects
-
 	if s.cfg.NoOverlap {
 		if err := s.finishResidual(s.compute); err != nil {
 			return err
@@ -551,15 +581,6 @@ func (s *solverT[T]) step1() error {
 			}
 		}
 	}
-	s.steps++
-	s.st.Steps++
-	s.st.HaloBytes += s.haloBytes
-	if norm {
-		if err := s.reduceResidual(); err != nil {
-			return err
-		}
-	}
-	s.cur = 1 - s.cur
 	return nil
 }
 
