@@ -53,6 +53,7 @@ func TestLaunchersOnCUDAMatchTheHostDevice(t *testing.T) {
 	}
 	a, b, c := both(nx*ny), both(nx*ny), both(nx*ny)
 	col, part, one := both(ny), both(ny), both(1)
+	norm, total, scratch := both(HeatBlocks(ny-2, nx-2)), both(1), both(SumScratch(nx*ny))
 	hs, _ := host.NewStream()
 	defer hs.Destroy()
 	gs, err := gpu.NewStream()
@@ -83,6 +84,12 @@ func TestLaunchersOnCUDAMatchTheHostDevice(t *testing.T) {
 		{"sum", func(s *devmem.Stream, p func(pair) devmem.Slice[float64]) error {
 			return SumInOrder(s, p(one), p(part))
 		}},
+		{"heat norm", func(s *devmem.Stream, p func(pair) devmem.Slice[float64]) error {
+			return HeatStepNorm(s, p(c), p(a), p(norm), nx, 1, ny-1, 1, nx-1, 0.22)
+		}},
+		{"sum blocks", func(s *devmem.Stream, p func(pair) devmem.Slice[float64]) error {
+			return SumBlocks(s, p(total), p(a), p(scratch))
+		}},
 		{"fill", func(s *devmem.Stream, p func(pair) devmem.Slice[float64]) error { return Fill(s, p(b), -3.5) }},
 	}
 	for _, st := range steps {
@@ -96,7 +103,8 @@ func TestLaunchersOnCUDAMatchTheHostDevice(t *testing.T) {
 	if err := errors.Join(hs.Synchronize(), gs.Synchronize()); err != nil {
 		t.Fatal(err)
 	}
-	for name, p := range map[string]pair{"a": a, "b": b, "c": c, "col": col, "part": part, "one": one} {
+	for name, p := range map[string]pair{"a": a, "b": b, "c": c, "col": col, "part": part, "one": one,
+		"norm": norm, "total": total, "scratch": scratch} {
 		hv, _ := p.h.ToHost(nil)
 		gv, err := p.g.ToHost(nil)
 		if err != nil {
@@ -129,6 +137,11 @@ func TestLaunchersOnCUDAMatchTheHostDevice(t *testing.T) {
 			t.Fatalf("float32 element %d = %v, want -3", i, v)
 		}
 	}
+	// The float32 heat step, with and without partial sums, against the
+	// host device bit for bit.
+	if err := heat32OnBoth(t, host, gpu); err != nil {
+		t.Fatal(err)
+	}
 	// Each source file was built once and cached for this GPU's architecture.
 	major, minor, _ := gpu.ComputeCapability()
 	for _, f := range []string{"fill", "scale", "heat", "halo", "residual"} {
@@ -139,4 +152,55 @@ func TestLaunchersOnCUDAMatchTheHostDevice(t *testing.T) {
 			t.Errorf("cache entry %s: %v", m[0], err)
 		}
 	}
+}
+
+// heat32OnBoth runs HeatStepNorm and HeatStepRect in float32 on a random
+// slab on both devices and compares fields and partials bit for bit.
+func heat32OnBoth(t *testing.T, host, gpu *devmem.Device) error {
+	const nx, ny = 777, 301
+	rng := rand.New(rand.NewPCG(31, 32))
+	in := make([]float32, nx*ny)
+	for i := range in {
+		in[i] = rng.Float32()
+	}
+	var fields [2][]float32
+	var parts [2][]float64
+	for i, d := range []*devmem.Device{host, gpu} {
+		s, err := d.NewStream()
+		if err != nil {
+			return err
+		}
+		defer s.Destroy()
+		src, err1 := devmem.AllocSlice[float32](d, nx*ny)
+		dst, err2 := devmem.AllocSlice[float32](d, nx*ny)
+		p, err3 := devmem.AllocSlice[float64](d, HeatBlocks(ny-2, nx-2))
+		if err := errors.Join(err1, err2, err3); err != nil {
+			return err
+		}
+		defer src.Free()
+		defer dst.Free()
+		defer p.Free()
+		if err := errors.Join(src.CopyFrom(in, nil), dst.CopyFrom(in, nil),
+			HeatStepNorm(s, dst, src, p, nx, 1, ny-1, 1, nx-1, float32(0.2)),
+			HeatStepRect(s, src, dst, nx, 5, 200, 3, 600, float32(0.1)), s.Synchronize()); err != nil {
+			return err
+		}
+		if fields[i], err = src.ToHost(nil); err != nil {
+			return err
+		}
+		if parts[i], err = p.ToHost(nil); err != nil {
+			return err
+		}
+	}
+	for k := range fields[0] {
+		if math.Float32bits(fields[0][k]) != math.Float32bits(fields[1][k]) {
+			return fmt.Errorf("float32 field[%d]: host %v, GPU %v", k, fields[0][k], fields[1][k])
+		}
+	}
+	for k := range parts[0] {
+		if math.Float64bits(parts[0][k]) != math.Float64bits(parts[1][k]) {
+			return fmt.Errorf("float32 step's partial[%d]: host %v, GPU %v", k, parts[0][k], parts[1][k])
+		}
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/cuda"
@@ -79,10 +80,49 @@ func TestCompiledKernelsMatchTheGoReferenceOnAGPU(t *testing.T) {
 		m("residual")(residualPlan(nil, part, a, c, nx, 1, ny-1, 1, nx-1)),
 		m("sum")(sumPlan(nil, one, part)),
 	}
+	slab32 := func(n int) devmem.Slice[float32] {
+		x, err := devmem.AllocSlice[float32](d, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { x.Free() })
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = rng.Float32()*2 - 1
+		}
+		x.CopyFrom(v, nil)
+		return x
+	}
+	a32, c32 := slab32(nx*ny), slab32(nx*ny)
+	parts := slab(HeatBlocks(ny-2, nx-2))
+	norm := func(dst, src any, rowLo, rowHi, colLo, colHi int, r float64) (plan, error) {
+		if d32, ok := dst.(devmem.Slice[float32]); ok {
+			return heatPlanShape(heatDefault, nil, d32, src.(devmem.Slice[float32]), &parts, nx, rowLo, rowHi, colLo, colHi, float32(r))
+		}
+		return heatPlanShape(heatDefault, nil, dst.(devmem.Slice[float64]), src.(devmem.Slice[float64]), &parts, nx, rowLo, rowHi, colLo, colHi, r)
+	}
+	big := slab(3*sumChunk + 123)
+	sumPasses, err := sumBlocksPlans(nil, one, big, slab(SumScratch(big.Len())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases = append(cases,
+		m("heat f32 full")(heatPlan(nil, a32, c32, nx, 1, ny-1, 1, nx-1, float32(0.23))),
+		m("heat f32 rect")(heatPlan(nil, c32, a32, nx, 3, 400, 17, 900, float32(0.19))),
+		m("pack f32")(columnPlan("PackColumn", nil, c32, a32, nx, nx-2, 1, ny-1, true)),
+		m("unpack f32")(columnPlan("UnpackColumn", nil, a32, c32, nx, 0, 1, ny-1, false)),
+		m("heat norm f64 full")(norm(a, c, 1, ny-1, 1, nx-1, 0.23)),
+		m("heat norm f64 rect")(norm(b, c, 3, 400, 17, 900, 0.19)),
+		m("heat norm f64 few rows")(norm(b, a, 5, 8, 2, nx-3, 0.31)),
+		m("heat norm f32 full")(norm(a32, c32, 1, ny-1, 1, nx-1, 0.23)),
+		m("heat norm f32 rect")(norm(c32, a32, 3, 400, 17, 900, 0.19)),
+		mk{"sum chunks, first pass", sumPasses[0], nil},
+		mk{"sum chunks, last pass", sumPasses[1], nil},
+	)
 	for _, sh := range heatShapes[1:] {
 		name := fmt.Sprintf("heat %s %d rows, block %dx%d", sh.kernel, sh.rows, sh.blockX, sh.blockY)
-		cases = append(cases, m(name)(heatPlanShape(sh, nil, a, c, nx, 1, ny-1, 1, nx-1, 0.23)),
-			m(name+" rect")(heatPlanShape(sh, nil, b, c, nx, 5, 8, 2, nx-3, 0.31)))
+		cases = append(cases, m(name)(heatPlanShape(sh, nil, a, c, nil, nx, 1, ny-1, 1, nx-1, 0.23)),
+			m(name+" rect")(heatPlanShape(sh, nil, b, c, nil, nx, 5, 8, 2, nx-3, 0.31)))
 	}
 	err = cuda.WithContext(ctx, func() error {
 		for _, k := range cases {
@@ -228,7 +268,7 @@ func BenchmarkHeatStepAgainstDeviceCopy(b *testing.B) {
 				var heat, copyT float64
 				for b.Loop() {
 					heat = timeIt(func() error {
-						return run(heatPlanShape(sh, s, v, u, n, 1, n-1, 1, n-1, 0.1))
+						return run(heatPlanShape(sh, s, v, u, nil, n, 1, n-1, 1, n-1, 0.1))
 					})
 					copyT = timeIt(func() error { return devmem.CopyN(v.Buffer(), u.Buffer(), 8*n*n, s) })
 				}
@@ -240,4 +280,80 @@ func BenchmarkHeatStepAgainstDeviceCopy(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkHeatKernelsAgainstDeviceCopy times, per element type, the plain
+// step the solver takes between residuals (HeatStep) and the step that also
+// sums the residual (HeatStepNorm followed by SumBlocks of its partials)
+// over an n×n grid, beside a device-to-device copy of the grid, all by
+// events on one stream in one process. It reports each one's bandwidth,
+// counting the grid read once and written once, and its ratio to the copy's.
+func BenchmarkHeatKernelsAgainstDeviceCopy(b *testing.B) {
+	dev, err := devmem.Open("cuda:0", 0)
+	if err != nil {
+		b.Skipf("no usable CUDA device: %v", err)
+	}
+	for _, n := range []int{16384, 20480} {
+		b.Run(fmt.Sprintf("%d/float64", n), func(b *testing.B) { benchHeatKernels[float64](b, dev, n) })
+		b.Run(fmt.Sprintf("%d/float32", n), func(b *testing.B) { benchHeatKernels[float32](b, dev, n) })
+	}
+}
+
+func benchHeatKernels[T Float](b *testing.B, dev *devmem.Device, n int) {
+	u, err1 := devmem.AllocSlice[T](dev, n*n)
+	v, err2 := devmem.AllocSlice[T](dev, n*n)
+	parts, err3 := devmem.AllocSlice[float64](dev, HeatBlocks(n-2, n-2))
+	scratch, err4 := devmem.AllocSlice[float64](dev, max(1, SumScratch(parts.Len())))
+	sum, err5 := devmem.AllocSlice[float64](dev, 1)
+	s, err6 := dev.NewStream()
+	start, err7 := dev.NewEvent()
+	end, err8 := dev.NewEvent()
+	if err := errors.Join(err1, err2, err3, err4, err5, err6, err7, err8); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		errors.Join(u.Free(), v.Free(), parts.Free(), scratch.Free(), sum.Free(), s.Destroy(), start.Destroy(), end.Destroy())
+	}()
+	if err := errors.Join(Fill(s, u, T(1)), Fill(s, v, T(0))); err != nil {
+		b.Fatal(err)
+	}
+	const reps = 20
+	timeIt := func(f func() error) float64 {
+		if err := f(); err != nil { // warm up, and compile
+			b.Fatal(err)
+		}
+		if err := start.Record(s); err != nil {
+			b.Fatal(err)
+		}
+		for range reps {
+			if err := f(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := errors.Join(end.Record(s), end.Synchronize()); err != nil {
+			b.Fatal(err)
+		}
+		d, err := devmem.Elapsed(start, end)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return d.Seconds() / reps
+	}
+	var size T
+	elem := int(unsafe.Sizeof(size))
+	moved := float64(2 * elem * (n - 2) * (n - 2))
+	var step, norm, copyT float64
+	for b.Loop() {
+		step = timeIt(func() error { return HeatStep(s, v, u, n, 1, n-1, T(0.1)) })
+		norm = timeIt(func() error {
+			return errors.Join(HeatStepNorm(s, v, u, parts, n, 1, n-1, 1, n-1, T(0.1)), SumBlocks(s, sum, parts, scratch))
+		})
+		copyT = timeIt(func() error { return devmem.CopyN(v.Buffer(), u.Buffer(), elem*n*n, s) })
+	}
+	copyBW := float64(2*elem*n*n) / copyT / 1e9
+	b.ReportMetric(moved/step/1e9, "step-GB/s")
+	b.ReportMetric(moved/norm/1e9, "norm-GB/s")
+	b.ReportMetric(copyBW, "copy-GB/s")
+	b.ReportMetric(moved/step/1e9/copyBW, "step-ratio")
+	b.ReportMetric(moved/norm/1e9/copyBW, "norm-ratio")
 }

@@ -3,9 +3,9 @@
 //
 //   dst = c + r * ((((up + down) + left) + right) - 4 * c)
 //
-// Compiled with --fmad=false, each operation rounds on its own, in the order
-// written, exactly as kernels.HeatPoint does in Go; the solver compares the
-// two bit for bit.
+// in float (the _f32 kernels) or double (_f64). Compiled with --fmad=false,
+// each operation rounds on its own, in the order written, exactly as
+// kernels.HeatPoint does in Go; the solver compares the two bit for bit.
 //
 // Threads cover columns in x; each walks four rows down its column,
 // keeping the rows above and at the point in registers, so a step loads one
@@ -16,60 +16,125 @@
 // BenchmarkHeatStepAgainstDeviceCopy, same run): 0.90-0.91 with blocks of
 // 64×2, against 0.84 without __restrict__ (heat_step_plain), 0.76 with two
 // rows a thread, 0.82 with six or eight, and 0.78 with eight rows unrolled.
+//
+// heat_norm is heat_step that also sums, in double, (dst - src)^2 over the
+// cells it writes, and writes one sum a block into
+// partial[blockIdx.y * gridDim.x + blockIdx.x]: the residual comes out of
+// the pass that updates the grid, with no second read of it. The order of
+// the additions is fixed (below), so a run gives the same partials every
+// time and kernels' Go reference gives the same bits. heat_step, for the
+// steps that reduce no residual, does none of that work.
 
-// heat_rows<R> walks R rows a thread. heat_step is the one the solver
-// uses; the others are there to be measured against it.
-template <int R, typename D, typename S>
-__device__ __forceinline__ void heat_rows(D dst, S src, long long nx,
-                                          int row_lo, int row_hi, int col_lo, int col_hi, double r)
+// block_sum writes the sum of every thread's s into partial[block]: each
+// warp adds its lanes in a tree (lane l takes lane l + 16, then l + 8, ...,
+// then l + 1), then thread 0 adds the warps' sums from the first to the
+// last. Every thread of the block must call it: it synchronises them.
+// Blocks are a whole number of warps.
+__device__ __forceinline__ void block_sum(double s, double *partial)
 {
-    int j = col_lo + blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= col_hi) {
-        return;
+    __shared__ double warp_sum[32];
+    int t = threadIdx.y * blockDim.x + threadIdx.x;
+    for (int off = 16; off > 0; off /= 2) {
+        s = s + __shfl_down_sync(0xffffffffu, s, off);
     }
-    int stride = gridDim.y * blockDim.y * R;
-    for (int i0 = row_lo + (blockIdx.y * blockDim.y + threadIdx.y) * R; i0 < row_hi; i0 += stride) {
-        long long k = (long long)i0 * nx + j;
-        double up = src[k - nx];
-        double c = src[k];
-        int i1 = min(i0 + R, row_hi);
-        for (int i = i0; i < i1; i++, k += nx) {
-            double down = src[k + nx];
-            double sum = ((up + down) + src[k - 1]) + src[k + 1];
-            double lap = sum - 4.0 * c;
-            dst[k] = c + r * lap;
-            up = c;
-            c = down;
+    if ((t & 31) == 0) {
+        warp_sum[t >> 5] = s;
+    }
+    __syncthreads();
+    if (t == 0) {
+        int warps = (blockDim.x * blockDim.y) >> 5;
+        double b = warp_sum[0];
+        for (int w = 1; w < warps; w++) {
+            b = b + warp_sum[w];
         }
+        partial[(long long)blockIdx.y * gridDim.x + blockIdx.x] = b;
     }
 }
 
-extern "C" __global__ void heat_step(double *__restrict__ dst, const double *__restrict__ src, long long nx,
-                                     int row_lo, int row_hi, int col_lo, int col_hi, double r)
+// heat_rows<R, NORM> walks R rows a thread. With NORM it accumulates each
+// thread's (dst - src)^2 in the order the thread writes its cells, then
+// block_sum adds the threads'. heat_step_f64 and heat_step_f32 are the ones
+// the solver uses; the other heat_step kernels are there to be measured
+// against them.
+template <int R, bool NORM, typename T, typename D, typename S>
+__device__ __forceinline__ void heat_rows(D dst, S src, long long nx,
+                                          int row_lo, int row_hi, int col_lo, int col_hi, T r, double *partial)
 {
-    heat_rows<4>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r);
+    int j = col_lo + blockIdx.x * blockDim.x + threadIdx.x;
+    double s = 0.0;
+    if (j < col_hi) {
+        int stride = gridDim.y * blockDim.y * R;
+        for (int i0 = row_lo + (blockIdx.y * blockDim.y + threadIdx.y) * R; i0 < row_hi; i0 += stride) {
+            long long k = (long long)i0 * nx + j;
+            T up = src[k - nx];
+            T c = src[k];
+            int i1 = min(i0 + R, row_hi);
+            for (int i = i0; i < i1; i++, k += nx) {
+                T down = src[k + nx];
+                T sum = ((up + down) + src[k - 1]) + src[k + 1];
+                T lap = sum - (T)4 * c;
+                T v = c + r * lap;
+                dst[k] = v;
+                if (NORM) {
+                    double d = (double)v - (double)c;
+                    s = s + d * d;
+                }
+                up = c;
+                c = down;
+            }
+        }
+    }
+    if (NORM) {
+        block_sum(s, partial);
+    }
+}
+
+extern "C" __global__ void heat_step_f64(double *__restrict__ dst, const double *__restrict__ src, long long nx,
+                                         int row_lo, int row_hi, int col_lo, int col_hi, double r)
+{
+    heat_rows<4, false>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r, (double *)0);
+}
+
+extern "C" __global__ void heat_step_f32(float *__restrict__ dst, const float *__restrict__ src, long long nx,
+                                         int row_lo, int row_hi, int col_lo, int col_hi, float r)
+{
+    heat_rows<4, false>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r, (double *)0);
+}
+
+extern "C" __global__ void heat_norm_f64(double *__restrict__ dst, const double *__restrict__ src, long long nx,
+                                         int row_lo, int row_hi, int col_lo, int col_hi, double r,
+                                         double *__restrict__ partial)
+{
+    heat_rows<4, true>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r, partial);
+}
+
+extern "C" __global__ void heat_norm_f32(float *__restrict__ dst, const float *__restrict__ src, long long nx,
+                                         int row_lo, int row_hi, int col_lo, int col_hi, float r,
+                                         double *__restrict__ partial)
+{
+    heat_rows<4, true>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r, partial);
 }
 
 extern "C" __global__ void heat_step_plain(double *dst, const double *src, long long nx,
                                            int row_lo, int row_hi, int col_lo, int col_hi, double r)
 {
-    heat_rows<4>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r);
+    heat_rows<4, false>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r, (double *)0);
 }
 
 extern "C" __global__ void heat_step_r2(double *dst, const double *src, long long nx,
                                         int row_lo, int row_hi, int col_lo, int col_hi, double r)
 {
-    heat_rows<2>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r);
+    heat_rows<2, false>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r, (double *)0);
 }
 
 extern "C" __global__ void heat_step_r6(double *dst, const double *src, long long nx,
                                         int row_lo, int row_hi, int col_lo, int col_hi, double r)
 {
-    heat_rows<6>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r);
+    heat_rows<6, false>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r, (double *)0);
 }
 
 extern "C" __global__ void heat_step_r8(double *dst, const double *src, long long nx,
                                         int row_lo, int row_hi, int col_lo, int col_hi, double r)
 {
-    heat_rows<8>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r);
+    heat_rows<8, false>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r, (double *)0);
 }

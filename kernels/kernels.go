@@ -7,7 +7,7 @@ import (
 	"github.com/gpucomm/gpucomm/devmem"
 )
 
-// Float is the element type of Fill and Scale.
+// Float is the element type of Fill, Scale and the heat kernels.
 type Float interface{ float32 | float64 }
 
 // Block shapes of the launches; residualThreads is fixed by residual.cu.
@@ -59,38 +59,70 @@ func scalePlan[T Float](s *devmem.Stream, x devmem.Slice[T], a T) (plan, error) 
 // HeatStep writes one FTCS step of src into dst for rows [rowLo, rowHi) and
 // every column but the first and last of a row-major slab nx wide: those
 // columns are fixed boundary values or halos. Row rowLo-1 and row rowHi of
-// src are read, so 1 <= rowLo and rowHi < rows of the slab.
-func HeatStep(s *devmem.Stream, dst, src devmem.Slice[float64], nx, rowLo, rowHi int, r float64) error {
+// src are read, so 1 <= rowLo and rowHi < rows of the slab. T is float32 or
+// float64; every operation is done in T, as HeatPoint[T] does.
+func HeatStep[T Float](s *devmem.Stream, dst, src devmem.Slice[T], nx, rowLo, rowHi int, r T) error {
 	return HeatStepRect(s, dst, src, nx, rowLo, rowHi, 1, nx-1, r)
 }
 
 // HeatStepRect is HeatStep over the columns [colLo, colHi) only, with
 // 1 <= colLo and colHi <= nx-1; the solver uses it to update the cells next
 // to a column halo after the halo arrives.
-func HeatStepRect(s *devmem.Stream, dst, src devmem.Slice[float64], nx, rowLo, rowHi, colLo, colHi int, r float64) error {
+func HeatStepRect[T Float](s *devmem.Stream, dst, src devmem.Slice[T], nx, rowLo, rowHi, colLo, colHi int, r T) error {
 	return run(heatPlan(s, dst, src, nx, rowLo, rowHi, colLo, colHi, r))
 }
 
-func heatPlan(s *devmem.Stream, dst, src devmem.Slice[float64], nx, rowLo, rowHi, colLo, colHi int, r float64) (plan, error) {
-	return heatPlanShape(heatDefault, s, dst, src, nx, rowLo, rowHi, colLo, colHi, r)
+// HeatStepNorm is HeatStepRect that also sums, in float64, (dst-src)² over
+// the cells it writes, in the same pass: one sum for each block of the
+// launch, HeatBlocks(rowHi-rowLo, colHi-colLo) of them, into partial[0:]
+// (block (x, y) at y·gridX + x). The order of the additions is fixed (see
+// heat.cu), so the partials are the same bits on every run and on the host
+// device. SumBlocks adds them up on the device.
+func HeatStepNorm[T Float](s *devmem.Stream, dst, src devmem.Slice[T], partial devmem.Slice[float64], nx, rowLo, rowHi, colLo, colHi int, r T) error {
+	return run(heatPlanShape(heatDefault, s, dst, src, &partial, nx, rowLo, rowHi, colLo, colHi, r))
 }
 
-// heatShape is one heat kernel of heat.cu and its launch shape.
+// HeatBlocks is the number of blocks, and so of partial sums, of a
+// HeatStepNorm over rows × cols cells; 0 when either is 0.
+func HeatBlocks(rows, cols int) int {
+	gx, gy := heatDefault.grid(rows, cols)
+	return gx * gy
+}
+
+func heatPlan[T Float](s *devmem.Stream, dst, src devmem.Slice[T], nx, rowLo, rowHi, colLo, colHi int, r T) (plan, error) {
+	return heatPlanShape(heatDefault, s, dst, src, nil, nx, rowLo, rowHi, colLo, colHi, r)
+}
+
+// heatShape is one heat kernel of heat.cu and its launch shape. An empty
+// kernel name is heat_step_f32/_f64, or heat_norm_f32/_f64 with partials;
+// a named one is a float64 variant measured against those.
 type heatShape struct {
 	kernel               string
 	rows, blockY, blockX int
 }
 
+// grid is the launch grid over rows × cols cells: blocks along the columns,
+// and along the rows up to CUDA's limit, past which blocks stride.
+func (sh heatShape) grid(rows, cols int) (gx, gy int) {
+	if rows <= 0 || cols <= 0 {
+		return 0, 0
+	}
+	return ceilDiv(cols, sh.blockX), min(ceilDiv(rows, sh.blockY*sh.rows), maxGridY)
+}
+
 // heatDefault is the heat kernel the solver uses; heatShapes are the ones
 // measured against it.
 var (
-	heatDefault = heatShape{"heat_step", heatRows, heatBlockY, heatBlockX}
-	heatShapes  = []heatShape{heatDefault, {"heat_step", heatRows, 4, 32}, {"heat_step_plain", heatRows, 4, 32},
+	heatDefault = heatShape{"", heatRows, heatBlockY, heatBlockX}
+	heatShapes  = []heatShape{heatDefault, {"heat_step_f64", heatRows, 4, 32}, {"heat_step_plain", heatRows, 4, 32},
 		{"heat_step_r6", 6, heatBlockY, heatBlockX}, {"heat_step_r2", 2, 8, heatBlockX}, {"heat_step_r8", 8, 2, heatBlockX}}
 )
 
-func heatPlanShape(sh heatShape, s *devmem.Stream, dst, src devmem.Slice[float64], nx, rowLo, rowHi, colLo, colHi int, r float64) (plan, error) {
-	const op = "HeatStep"
+func heatPlanShape[T Float](sh heatShape, s *devmem.Stream, dst, src devmem.Slice[T], partial *devmem.Slice[float64], nx, rowLo, rowHi, colLo, colHi int, r T) (plan, error) {
+	op := "HeatStep"
+	if partial != nil {
+		op = "HeatStepNorm"
+	}
 	if nx < 3 || nx > math.MaxInt32 {
 		return plan{}, invalid(op, "slab width %d: want 3 to %d columns", nx, math.MaxInt32)
 	}
@@ -101,46 +133,71 @@ func heatPlanShape(sh heatShape, s *devmem.Stream, dst, src devmem.Slice[float64
 	if colLo < 1 || colHi < colLo || colHi > nx-1 {
 		return plan{}, invalid(op, "columns [%d,%d) of a %d-column slab: want 1 <= lo <= hi <= %d", colLo, colHi, nx, nx-1)
 	}
-	if math.IsNaN(r) || math.IsInf(r, 0) {
+	if rf := float64(r); math.IsNaN(rf) || math.IsInf(rf, 0) {
 		return plan{}, invalid(op, "r = %v is not finite", r)
 	}
-	dev, err := target(op, s, arg{"dst", dst.Buffer(), 0}, arg{"src", src.Buffer(), 0})
+	kernel := sh.kernel
+	switch {
+	case kernel == "" && partial != nil:
+		kernel = "heat_norm_" + suffix[T]()
+	case kernel == "":
+		kernel = "heat_step_" + suffix[T]()
+	case partial != nil || suffix[T]() != "f64":
+		return plan{}, invalid(op, "kernel %s steps float64 without partial sums only", kernel)
+	}
+	args := []arg{{"dst", dst.Buffer(), 0}, {"src", src.Buffer(), 0}}
+	gx, gy := sh.grid(rowHi-rowLo, colHi-colLo)
+	if partial != nil {
+		if partial.Len() < gx*gy {
+			return plan{}, invalid(op, "%d partial sums for the %d blocks of %d×%d cells", partial.Len(), gx*gy, rowHi-rowLo, colHi-colLo)
+		}
+		if gx*gy > 0 {
+			args = append(args, arg{"partial", partial.Buffer(), 0})
+		}
+	}
+	dev, err := target(op, s, args...)
 	if err != nil {
 		return plan{}, err
 	}
 	if dst.Buffer().Overlaps(src.Buffer()) {
 		return plan{}, invalid(op, "dst and src overlap; a step reads src's neighbours while writing dst")
 	}
-	if rowLo == rowHi || colLo == colHi {
+	if partial != nil && (partial.Buffer().Overlaps(dst.Buffer()) || partial.Buffer().Overlaps(src.Buffer())) {
+		return plan{}, invalid(op, "partial overlaps the field")
+	}
+	if gx*gy == 0 {
 		return plan{}, nil
 	}
 	d, sb := dst.Buffer(), src.Buffer()
-	return plan{dev, s, func() { heatRef(view[float64](d), view[float64](sb), nx, rowLo, rowHi, colLo, colHi, r) }, launch{
-		file: "heat.cu", kernel: sh.kernel,
-		grid: [3]uint32{
-			uint32(ceilDiv(colHi-colLo, sh.blockX)),
-			uint32(min(ceilDiv(rowHi-rowLo, sh.blockY*sh.rows), maxGridY)),
-			1,
-		},
+	l := launch{
+		file: "heat.cu", kernel: kernel,
+		grid:  [3]uint32{uint32(gx), uint32(gy), 1},
 		block: [3]uint32{uint32(sh.blockX), uint32(sh.blockY), 1},
 		args:  []any{d, sb, int64(nx), int32(rowLo), int32(rowHi), int32(colLo), int32(colHi), r},
-	}}, nil
+	}
+	host := func() { heatRef(view[T](d), view[T](sb), nx, rowLo, rowHi, colLo, colHi, r) }
+	if partial != nil {
+		pb := partial.Buffer()
+		l.args = append(l.args, pb)
+		host = func() { heatNormRef(sh, view[T](d), view[T](sb), view[float64](pb), nx, rowLo, rowHi, colLo, colHi, r) }
+	}
+	return plan{dev, s, host, l}, nil
 }
 
 // PackColumn copies column col of rows [rowLo, rowHi) of a row-major slab nx
 // wide into buf[0 : rowHi-rowLo], so that a strided column travels as one
 // contiguous message.
-func PackColumn(s *devmem.Stream, buf, slab devmem.Slice[float64], nx, col, rowLo, rowHi int) error {
+func PackColumn[T Float](s *devmem.Stream, buf, slab devmem.Slice[T], nx, col, rowLo, rowHi int) error {
 	return run(columnPlan("PackColumn", s, buf, slab, nx, col, rowLo, rowHi, true))
 }
 
 // UnpackColumn copies buf[0 : rowHi-rowLo] into column col of rows
 // [rowLo, rowHi) of a row-major slab nx wide: PackColumn's inverse.
-func UnpackColumn(s *devmem.Stream, slab, buf devmem.Slice[float64], nx, col, rowLo, rowHi int) error {
+func UnpackColumn[T Float](s *devmem.Stream, slab, buf devmem.Slice[T], nx, col, rowLo, rowHi int) error {
 	return run(columnPlan("UnpackColumn", s, buf, slab, nx, col, rowLo, rowHi, false))
 }
 
-func columnPlan(op string, s *devmem.Stream, buf, slab devmem.Slice[float64], nx, col, rowLo, rowHi int, pack bool) (plan, error) {
+func columnPlan[T Float](op string, s *devmem.Stream, buf, slab devmem.Slice[T], nx, col, rowLo, rowHi int, pack bool) (plan, error) {
 	if nx < 1 || nx > math.MaxInt32 {
 		return plan{}, invalid(op, "slab width %d: want 1 to %d columns", nx, math.MaxInt32)
 	}
@@ -167,14 +224,14 @@ func columnPlan(op string, s *devmem.Stream, buf, slab devmem.Slice[float64], nx
 	b, sl := buf.Buffer(), slab.Buffer()
 	l := launch{
 		grid: [3]uint32{uint32(min(ceilDiv(rows, flatThreads), maxFlatGrid)), 1, 1}, block: [3]uint32{flatThreads, 1, 1},
-		file: "halo.cu", kernel: "pack_column",
+		file: "halo.cu", kernel: "pack_column_" + suffix[T](),
 		args: []any{b, sl, int64(nx), int32(col), int32(rowLo), int32(rows)},
 	}
-	host := func() { packRef(view[float64](b), view[float64](sl), nx, col, rowLo, rowHi) }
+	host := func() { packRef(view[T](b), view[T](sl), nx, col, rowLo, rowHi) }
 	if !pack {
-		l.kernel = "unpack_column"
+		l.kernel = "unpack_column_" + suffix[T]()
 		l.args = []any{sl, b, int64(nx), int32(col), int32(rowLo), int32(rows)}
-		host = func() { unpackRef(view[float64](sl), view[float64](b), nx, col, rowLo, rowHi) }
+		host = func() { unpackRef(view[T](sl), view[T](b), nx, col, rowLo, rowHi) }
 	}
 	return plan{dev, s, host, l}, nil
 }
@@ -250,6 +307,84 @@ func sumPlan(s *devmem.Stream, out, x devmem.Slice[float64]) (plan, error) {
 		grid: [3]uint32{1, 1, 1}, block: [3]uint32{1, 1, 1},
 		args: []any{o, xb, int32(x.Len())},
 	}}, nil
+}
+
+// SumScratch is the number of float64 of scratch SumBlocks needs to add n
+// values: the sums of each pass but the last.
+func SumScratch(n int) int {
+	total := 0
+	for n > sumChunk {
+		n = ceilDiv(n, sumChunk)
+		total += n
+	}
+	return total
+}
+
+// SumBlocks writes the sum of x into out[0], on the device, in a fixed
+// order: blocks add chunks of sumChunk values each (see sum_chunks in
+// residual.cu) into scratch, and again, until one value is left. scratch
+// holds at least SumScratch(x.Len()) values; the sums of the passes are left
+// there. It is how the solver adds HeatStepNorm's partial sums.
+func SumBlocks(s *devmem.Stream, out, x, scratch devmem.Slice[float64]) error {
+	plans, err := sumBlocksPlans(s, out, x, scratch)
+	if err != nil {
+		return err
+	}
+	for _, p := range plans {
+		if err := run(p, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sumBlocksPlans(s *devmem.Stream, out, x, scratch devmem.Slice[float64]) ([]plan, error) {
+	const op = "SumBlocks"
+	n, need := x.Len(), SumScratch(x.Len())
+	if out.Len() < 1 {
+		return nil, invalid(op, "output of %d elements: want 1", out.Len())
+	}
+	if scratch.Len() < need {
+		return nil, invalid(op, "scratch of %d elements for %d values: want SumScratch = %d", scratch.Len(), n, need)
+	}
+	args := []arg{{"out", out.Buffer(), 0}, {"x", x.Buffer(), 0}}
+	if need > 0 {
+		args = append(args, arg{"scratch", scratch.Buffer(), 0})
+	}
+	dev, err := target(op, s, args...)
+	if err != nil {
+		return nil, err
+	}
+	used, _ := scratch.Sub(0, need)
+	if out.Buffer().Overlaps(x.Buffer()) || out.Buffer().Overlaps(used.Buffer()) || x.Buffer().Overlaps(used.Buffer()) {
+		return nil, invalid(op, "output, input and scratch overlap")
+	}
+	var plans []plan
+	src, off := x, 0
+	for {
+		m := max(1, ceilDiv(n, sumChunk))
+		dst, _ := out.Sub(0, 1)
+		if m > 1 {
+			dst, _ = scratch.Sub(off, off+m)
+			off += m
+		}
+		plans = append(plans, chunkPlan(dev, s, dst, src, n))
+		if m == 1 {
+			return plans, nil
+		}
+		src, n = dst, m
+	}
+}
+
+// chunkPlan is one pass of SumBlocks: dst[b] is the sum of chunk b of the n
+// values of src.
+func chunkPlan(dev *devmem.Device, s *devmem.Stream, dst, src devmem.Slice[float64], n int) plan {
+	d, sb := dst.Buffer(), src.Buffer()
+	return plan{dev, s, func() { sumChunksRef(view[float64](d), view[float64](sb)[:n]) }, launch{
+		file: "residual.cu", kernel: "sum_chunks",
+		grid: [3]uint32{uint32(max(1, ceilDiv(n, sumChunk))), 1, 1}, block: [3]uint32{sumThreads, 1, 1},
+		args: []any{d, sb, int64(n)},
+	}}
 }
 
 // launch is one kernel launch on a CUDA device.

@@ -478,3 +478,250 @@ func TestEmptyRangesAreNoOps(t *testing.T) {
 		}
 	}
 }
+
+func TestHeatPointInFloat32RoundsEachOperationToFloat32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	r32 := func(x float64) float64 { return float64(float32(x)) } // float64 holds a float32 op's exact result before its rounding
+	for i := range 20000 {
+		v := func() float32 { return float32((rng.Float64() - 0.5) * math.Pow(2, float64(rng.IntN(30)-15))) }
+		c, up, down, left, right, r := v(), v(), v(), v(), v(), float32(rng.Float64()*0.25)
+		f := func(x float32) float64 { return float64(x) }
+		sum := r32(r32(r32(f(up)+f(down))+f(left)) + f(right))
+		lap := r32(sum - r32(4*f(c)))
+		want := float32(r32(f(c) + r32(f(r)*lap)))
+		if got := HeatPoint(c, up, down, left, right, r); math.Float32bits(got) != math.Float32bits(want) {
+			t.Fatalf("case %d: HeatPoint[float32](%v, %v, %v, %v, %v, %v) = %v, want %v", i, c, up, down, left, right, r, got, want)
+		}
+		if HeatPoint(c, up, down, left, right, r) == float32(HeatPoint(f(c), f(up), f(down), f(left), f(right), f(r))) {
+			continue
+		}
+		return // float32 and float64 arithmetic differ somewhere, as they must
+	}
+	t.Fatal("HeatPoint[float32] always equals HeatPoint[float64] rounded: it is not computing in float32")
+}
+
+// normCase runs HeatStepNorm and HeatStepRect of in over a rectangle of a
+// slab nx × ny on the host device and returns both destinations and the
+// partials (one more than HeatBlocks, the last poisoned).
+func normCase[T Float](t *testing.T, in []T, nx, ny, rowLo, rowHi, colLo, colHi int, r T) (norm, plain []T, parts []float64) {
+	t.Helper()
+	d := devmem.NewHostDevice()
+	s := newStream(t, d)
+	mk := func(v []T) devmem.Slice[T] {
+		x, err := devmem.AllocSlice[T](d, len(v))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { x.Free() })
+		if err := x.CopyFrom(v, nil); err != nil {
+			t.Fatal(err)
+		}
+		return x
+	}
+	poisoned := func(n int) []T {
+		v := make([]T, n)
+		for i := range v {
+			v[i] = T(math.NaN())
+		}
+		return v
+	}
+	src, a, b := mk(in), mk(poisoned(len(in))), mk(poisoned(len(in)))
+	nb := HeatBlocks(rowHi-rowLo, colHi-colLo)
+	p := alloc(t, d, nb+1, nil)
+	if err := HeatStepNorm(s, a, src, p, nx, rowLo, rowHi, colLo, colHi, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := HeatStepRect(s, b, src, nx, rowLo, rowHi, colLo, colHi, r); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	norm, _ = a.ToHost(nil)
+	plain, _ = b.ToHost(nil)
+	parts = read(t, s, p)
+	if math.Float64bits(parts[nb]) != poisonBits {
+		t.Fatalf("partial %d, past the %d blocks, was written", nb, nb)
+	}
+	return norm, plain, parts[:nb]
+}
+
+// TestHeatStepNormWritesTheStepAndEachBlocksSumOfSquares checks the fused
+// step on small integers, where every (u'-u)² and every sum is exact: the
+// field must be HeatStepRect's bit for bit, and each block's partial the
+// exact sum over the cells that block owns, whatever the order of adding.
+func TestHeatStepNormWritesTheStepAndEachBlocksSumOfSquares(t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, 8))
+	type rect struct{ nx, ny, rowLo, rowHi, colLo, colHi int }
+	rects := []rect{
+		{203, 45, 1, 44, 1, 202},  // more than one block each way, cut blocks at the edges
+		{203, 45, 7, 30, 65, 140}, // an inner rectangle
+		{5, 4, 1, 3, 1, 4},        // smaller than a block
+		// More than 65535 blocks of 8 rows down: blocks stride, and a
+		// thread adds cells of two strides.
+		{4, 65535*8 + 300, 1, 65535*8 + 299, 1, 3},
+	}
+	for _, rc := range rects {
+		in := make([]float64, rc.nx*rc.ny)
+		for i := range in {
+			in[i] = float64(rng.IntN(64))
+		}
+		gx, gy := heatDefault.grid(rc.rowHi-rc.rowLo, rc.colHi-rc.colLo)
+		want := make([]float64, gx*gy)
+		band := heatBlockY * heatRows
+		check := func(name string, norm, plain []float64, parts []float64, sq func(k int) float64) {
+			t.Helper()
+			for k := range norm {
+				if math.Float64bits(norm[k]) != math.Float64bits(plain[k]) {
+					t.Fatalf("%s %+v: element %d: HeatStepNorm wrote %v, HeatStepRect %v", name, rc, k, norm[k], plain[k])
+				}
+			}
+			clear(want)
+			for i := rc.rowLo; i < rc.rowHi; i++ {
+				by := ((i - rc.rowLo) / band) % gy
+				for j := rc.colLo; j < rc.colHi; j++ {
+					want[by*gx+(j-rc.colLo)/heatBlockX] += sq(i*rc.nx + j)
+				}
+			}
+			for b := range want {
+				if parts[b] != want[b] {
+					t.Fatalf("%s %+v: block %d sums %v, its cells' squares sum to %v", name, rc, b, parts[b], want[b])
+				}
+			}
+		}
+		// r = 1/4: u'-u = lap/4, exact, and so are the squares and sums.
+		norm, plain, parts := normCase(t, in, rc.nx, rc.ny, rc.rowLo, rc.rowHi, rc.colLo, rc.colHi, 0.25)
+		check("float64", norm, plain, parts, func(k int) float64 { d := norm[k] - in[k]; return d * d })
+		in32 := make([]float32, len(in))
+		for i, v := range in {
+			in32[i] = float32(v)
+		}
+		n32, p32, parts32 := normCase(t, in32, rc.nx, rc.ny, rc.rowLo, rc.rowHi, rc.colLo, rc.colHi, float32(0.25))
+		widen := func(x []float32) []float64 {
+			w := make([]float64, len(x))
+			for i, v := range x {
+				w[i] = float64(v)
+			}
+			return w
+		}
+		n64 := widen(n32)
+		check("float32", n64, widen(p32), parts32, func(k int) float64 { d := n64[k] - in[k]; return d * d })
+	}
+}
+
+// On random data the partials add in another order than a plain loop, so
+// they agree within the rounding of the n terms, and the field is
+// HeatStepRect's bit for bit.
+func TestHeatStepNormOnRandomDataMatchesAPlainSum(t *testing.T) {
+	const nx, ny, r = 301, 77, 0.21
+	in := randoms(12, nx*ny)
+	norm, plain, parts := normCase(t, in, nx, ny, 1, ny-1, 1, nx-1, r)
+	total, plainSum := 0.0, 0.0
+	for _, p := range parts {
+		total += p
+	}
+	for i := 1; i < ny-1; i++ {
+		for j := 1; j < nx-1; j++ {
+			k := i*nx + j
+			if math.Float64bits(norm[k]) != math.Float64bits(plain[k]) {
+				t.Fatalf("element %d: %v, HeatStepRect %v", k, norm[k], plain[k])
+			}
+			d := norm[k] - in[k]
+			plainSum += d * d
+		}
+	}
+	if plainSum == 0 || math.Abs(total-plainSum) > float64(nx*ny)*0x1p-52*plainSum {
+		t.Fatalf("partials add to %v, a plain loop to %v", total, plainSum)
+	}
+}
+
+func TestSumBlocksAddsEveryValueOnce(t *testing.T) {
+	d := devmem.NewHostDevice()
+	s := newStream(t, d)
+	rng := rand.New(rand.NewPCG(9, 9))
+	sizes := []int{0, 1, 255, 4096, 4097, 3*4096 + 17}
+	if !testing.Short() {
+		sizes = append(sizes, 4096*4096+3) // three passes
+	}
+	for _, n := range sizes {
+		in := make([]float64, n)
+		exact := 0.0
+		for i := range in {
+			in[i] = float64(rng.IntN(1 << 20)) // sums stay exact below 2^53
+			exact += in[i]
+		}
+		x := alloc(t, d, n+1, append(in, 1e300)) // a value past the input that must not be added
+		xs, _ := x.Sub(0, n)
+		out := alloc(t, d, 2, nil)
+		scratch := alloc(t, d, SumScratch(n), nil)
+		if err := SumBlocks(s, out, xs, scratch); err != nil {
+			t.Fatal(err)
+		}
+		got := read(t, s, out)
+		if got[0] != exact || math.Float64bits(got[1]) != poisonBits {
+			t.Fatalf("n = %d: sum %v (next %v), want %v", n, got[0], got[1], exact)
+		}
+	}
+	// Random signs and magnitudes: within n rounding errors of the exact sum.
+	in := randoms(10, 50000)
+	exact := new(big.Float).SetPrec(2000)
+	for _, v := range in {
+		exact.Add(exact, big.NewFloat(v))
+	}
+	want, _ := exact.Float64()
+	out, scratch := alloc(t, d, 1, nil), alloc(t, d, SumScratch(len(in)), nil)
+	if err := SumBlocks(s, out, alloc(t, d, len(in), in), scratch); err != nil {
+		t.Fatal(err)
+	}
+	abs := 0.0
+	for _, v := range in {
+		abs += math.Abs(v)
+	}
+	if got := read(t, s, out)[0]; math.Abs(got-want) > float64(len(in))*0x1p-53*abs {
+		t.Fatalf("sum %v, exact %v", got, want)
+	}
+}
+
+func TestHeatStepNormAndSumBlocksRefuseBadArguments(t *testing.T) {
+	d := devmem.NewHostDevice()
+	s := newStream(t, d)
+	const nx, ny = 100, 20
+	src := alloc(t, d, nx*ny, randoms(1, nx*ny))
+	dst := alloc(t, d, nx*ny, nil)
+	nb := HeatBlocks(ny-2, nx-2)
+	parts := alloc(t, d, nb, nil)
+	short := alloc(t, d, nb-1, nil)
+	inDst, _ := dst.Sub(0, nb)
+	other := alloc(t, d, 10, nil)
+	for name, err := range map[string]error{
+		"too few partials":    HeatStepNorm(s, dst, src, short, nx, 1, ny-1, 1, nx-1, 0.2),
+		"partials inside dst": HeatStepNorm(s, dst, src, inDst, nx, 1, ny-1, 1, nx-1, 0.2),
+		"rows past the slab":  HeatStepNorm(s, dst, src, parts, nx, 1, ny, 1, nx-1, 0.2),
+		"no partials":         HeatStepNorm(s, dst, src, devmem.Slice[float64]{}, nx, 1, ny-1, 1, nx-1, 0.2),
+		"sum into its input":  SumBlocks(s, parts, parts, other),
+		"sum into nothing":    SumBlocks(s, devmem.Slice[float64]{}, parts, other),
+		"float32 through a named": func() error {
+			_, err := heatPlanShape(heatShapes[1], s, devmem.Slice[float32]{}, devmem.Slice[float32]{}, nil, nx, 1, 1, 1, 1, float32(0))
+			return err
+		}(),
+	} {
+		if !errors.Is(err, devmem.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	// SumBlocks of more than one chunk with too little scratch.
+	big := alloc(t, d, sumChunk+1, nil)
+	if err := SumBlocks(s, other, big, devmem.Slice[float64]{}); !errors.Is(err, devmem.ErrInvalidArgument) {
+		t.Errorf("SumBlocks of %d values without scratch: %v", sumChunk+1, err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	for name, x := range map[string]devmem.Slice[float64]{"dst": dst, "partials": parts, "other": other} {
+		for k, v := range read(t, s, x) {
+			if math.Float64bits(v) != poisonBits {
+				t.Fatalf("%s[%d] = %v after refused calls", name, k, v)
+			}
+		}
+	}
+}

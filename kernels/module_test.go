@@ -361,8 +361,32 @@ func TestLaunchArgumentsMatchTheKernelSignatures(t *testing.T) {
 	cases[5].work, cases[6].work = [3]int{ny - 2, 1}, [3]int{ny - 2, 1}
 	cases[7].work = [3]int{(ny - 2) * residualThreads, 1}
 	cases[8].work = [3]int{1, 1}
+	a32, _ := devmem.AllocSlice[float32](d, nx*ny)
+	b32, _ := devmem.AllocSlice[float32](d, nx*ny)
+	defer a32.Free()
+	defer b32.Free()
+	parts := alloc(t, d, HeatBlocks(ny-2, nx-2), nil)
+	for _, c := range []planned{
+		mk(heatPlan(nil, a32, b32, nx, 1, ny-1, 1, nx-1, float32(0.1))),
+		mk(heatPlanShape(heatDefault, nil, a, b, &parts, nx, 1, ny-1, 1, nx-1, 0.1)),
+		mk(heatPlanShape(heatDefault, nil, a32, b32, &parts, nx, 1, ny-1, 1, nx-1, float32(0.1))),
+	} {
+		c.work = [3]int{nx - 2, 1}
+		cases = append(cases, c)
+	}
+	for _, pack := range []bool{true, false} {
+		c := mk(columnPlan("PackColumn", nil, b32, a32, nx, 3, 1, ny-1, pack))
+		c.work = [3]int{ny - 2, 1}
+		cases = append(cases, c)
+	}
+	big := alloc(t, d, 3*sumChunk+5, nil)
+	sums, err := sumBlocksPlans(nil, alloc(t, d, 1, nil), big, alloc(t, d, SumScratch(big.Len()), nil))
+	if err != nil || len(sums) != 2 {
+		t.Fatalf("SumBlocks over %d values: %d passes, %v", big.Len(), len(sums), err)
+	}
+	cases = append(cases, planned{p: sums[0], work: [3]int{4 * sumThreads, 1}}, planned{p: sums[1], work: [3]int{sumThreads, 1}})
 	for _, sh := range heatShapes[1:] {
-		pl := mk(heatPlanShape(sh, nil, a, b, nx, 1, ny-1, 1, nx-1, 0.1))
+		pl := mk(heatPlanShape(sh, nil, a, b, nil, nx, 1, ny-1, 1, nx-1, 0.1))
 		pl.work = [3]int{nx - 2, 1}
 		cases = append(cases, pl)
 	}
@@ -427,19 +451,33 @@ func TestLaunchGoesToTheLoadedFunctionWithItsArguments(t *testing.T) {
 func TestGoConstantsMatchTheDefinesOfTheSources(t *testing.T) {
 	heat, _ := sources.ReadFile("heat.cu")
 	for _, sh := range heatShapes {
-		i := strings.Index(string(heat), "void "+sh.kernel+"(")
-		if i < 0 {
-			t.Errorf("heat.cu has no %s", sh.kernel)
-			continue
+		names := []string{sh.kernel}
+		if sh.kernel == "" {
+			names = []string{"heat_step_f64", "heat_step_f32", "heat_norm_f64", "heat_norm_f32"}
 		}
-		body := string(heat[i:])
-		if j := strings.Index(body, "heat_rows<"); j < 0 || !strings.HasPrefix(body[j:], fmt.Sprintf("heat_rows<%d>(", sh.rows)) {
-			t.Errorf("%s does not walk %d rows a thread, which its launch assumes", sh.kernel, sh.rows)
+		for _, name := range names {
+			i := strings.Index(string(heat), "void "+name+"(")
+			if i < 0 {
+				t.Errorf("heat.cu has no %s", name)
+				continue
+			}
+			body := string(heat[i:])
+			if j := strings.Index(body, "heat_rows<"); j < 0 || !strings.HasPrefix(body[j:], fmt.Sprintf("heat_rows<%d, ", sh.rows)) {
+				t.Errorf("%s does not walk %d rows a thread, which its launch assumes", name, sh.rows)
+			}
+			if norm := strings.HasPrefix(name, "heat_norm"); !strings.HasPrefix(body[strings.Index(body, "heat_rows<"):], fmt.Sprintf("heat_rows<%d, %v>", sh.rows, norm)) {
+				t.Errorf("%s: partial sums %v, which its launch does not assume", name, !norm)
+			}
 		}
 	}
+	if (heatBlockX*heatBlockY)%32 != 0 {
+		t.Errorf("heat blocks of %d×%d threads: block_sum wants whole warps", heatBlockX, heatBlockY)
+	}
 	for file, want := range map[string]string{
-		"residual.cu": fmt.Sprintf("#define RESIDUAL_THREADS %d\n", residualThreads),
+		"residual.cu":  fmt.Sprintf("#define RESIDUAL_THREADS %d\n", residualThreads),
+		"residual.cu ": fmt.Sprintf("#define SUM_THREADS %d\n#define SUM_CHUNK %d\n", sumThreads, sumChunk),
 	} {
+		file = strings.TrimSpace(file)
 		src, _ := sources.ReadFile(file)
 		if !strings.Contains(string(src), want) {
 			t.Errorf("%s lacks %q, which the launcher assumes", file, want)

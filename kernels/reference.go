@@ -9,13 +9,13 @@ package kernels
 //
 //	c + r*((((up+down)+left)+right) - 4*c)
 //
-// each operation rounded on its own, in that order, as heat.cu does when
-// compiled with --fmad=false. The explicit conversions stop Go from fusing a
-// multiply and an add, which the spec allows and arm64 does.
-func HeatPoint(c, up, down, left, right, r float64) float64 {
+// each operation rounded on its own to T, in that order, as heat.cu does
+// when compiled with --fmad=false. The explicit conversions stop Go from
+// fusing a multiply and an add, which the spec allows and arm64 does.
+func HeatPoint[T Float](c, up, down, left, right, r T) T {
 	sum := ((up + down) + left) + right
-	lap := sum - float64(4*c)
-	return c + float64(r*lap)
+	lap := sum - T(4*c)
+	return c + T(r*lap)
 }
 
 func fillRef[T Float](x []T, v T) {
@@ -30,7 +30,7 @@ func scaleRef[T Float](x []T, a T) {
 	}
 }
 
-func heatRef(dst, src []float64, nx, rowLo, rowHi, colLo, colHi int, r float64) {
+func heatRef[T Float](dst, src []T, nx, rowLo, rowHi, colLo, colHi int, r T) {
 	for i := rowLo; i < rowHi; i++ {
 		row := i * nx
 		for j := colLo; j < colHi; j++ {
@@ -40,13 +40,70 @@ func heatRef(dst, src []float64, nx, rowLo, rowHi, colLo, colHi int, r float64) 
 	}
 }
 
-func packRef(buf, slab []float64, nx, col, rowLo, rowHi int) {
+// heatNormRef is heat_norm of heat.cu launched with shape sh: heatRef, and
+// each block's sum of (dst-src)² in the order the kernel adds them. Thread
+// (tx, ty) of block (bx, by) owns column colLo + bx·blockX + tx and the runs
+// of sh.rows rows starting at rowLo + ((by·blockY + ty) + g·gy·blockY)·rows
+// for g = 0, 1, ...; it adds its cells top to bottom. The rows are visited
+// in order, one band of a block row at a time, so that the host walks the
+// slab row by row, and each thread's sum grows in the kernel's order.
+func heatNormRef[T Float](sh heatShape, dst, src []T, partial []float64, nx, rowLo, rowHi, colLo, colHi int, r T) {
+	rows, cols := rowHi-rowLo, colHi-colLo
+	gx, gy := sh.grid(rows, cols)
+	threads := sh.blockX * sh.blockY
+	band := sh.blockY * sh.rows // rows a block row covers in one stride
+	stride := gy * band
+	sums := make([]float64, gx*threads) // thread (tx, ty) of block x at x·threads + ty·blockX + tx
+	for by := range gy {
+		clear(sums)
+		for lo := rowLo + by*band; lo < rowHi; lo += stride {
+			for i := lo; i < min(lo+band, rowHi); i++ {
+				ty := (i - lo) / sh.rows
+				row := i * nx
+				for j := colLo; j < colHi; j++ {
+					k := row + j
+					v := HeatPoint(src[k], src[k-nx], src[k+nx], src[k-1], src[k+1], r)
+					dst[k] = v
+					d := float64(v) - float64(src[k])
+					t := ((j-colLo)/sh.blockX)*threads + ty*sh.blockX + (j-colLo)%sh.blockX
+					sums[t] = sums[t] + float64(d*d)
+				}
+			}
+		}
+		for bx := range gx {
+			partial[by*gx+bx] = blockSumRef(sums[bx*threads : (bx+1)*threads])
+		}
+	}
+}
+
+// blockSumRef is block_sum of heat.cu: a tree within each warp of 32 (lane
+// l adds lane l+16, then l+8, ..., l+1), then the warps' sums in order.
+func blockSumRef(sums []float64) float64 {
+	var lanes [32]float64
+	total := 0.0
+	for w := 0; w*32 < len(sums); w++ {
+		copy(lanes[:], sums[w*32:])
+		for off := 16; off > 0; off /= 2 {
+			for l := range off {
+				lanes[l] = lanes[l] + lanes[l+off]
+			}
+		}
+		if w == 0 {
+			total = lanes[0]
+		} else {
+			total = total + lanes[0]
+		}
+	}
+	return total
+}
+
+func packRef[T Float](buf, slab []T, nx, col, rowLo, rowHi int) {
 	for i := rowLo; i < rowHi; i++ {
 		buf[i-rowLo] = slab[i*nx+col]
 	}
 }
 
-func unpackRef(slab, buf []float64, nx, col, rowLo, rowHi int) {
+func unpackRef[T Float](slab, buf []T, nx, col, rowLo, rowHi int) {
 	for i := rowLo; i < rowHi; i++ {
 		slab[i*nx+col] = buf[i-rowLo]
 	}
@@ -85,4 +142,32 @@ func sumRef(out, x []float64) {
 		s = s + v
 	}
 	out[0] = s
+}
+
+// sumThreads and sumChunk are SUM_THREADS and SUM_CHUNK of residual.cu.
+const (
+	sumThreads = 256
+	sumChunk   = 4096
+)
+
+// sumChunksRef follows sum_chunks block by block: per thread strided sums
+// of its chunk, then the pairwise tree.
+func sumChunksRef(out, x []float64) {
+	var acc [sumThreads]float64
+	for b := range max(1, ceilDiv(len(x), sumChunk)) {
+		chunk := x[b*sumChunk : min((b+1)*sumChunk, len(x))]
+		for t := range acc {
+			s := 0.0
+			for i := t; i < len(chunk); i += sumThreads {
+				s = s + chunk[i]
+			}
+			acc[t] = s
+		}
+		for half := sumThreads / 2; half > 0; half /= 2 {
+			for t := 0; t < half; t++ {
+				acc[t] = acc[t] + acc[t+half]
+			}
+		}
+		out[b] = acc[0]
+	}
 }

@@ -44,3 +44,34 @@ extern "C" __global__ void sum_in_order(double *out, const double *x, int n)
     }
     out[0] = s;
 }
+
+// sum_chunks: out[b] = the sum of x[b * SUM_CHUNK : (b + 1) * SUM_CHUNK]
+// (cut at n), one block of SUM_THREADS threads a chunk: thread t adds
+// elements t, t + SUM_THREADS, ... of its chunk in order, then the threads'
+// sums are added pairwise, halving each round. Launched again on its own
+// output until one value is left, it sums heat_norm's per-block partials
+// in a fixed order over the whole GPU instead of in one thread.
+#define SUM_THREADS 256
+#define SUM_CHUNK 4096
+
+extern "C" __global__ void sum_chunks(double *out, const double *x, long long n)
+{
+    __shared__ double acc[SUM_THREADS];
+    long long lo = (long long)blockIdx.x * SUM_CHUNK;
+    long long hi = lo + SUM_CHUNK < n ? lo + SUM_CHUNK : n;
+    double s = 0.0;
+    for (long long i = lo + threadIdx.x; i < hi; i += SUM_THREADS) {
+        s = s + x[i];
+    }
+    acc[threadIdx.x] = s;
+    __syncthreads();
+    for (int half = SUM_THREADS / 2; half > 0; half /= 2) {
+        if (threadIdx.x < half) {
+            acc[threadIdx.x] = acc[threadIdx.x] + acc[threadIdx.x + half];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        out[blockIdx.x] = acc[0];
+    }
+}

@@ -43,6 +43,48 @@ func ParseDecomposition(s string) (Decomposition, error) {
 	return 0, fmt.Errorf("solver: decomposition %q: want rows or 2d: %w", s, comm.ErrInvalidArgument)
 }
 
+// DType is the element type of the field.
+type DType int
+
+const (
+	// Float64 steps the field in double precision. It is the default.
+	Float64 DType = iota
+	// Float32 steps the field in single precision: half the bytes a step,
+	// each operation rounded to float32. The residual is still summed in
+	// float64.
+	Float32
+)
+
+func (d DType) String() string {
+	switch d {
+	case Float64:
+		return "float64"
+	case Float32:
+		return "float32"
+	}
+	return fmt.Sprintf("DType(%d)", int(d))
+}
+
+// Size is the bytes of one element: 8 or 4.
+func (d DType) Size() int {
+	if d == Float32 {
+		return 4
+	}
+	return 8
+}
+
+// ParseDType reads "float64" or "float32" (or "f64", "double", "f32",
+// "float", "single").
+func ParseDType(s string) (DType, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "float64", "f64", "double", "fp64":
+		return Float64, nil
+	case "float32", "f32", "float", "single", "fp32":
+		return Float32, nil
+	}
+	return 0, fmt.Errorf("solver: element type %q: want float64 or float32: %w", s, comm.ErrInvalidArgument)
+}
+
 // Boundary holds the fixed values of the grid's four edges. The top and
 // bottom rows include the corners, which no step reads.
 type Boundary struct{ Top, Bottom, Left, Right float64 }
@@ -71,6 +113,9 @@ type Config struct {
 	Seed uint64
 	// Boundary holds the fixed edge values.
 	Boundary Boundary
+	// DType is the field's element type; the zero value is Float64. With
+	// Float32 the initial values and the boundary are rounded to float32.
+	DType DType
 }
 
 // Defaults for zero Config fields.
@@ -97,6 +142,8 @@ func (c Config) normalized() (Config, error) {
 		return c, invalid("R = %v: explicit steps are stable only for 0 < R <= 0.25", c.R)
 	case c.Decomp != Rows && c.Decomp != Grid2D:
 		return c, invalid("unknown decomposition %v", c.Decomp)
+	case c.DType != Float64 && c.DType != Float32:
+		return c, invalid("unknown element type %v", c.DType)
 	case c.Decomp == Rows && (c.Px != 0 || c.Py != 0):
 		return c, invalid("Px and Py (%d, %d) shape the 2-D decomposition only", c.Px, c.Py)
 	}
@@ -158,7 +205,7 @@ func (c Config) hash() int64 {
 	h := fnv.New64a()
 	for _, v := range []uint64{uint64(c.N), uint64(c.M), math.Float64bits(c.R), uint64(c.Decomp), uint64(c.Px), uint64(c.Py),
 		uint64(c.ResidualEvery), c.Seed, math.Float64bits(c.Boundary.Top), math.Float64bits(c.Boundary.Bottom),
-		math.Float64bits(c.Boundary.Left), math.Float64bits(c.Boundary.Right)} {
+		math.Float64bits(c.Boundary.Left), math.Float64bits(c.Boundary.Right), uint64(c.DType)} {
 		binary.Write(h, binary.LittleEndian, v)
 	}
 	return int64(h.Sum64() >> 2) // room to negate it in the agreement check

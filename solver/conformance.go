@@ -20,7 +20,8 @@ type Case struct {
 // Cases lists the conformance cases for a group of size ranks: row slabs and
 // every 2-D grid of ranks that size allows (and the automatic one), on grids
 // whose interior does not split evenly, and on grids with one row or one
-// cell per rank, each with overlap on and off.
+// cell per rank, each with overlap on and off, in float64, and one grid of
+// each layout in float32.
 func Cases(size int) []Case {
 	bnd := Boundary{Top: 1, Bottom: 0.25, Left: 0.5, Right: -0.75}
 	type grid struct {
@@ -36,15 +37,29 @@ func Cases(size int) []Case {
 		layouts = append(layouts, [2]int{0, 0})
 	}
 	var cases []Case
-	add := func(name string, g grid, cfg Config) {
-		for _, noOverlap := range []bool{false, true} {
+	// Every grid in float64 with overlap on and off; the first grid of each
+	// layout in float32 too, with overlap on, and for row slabs off too.
+	// (Float32 changes the kernels and the element type of the messages,
+	// not the layouts, so one grid a layout covers it without making the
+	// MPI jobs much longer.)
+	add := func(name string, g grid, cfg Config, f32 bool) {
+		for _, v := range []struct {
+			noOverlap bool
+			dt        DType
+		}{{false, Float64}, {true, Float64}, {false, Float32}, {true, Float32}} {
+			if v.dt == Float32 && (!f32 || v.noOverlap && cfg.Decomp != Rows) {
+				continue
+			}
 			cfg := cfg
 			cfg.N, cfg.M, cfg.ResidualEvery, cfg.Boundary = g.n, g.m, g.k, bnd
-			cfg.NoOverlap = noOverlap
+			cfg.NoOverlap, cfg.DType = v.noOverlap, v.dt
 			cfg.Seed = uint64(len(cases) + 1)
 			mode := "overlap"
-			if noOverlap {
+			if v.noOverlap {
 				mode = "no-overlap"
+			}
+			if v.dt != Float64 {
+				mode += "/" + v.dt.String()
 			}
 			cases = append(cases, Case{Name: fmt.Sprintf("%s/%dx%d/%s", name, g.n, g.m, mode), Config: cfg, Steps: 25})
 		}
@@ -52,8 +67,8 @@ func Cases(size int) []Case {
 	// 21 and 16 interior rows, 17 and 11 interior columns: for 2, 3 and 4
 	// ranks at least one of them splits unevenly.
 	uneven := []grid{{23, 19, 5}, {18, 13, 4}}
-	for _, g := range append(uneven, grid{size + 2, 9, 1}) {
-		add("rows", g, Config{Decomp: Rows})
+	for i, g := range append(uneven, grid{size + 2, 9, 1}) {
+		add("rows", g, Config{Decomp: Rows}, i == 0)
 	}
 	for _, lay := range layouts {
 		name := fmt.Sprintf("2d-%dx%d", lay[0], lay[1])
@@ -64,18 +79,19 @@ func Cases(size int) []Case {
 		if lay != [2]int{} {
 			grids = append(grids, grid{lay[0] + 2, lay[1] + 2, 1}) // one cell per rank
 		}
-		for _, g := range grids {
-			add(name, g, Config{Decomp: Grid2D, Px: lay[0], Py: lay[1]})
+		for i, g := range grids {
+			add(name, g, Config{Decomp: Grid2D, Px: lay[0], Py: lay[1]}, i == 0)
 		}
 	}
 	return cases
 }
 
 // ResidualTolerance is the relative difference allowed between a run's
-// residual and Reference's. The sum of squares is added in another order
-// (per row, per rank, across ranks), and each of its n = (N-2)(M-2) terms
-// may round once more, so n·ε bounds the relative error of the sum, and
-// the square root halves it.
+// residual and Reference's. The sum of squares (in float64 for both element
+// types, of the same float64 terms) is added in another order (per thread,
+// per block, per launch, per rank, across ranks), and each of its
+// n = (N-2)(M-2) terms may round once more, so n·ε bounds the relative
+// error of the sum, and the square root halves it.
 func ResidualTolerance(cfg Config) float64 { return float64((cfg.N-2)*(cfg.M-2)) * 0x1p-52 }
 
 // Check runs c on the communicators this process holds, every rank in its

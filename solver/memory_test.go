@@ -114,7 +114,7 @@ func TestDeviceBytesCountsWhatSetupAllocates(t *testing.T) {
 			st := c.Device().Stats()
 			// What setup allocated, less the 8-byte pinned residual and the
 			// int64 buffers of agree and checkMemory (freed by now).
-			if got, want := st.Bytes-8, newLayout(cfg, r).deviceBytes(); got != want {
+			if got, want := st.Bytes-8, newLayout(cfg, r).deviceBytes(cfg); got != want {
 				t.Errorf("rank %d: %d bytes on the device, deviceBytes says %d", r, got, want)
 			}
 		}()

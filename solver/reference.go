@@ -7,10 +7,12 @@ import (
 )
 
 // Reference integrates cfg for steps steps on one whole grid in plain Go,
-// with the arithmetic of kernels.HeatPoint, and returns the N×M field (row
-// major, boundary included) and the residual of the last step that reduced
-// it (NaN if none did). Every run of the solver, whatever its backend,
-// device, ranks and decomposition, must give this field bit for bit.
+// with the arithmetic of kernels.HeatPoint in cfg's element type, and
+// returns the N×M field (row major, boundary included, float32 values
+// widened exactly) and the residual of the last step that reduced it (NaN
+// if none did), summed in float64 in row order. Every run of the solver,
+// whatever its backend, device, ranks and decomposition, must give this
+// field bit for bit, and this residual within ResidualTolerance.
 func Reference(cfg Config, steps int) (field []float64, residual float64, err error) {
 	cfg, err = cfg.normalized()
 	if err != nil {
@@ -19,15 +21,24 @@ func Reference(cfg Config, steps int) (field []float64, residual float64, err er
 	if steps < 0 {
 		return nil, 0, invalid("%d steps", steps)
 	}
-	n, m, r := cfg.N, cfg.M, cfg.R
-	u, next := make([]float64, n*m), make([]float64, n*m)
+	if cfg.DType == Float32 {
+		field, residual = reference[float32](cfg, steps)
+	} else {
+		field, residual = reference[float64](cfg, steps)
+	}
+	return field, residual, nil
+}
+
+func reference[T kernels.Float](cfg Config, steps int) ([]float64, float64) {
+	n, m, r := cfg.N, cfg.M, T(cfg.R)
+	u, next := make([]T, n*m), make([]T, n*m)
 	for i := range n {
 		for j := range m {
-			u[i*m+j] = cfg.initial(i, j)
+			u[i*m+j] = T(cfg.initial(i, j))
 		}
 	}
 	copy(next, u)
-	residual = math.NaN()
+	residual := math.NaN()
 	for s := 1; s <= steps; s++ {
 		for i := 1; i < n-1; i++ {
 			for j := 1; j < m-1; j++ {
@@ -39,7 +50,7 @@ func Reference(cfg Config, steps int) (field []float64, residual float64, err er
 			sum := 0.0
 			for i := 1; i < n-1; i++ {
 				for j := 1; j < m-1; j++ {
-					d := next[i*m+j] - u[i*m+j]
+					d := float64(next[i*m+j]) - float64(u[i*m+j])
 					sum += d * d
 				}
 			}
@@ -47,5 +58,9 @@ func Reference(cfg Config, steps int) (field []float64, residual float64, err er
 		}
 		u, next = next, u
 	}
-	return u, residual, nil
+	field := make([]float64, n*m)
+	for k, v := range u {
+		field[k] = float64(v)
+	}
+	return field, residual
 }

@@ -48,31 +48,51 @@ type timingPair struct {
 // Solver is one rank's share of a distributed heat solver. Its methods are
 // collective: every rank calls them in the same order, each from its own
 // goroutine. A Solver is not safe for concurrent use.
-type Solver struct {
+type Solver struct{ impl stepper }
+
+// stepper is a solverT of the configured element type.
+type stepper interface {
+	config() Config
+	stats() Stats
+	residual() float64
+	step(n int) error
+	gather(root int) ([]float64, error)
+	close() error
+}
+
+// solverT is the solver for fields of T.
+type solverT[T kernels.Float] struct {
 	c   comm.Communicator
 	cfg Config
 	l   layout
 	dev *devmem.Device
+	r   T // cfg.R in T
 
-	u   [2]devmem.Slice[float64] // the current and the next field, halos included
-	cur int                      // index of the current field in u
+	u   [2]devmem.Slice[T] // the current and the next field, halos included
+	cur int                // index of the current field in u
 
 	compute, exch          *devmem.Stream // exch is compute when overlap is off
 	computeDone, haloReady *devmem.Event
 	timing                 [timingRing]timingPair
 	nextTiming             int
 
-	sendL, sendR, recvL, recvR devmem.Slice[float64] // packed column halos
-	ops                        [2][]comm.P2P         // the exchange of u[0] and of u[1]
+	sendL, sendR, recvL, recvR devmem.Slice[T] // packed column halos
+	ops                        [2][]comm.P2P   // the exchange of u[0] and of u[1]
 	haloBytes                  int64
 
-	partial, localSum, globalSum devmem.Slice[float64]
-	residualHost                 devmem.Buffer // pinned: the last global sum of squares
-	residual                     float64
-	residualQueued               bool
+	// A residual step's kernels write one partial sum a block into
+	// partial, rects[i] from partOff[i]; SumBlocks adds them in a fixed
+	// order (through scratch) into localSum, AllReduce into globalSum.
+	partial, scratch, localSum, globalSum devmem.Slice[float64]
+	rects                                 [][4]int // layout.rects, one launch each
+	partOff                               []int
+	residualHost                          devmem.Buffer // pinned: the last global sum of squares
+	res                                   float64
+	residualPending                       bool // localSum holds a step's sum, not yet added over the ranks
+	residualQueued                        bool // residualHost will hold it once the streams are done
 
 	steps  int
-	stats  Stats
+	st     Stats
 	closed bool
 }
 
@@ -91,7 +111,21 @@ func New(c comm.Communicator, cfg Config) (*Solver, error) {
 	if err := checkMemory(c, cfg, l); err != nil {
 		return nil, err
 	}
-	s := &Solver{c: c, cfg: cfg, l: l, dev: c.Device(), residual: math.NaN()}
+	var impl stepper
+	var err error
+	if cfg.DType == Float32 {
+		impl, err = newT[float32](c, cfg, l)
+	} else {
+		impl, err = newT[float64](c, cfg, l)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &Solver{impl}, nil
+}
+
+func newT[T kernels.Float](c comm.Communicator, cfg Config, l layout) (*solverT[T], error) {
+	s := &solverT[T]{c: c, cfg: cfg, l: l, dev: c.Device(), r: T(cfg.R), res: math.NaN()}
 	if err := s.setup(); err != nil {
 		return nil, errors.Join(err, s.release())
 	}
@@ -130,17 +164,48 @@ func agree(c comm.Communicator, cfg Config, cerr error) error {
 	return nil
 }
 
-// deviceBytes is what setup allocates on the device for layout l: two
-// copies of the slab with its halos, the residual's partial sums, and the
-// packed column halos of the 2-D decomposition.
-func (l layout) deviceBytes() int64 {
-	n := 2*int64(l.rows+2)*int64(l.nx()) + int64(l.rows) + 2
+// deviceBytes is what setup allocates on the device for layout l of cfg:
+// two copies of the slab with its halos and the packed column halos of the
+// 2-D decomposition, in cfg's element type, and the residual's partial sums,
+// their scratch and two sums in float64.
+func (l layout) deviceBytes(cfg Config) int64 {
+	n := 2 * int64(l.rows+2) * int64(l.nx())
 	for _, side := range []int{l.left, l.right} {
 		if side >= 0 {
 			n += 2 * int64(l.rows)
 		}
 	}
-	return 8 * n
+	parts := l.partials(cfg)
+	return int64(cfg.DType.Size())*n + 8*int64(parts+kernels.SumScratch(parts)+2)
+}
+
+// rects are the rectangles {rowLo, rowHi, colLo, colHi} one step updates,
+// one launch each: the whole block without overlap; with it, the cells
+// that read no halo, then the strips next to the halos.
+func (l layout) rects(cfg Config) [][4]int {
+	if cfg.NoOverlap {
+		return [][4]int{{1, l.rows + 1, 1, l.cols + 1}}
+	}
+	rLo, cLo := 1+btoi(l.up >= 0), 1+btoi(l.left >= 0)
+	rHi := max(rLo, l.rows+1-btoi(l.down >= 0))
+	cHi := max(cLo, l.cols+1-btoi(l.right >= 0))
+	return [][4]int{
+		{rLo, rHi, cLo, cHi},             // inner: all neighbours owned or fixed
+		{1, rLo, 1, l.cols + 1},          // top rows, full width
+		{rHi, l.rows + 1, 1, l.cols + 1}, // bottom rows, full width
+		{rLo, rHi, 1, cLo},               // left columns between them
+		{rLo, rHi, cHi, l.cols + 1},      // right columns between them
+	}
+}
+
+// partials is the number of partial sums a residual step writes: one for
+// each block of each of rects' launches.
+func (l layout) partials(cfg Config) int {
+	n := 0
+	for _, r := range l.rects(cfg) {
+		n += kernels.HeatBlocks(r[1]-r[0], r[3]-r[2])
+	}
+	return n
 }
 
 // checkMemory has the ranks agree, before anything is allocated, that every
@@ -151,7 +216,7 @@ func (l layout) deviceBytes() int64 {
 // error can print it once.
 func checkMemory(c comm.Communicator, cfg Config, l layout) error {
 	const unknown = math.MaxInt64
-	need := l.deviceBytes()
+	need := l.deviceBytes(cfg)
 	sharers := int64(1)
 	if c.Device().Kind() == devmem.Host {
 		sharers = int64(max(c.LocalSize(), 1))
@@ -207,7 +272,7 @@ func allMax(c comm.Communicator, vals ...int64) ([]int64, error) {
 	return buf.ToHost(nil)
 }
 
-func (s *Solver) setup() error {
+func (s *solverT[T]) setup() error {
 	l, nx := s.l, s.l.nx()
 	var err error
 	if s.compute, err = s.dev.NewStream(); err != nil {
@@ -234,10 +299,10 @@ func (s *Solver) setup() error {
 	// One allocation after another, stopping at the first failure, so that
 	// a failure is reported once, not once for each buffer that also failed.
 	type want struct {
-		x *devmem.Slice[float64]
+		x *devmem.Slice[T]
 		n int
 	}
-	wants := []want{{&s.u[0], (l.rows + 2) * nx}, {&s.u[1], (l.rows + 2) * nx}, {&s.partial, l.rows}, {&s.localSum, 1}, {&s.globalSum, 1}}
+	wants := []want{{&s.u[0], (l.rows + 2) * nx}, {&s.u[1], (l.rows + 2) * nx}}
 	if l.left >= 0 {
 		wants = append(wants, want{&s.sendL, l.rows}, want{&s.recvL, l.rows})
 	}
@@ -245,6 +310,21 @@ func (s *Solver) setup() error {
 		wants = append(wants, want{&s.sendR, l.rows}, want{&s.recvR, l.rows})
 	}
 	for _, w := range wants {
+		if *w.x, err = devmem.AllocSlice[T](s.dev, w.n); err != nil {
+			return err
+		}
+	}
+	parts := 0
+	s.rects = l.rects(s.cfg)
+	for _, r := range s.rects {
+		s.partOff = append(s.partOff, parts)
+		parts += kernels.HeatBlocks(r[1]-r[0], r[3]-r[2])
+	}
+	type want64 struct {
+		x *devmem.Slice[float64]
+		n int
+	}
+	for _, w := range []want64{{&s.partial, parts}, {&s.scratch, kernels.SumScratch(parts)}, {&s.localSum, 1}, {&s.globalSum, 1}} {
 		if *w.x, err = devmem.AllocSlice[float64](s.dev, w.n); err != nil {
 			return err
 		}
@@ -270,16 +350,16 @@ func (s *Solver) setup() error {
 
 // fillInitial writes the initial field, halos included, into both slabs, a
 // band of rows at a time to bound the host memory it needs.
-func (s *Solver) fillInitial() error {
+func (s *solverT[T]) fillInitial() error {
 	l, nx := s.l, s.l.nx()
 	band := max(1, (1<<20)/nx)
-	host := make([]float64, 0, band*nx)
+	host := make([]T, 0, band*nx)
 	for i0 := 0; i0 < l.rows+2; i0 += band {
 		i1 := min(i0+band, l.rows+2)
 		host = host[:0]
 		for i := i0; i < i1; i++ {
 			for j := range nx {
-				host = append(host, s.cfg.initial(l.row0+i-1, l.col0+j-1))
+				host = append(host, T(s.cfg.initial(l.row0+i-1, l.col0+j-1)))
 			}
 		}
 		for _, u := range s.u {
@@ -297,9 +377,9 @@ func (s *Solver) fillInitial() error {
 
 // exchangeOps lists the halo transfers of field u: its edge rows and packed
 // edge columns out, its halo rows and the column buffers in.
-func (s *Solver) exchangeOps(u devmem.Slice[float64]) ([]comm.P2P, error) {
+func (s *solverT[T]) exchangeOps(u devmem.Slice[T]) ([]comm.P2P, error) {
 	l, nx := s.l, s.l.nx()
-	row := func(i int) (devmem.Slice[float64], error) { return u.Sub(i*nx+1, i*nx+1+l.cols) }
+	row := func(i int) (devmem.Slice[T], error) { return u.Sub(i*nx+1, i*nx+1+l.cols) }
 	var ops []comm.P2P
 	for _, e := range []struct {
 		peer      int
@@ -329,22 +409,42 @@ func (s *Solver) exchangeOps(u devmem.Slice[float64]) ([]comm.P2P, error) {
 
 // Config is the configuration in force, defaults and the grid of ranks
 // filled in.
-func (s *Solver) Config() Config { return s.cfg }
+func (s *Solver) Config() Config { return s.impl.config() }
 
 // Stats returns this rank's counters.
-func (s *Solver) Stats() Stats { return s.stats }
+func (s *Solver) Stats() Stats { return s.impl.stats() }
 
 // StencilBytes is what one step must move at the least, over the whole
-// grid: every value read once and written once.
-func (s *Solver) StencilBytes() int64 { return 2 * 8 * int64(s.cfg.N) * int64(s.cfg.M) }
+// grid: every value read once and written once, in the field's element
+// type.
+func (s *Solver) StencilBytes() int64 {
+	cfg := s.impl.config()
+	return 2 * int64(cfg.DType.Size()) * int64(cfg.N) * int64(cfg.M)
+}
 
-// Residual is the norm of the change, sqrt(Σ (u' - u)²) over the whole grid,
-// at the last step that reduced it; NaN before the first.
-func (s *Solver) Residual() float64 { return s.residual }
+// Residual is the norm of the change, sqrt(Σ (u' - u)²) over the whole grid
+// summed in float64, at the last step that reduced it; NaN before the
+// first.
+func (s *Solver) Residual() float64 { return s.impl.residual() }
 
 // Step takes n steps and returns when their work is done. After an error
 // the field is undefined.
-func (s *Solver) Step(n int) error {
+func (s *Solver) Step(n int) error { return s.impl.step(n) }
+
+// Gather returns the whole N×M field, boundary included, at root (row
+// major) and nil elsewhere; float32 values are widened exactly. It is
+// collective.
+func (s *Solver) Gather(root int) ([]float64, error) { return s.impl.gather(root) }
+
+// Close waits for the solver's work and releases its memory, streams and
+// events; the communicator stays open.
+func (s *Solver) Close() error { return s.impl.close() }
+
+func (s *solverT[T]) config() Config    { return s.cfg }
+func (s *solverT[T]) stats() Stats      { return s.st }
+func (s *solverT[T]) residual() float64 { return s.res }
+
+func (s *solverT[T]) step(n int) error {
 	if s.closed {
 		return fmt.Errorf("solver: Step after Close: %w", comm.ErrClosed)
 	}
@@ -354,34 +454,81 @@ func (s *Solver) Step(n int) error {
 	start := time.Now()
 	var err error
 	for range n {
-		if err = s.step(); err != nil {
+		if err = s.step1(); err != nil {
 			break
 		}
 	}
+	if err == nil {
+		err = s.finishResidual(s.compute)
+	}
+	s.residualPending = false
 	err = errors.Join(err, s.compute.Synchronize(), s.exch.Synchronize())
 	for i := range s.timing {
 		err = errors.Join(err, s.account(&s.timing[i]))
 	}
-	s.stats.Elapsed += time.Since(start)
+	s.st.Elapsed += time.Since(start)
 	if s.residualQueued && err == nil {
 		b, _ := s.residualHost.Bytes()
-		s.residual = math.Sqrt(devmem.FromBytes[float64](b)[0])
+		s.res = math.Sqrt(devmem.FromBytes[float64](b)[0])
 		s.residualQueued = false
 	}
 	return err
 }
 
-func (s *Solver) step() error {
+// step1 queues one step. The host waits for nothing here but the timing
+// events of timingRing steps ago and whatever a backend's GroupP2P or
+// AllReduce waits for. A residual step leaves its rank's sum on the device;
+// the next step adds the ranks' sums on the exchange's stream, just before
+// the exchange, which waits for the same work (an MPI backend holds the
+// host until the stream is done, once for both), while the interior update
+// runs; Step adds the last one's after its loop, and reads the total after
+// its final synchronisation.
+func (s *solverT[T]) step1() error {
 	cur, next := s.u[s.cur], s.u[1-s.cur]
-	l, nx, r := s.l, s.l.nx(), s.cfg.R
+	k := s.cfg.ResidualEvery
+	norm := k > 0 && (s.steps+1)%k == 0
+	rects := s.rects
+	l := s.l
+
+	if l.up < 0 && l.down < 0 && l.left < 0 && l.right < 0 {
+		// No neighbours, no halos: one launch over the block after
+		// another on the compute stream, with no events between them.
+		if err := s.finishResidual(s.compute); err != nil {
+			return err
+		}
+		for i := range rects {
+			if err := s.update(next, cur, rects, i, norm); err != nil {
+				return err
+			}
+		}
+	} else if err := s.stepWithHalos(next, cur, rects, norm); err != nil {
+		return err
+	}
+	s.steps++
+	s.st.Steps++
+	s.st.HaloBytes += s.haloBytes
+	if norm {
+		if err := s.reduceResidual(); err != nil {
+			return err
+		}
+	}
+	s.cur = 1 - s.cur
+	return nil
+}
+
+// stepWithHalos queues a step of a rank with neighbours: the exchange and
+// the update, overlapped or one after the other.
+func (s *solverT[T]) stepWithHalos(next, cur devmem.Slice[T], rects [][4]int, norm bool) error {
 	tp := &s.timing[s.nextTiming]
 	s.nextTiming = (s.nextTiming + 1) % timingRing
 	if err := s.account(tp); err != nil {
 		return err
 	}
 	tp.used = true
-
 	if s.cfg.NoOverlap {
+		if err := s.finishResidual(s.compute); err != nil {
+			return err
+		}
 		if err := tp.start.Record(s.compute); err != nil {
 			return err
 		}
@@ -391,15 +538,29 @@ func (s *Solver) step() error {
 		if err := tp.end.Record(s.compute); err != nil {
 			return err
 		}
-		if err := kernels.HeatStepRect(s.compute, next, cur, nx, 1, l.rows+1, 1, l.cols+1, r); err != nil {
+		if err := s.update(next, cur, rects, 0, norm); err != nil {
 			return err
 		}
 	} else {
-		// The exchange sends cells the last step wrote on the compute stream.
+		// The exchange sends cells the last step wrote on the compute
+		// stream, so it starts after them.
 		if err := s.computeDone.Record(s.compute); err != nil {
 			return err
 		}
+		// The cells that read no halo are queued before the exchange:
+		// a backend whose GroupP2P holds the host until the halos have
+		// arrived (MPI) then still finds the GPU busy with them. They
+		// read none of the halo cells the exchange writes.
+		if err := s.update(next, cur, rects, 0, norm); err != nil {
+			return err
+		}
+		if err := tp.start.Record(s.compute); err != nil {
+			return err
+		}
 		if err := s.exch.WaitEvent(s.computeDone); err != nil {
+			return err
+		}
+		if err := s.finishResidual(s.exch); err != nil {
 			return err
 		}
 		if err := s.exchange(s.exch, cur); err != nil {
@@ -411,59 +572,35 @@ func (s *Solver) step() error {
 		if err := tp.end.Record(s.exch); err != nil {
 			return err
 		}
-		// The cells that read no halo, while the halos travel.
-		inner := s.inner()
-		if err := kernels.HeatStepRect(s.compute, next, cur, nx, inner[0], inner[1], inner[2], inner[3], r); err != nil {
-			return err
-		}
-		if err := tp.start.Record(s.compute); err != nil {
-			return err
-		}
 		if err := s.compute.WaitEvent(s.haloReady); err != nil {
 			return err
 		}
-		for _, f := range s.frame() {
-			if err := kernels.HeatStepRect(s.compute, next, cur, nx, f[0], f[1], f[2], f[3], r); err != nil {
+		for i := 1; i < len(rects); i++ {
+			if err := s.update(next, cur, rects, i, norm); err != nil {
 				return err
 			}
 		}
 	}
-	s.steps++
-	s.stats.Steps++
-	s.stats.HaloBytes += s.haloBytes
-	if k := s.cfg.ResidualEvery; k > 0 && s.steps%k == 0 {
-		if err := s.reduceResidual(next, cur); err != nil {
-			return err
-		}
-	}
-	s.cur = 1 - s.cur
 	return nil
 }
 
-// inner is the rectangle {rowLo, rowHi, colLo, colHi} of cells whose
-// neighbours are all this rank's own or fixed boundary values.
-func (s *Solver) inner() [4]int {
-	l := s.l
-	rLo, cLo := 1+btoi(l.up >= 0), 1+btoi(l.left >= 0)
-	rHi := max(rLo, l.rows+1-btoi(l.down >= 0))
-	cHi := max(cLo, l.cols+1-btoi(l.right >= 0))
-	return [4]int{rLo, rHi, cLo, cHi}
-}
-
-// frame is the rest of the block around inner: the strips next to halos.
-func (s *Solver) frame() [][4]int {
-	l, in := s.l, s.inner()
-	return [][4]int{
-		{1, in[0], 1, l.cols + 1},          // top rows, full width
-		{in[1], l.rows + 1, 1, l.cols + 1}, // bottom rows, full width
-		{in[0], in[1], 1, in[2]},           // left columns between them
-		{in[0], in[1], in[3], l.cols + 1},  // right columns between them
+// update steps rects[i] of cur into next on the compute stream, writing its
+// blocks' partial sums of the residual when norm is set.
+func (s *solverT[T]) update(next, cur devmem.Slice[T], rects [][4]int, i int, norm bool) error {
+	r, nx := rects[i], s.l.nx()
+	if !norm {
+		return kernels.HeatStepRect(s.compute, next, cur, nx, r[0], r[1], r[2], r[3], s.r)
 	}
+	part, err := s.partial.Sub(s.partOff[i], s.partial.Len())
+	if err != nil {
+		return err
+	}
+	return kernels.HeatStepNorm(s.compute, next, cur, part, nx, r[0], r[1], r[2], r[3], s.r)
 }
 
 // exchange moves u's halos on stream st: pack the edge columns, swap rows
 // and columns with the neighbours in one GroupP2P, unpack the columns.
-func (s *Solver) exchange(st *devmem.Stream, u devmem.Slice[float64]) error {
+func (s *solverT[T]) exchange(st *devmem.Stream, u devmem.Slice[T]) error {
 	l, nx := s.l, s.l.nx()
 	if l.left >= 0 {
 		if err := kernels.PackColumn(st, s.sendL, u, nx, 1, 1, l.rows+1); err != nil {
@@ -493,30 +630,42 @@ func (s *Solver) exchange(st *devmem.Stream, u devmem.Slice[float64]) error {
 	return nil
 }
 
-// reduceResidual sums (next - cur)² over this rank's block in a fixed
-// order, adds the ranks' sums with AllReduce and leaves the total in pinned
-// memory, all on the compute stream.
-func (s *Solver) reduceResidual(next, cur devmem.Slice[float64]) error {
-	l := s.l
-	if err := kernels.ResidualRows(s.compute, s.partial, next, cur, l.nx(), 1, l.rows+1, 1, l.cols+1); err != nil {
+// reduceResidual adds the step's partial sums in a fixed order on the
+// device into localSum, on the compute stream; finishResidual adds the
+// ranks' sums later.
+func (s *solverT[T]) reduceResidual() error {
+	if err := kernels.SumBlocks(s.compute, s.localSum, s.partial, s.scratch); err != nil {
 		return err
 	}
-	if err := kernels.SumInOrder(s.compute, s.localSum, s.partial); err != nil {
-		return err
+	s.residualPending = true
+	s.st.Residuals++
+	return nil
+}
+
+// finishResidual adds the ranks' sums of the pending residual step with
+// AllReduce (one rank's sum is the total) and queues the total's copy to
+// pinned memory, on st, which must already follow the step's SumBlocks.
+func (s *solverT[T]) finishResidual(st *devmem.Stream) error {
+	if !s.residualPending {
+		return nil
 	}
-	if err := comm.AllReduce(s.c, s.localSum, s.globalSum, comm.Sum, s.compute); err != nil {
-		return fmt.Errorf("solver: residual: %w", err)
+	s.residualPending = false
+	sum := s.localSum
+	if s.c.Size() > 1 {
+		if err := comm.AllReduce(s.c, s.localSum, s.globalSum, comm.Sum, st); err != nil {
+			return fmt.Errorf("solver: residual: %w", err)
+		}
+		sum = s.globalSum
 	}
-	if err := devmem.CopyN(s.residualHost, s.globalSum.Buffer(), 8, s.compute); err != nil {
+	if err := devmem.CopyN(s.residualHost, sum.Buffer(), 8, st); err != nil {
 		return err
 	}
 	s.residualQueued = true
-	s.stats.Residuals++
 	return nil
 }
 
 // account adds a used timing pair's halo wait to the stats.
-func (s *Solver) account(tp *timingPair) error {
+func (s *solverT[T]) account(tp *timingPair) error {
 	if !tp.used {
 		return nil
 	}
@@ -532,14 +681,12 @@ func (s *Solver) account(tp *timingPair) error {
 		return err
 	}
 	if d > 0 {
-		s.stats.HaloWait += d
+		s.st.HaloWait += d
 	}
 	return nil
 }
 
-// Gather returns the whole N×M field, boundary included, at root (row
-// major) and nil elsewhere. It is collective.
-func (s *Solver) Gather(root int) ([]float64, error) {
+func (s *solverT[T]) gather(root int) ([]float64, error) {
 	if s.closed {
 		return nil, fmt.Errorf("solver: Gather after Close: %w", comm.ErrClosed)
 	}
@@ -549,7 +696,7 @@ func (s *Solver) Gather(root int) ([]float64, error) {
 	}
 	cfg, l := s.cfg, s.l
 	blockLen := ceilDiv(cfg.N-2, cfg.Px) * ceilDiv(cfg.M-2, cfg.Py)
-	block, err := devmem.AllocSlice[float64](s.dev, blockLen)
+	block, err := devmem.AllocSlice[T](s.dev, blockLen)
 	if err != nil {
 		return nil, err
 	}
@@ -569,9 +716,9 @@ func (s *Solver) Gather(root int) ([]float64, error) {
 			return nil, err
 		}
 	}
-	var all devmem.Slice[float64]
+	var all devmem.Slice[T]
 	if s.c.Rank() == root {
-		if all, err = devmem.AllocSlice[float64](s.dev, size*blockLen); err != nil {
+		if all, err = devmem.AllocSlice[T](s.dev, size*blockLen); err != nil {
 			return nil, err
 		}
 		defer all.Free()
@@ -593,7 +740,7 @@ func (s *Solver) Gather(root int) ([]float64, error) {
 	for i := range cfg.N {
 		for j := range cfg.M {
 			if i == 0 || j == 0 || i == cfg.N-1 || j == cfg.M-1 {
-				field[i*cfg.M+j] = cfg.initial(i, j)
+				field[i*cfg.M+j] = float64(T(cfg.initial(i, j)))
 			}
 		}
 	}
@@ -601,15 +748,15 @@ func (s *Solver) Gather(root int) ([]float64, error) {
 		rl := newLayout(cfg, r)
 		for i := range rl.rows {
 			off := r*blockLen + i*rl.cols
-			copy(field[(rl.row0+i)*cfg.M+rl.col0:], blocks[off:off+rl.cols])
+			for j, v := range blocks[off : off+rl.cols] {
+				field[(rl.row0+i)*cfg.M+rl.col0+j] = float64(v)
+			}
 		}
 	}
 	return field, nil
 }
 
-// Close waits for the solver's work and releases its memory, streams and
-// events; the communicator stays open.
-func (s *Solver) Close() error {
+func (s *solverT[T]) close() error {
 	if s.closed {
 		return fmt.Errorf("solver: closed twice: %w", comm.ErrClosed)
 	}
@@ -617,14 +764,19 @@ func (s *Solver) Close() error {
 	return s.release()
 }
 
-func (s *Solver) release() error {
+func (s *solverT[T]) release() error {
 	var errs []error
 	for _, st := range []*devmem.Stream{s.compute, s.exch} {
 		if st != nil {
 			errs = append(errs, st.Synchronize())
 		}
 	}
-	for _, x := range []devmem.Slice[float64]{s.u[0], s.u[1], s.partial, s.localSum, s.globalSum, s.sendL, s.sendR, s.recvL, s.recvR} {
+	for _, x := range []devmem.Slice[T]{s.u[0], s.u[1], s.sendL, s.sendR, s.recvL, s.recvR} {
+		if !x.Buffer().IsZero() {
+			errs = append(errs, x.Free())
+		}
+	}
+	for _, x := range []devmem.Slice[float64]{s.partial, s.scratch, s.localSum, s.globalSum} {
 		if !x.Buffer().IsZero() {
 			errs = append(errs, x.Free())
 		}

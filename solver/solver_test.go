@@ -55,8 +55,24 @@ func TestCasesCoverBothDecompositionsOverlapAndUnevenSplits(t *testing.T) {
 				overlap++
 			}
 		}
-		if rows == 0 || grid == 0 || overlap != noOverlap || (size > 1 && uneven == 0) {
+		if rows == 0 || grid == 0 || overlap == 0 || noOverlap == 0 || (size > 1 && uneven == 0) {
 			t.Errorf("size %d: %d row cases (%d uneven), %d 2-D, %d overlap, %d not", size, rows, uneven, grid, overlap, noOverlap)
+		}
+		// Both element types, with overlap on and off, on both
+		// decompositions.
+		kinds := map[[3]int]bool{}
+		for _, c := range solver.Cases(size) {
+			kinds[[3]int{int(c.Config.DType), btoi(c.Config.NoOverlap), int(c.Config.Decomp)}] = true
+		}
+		for _, dt := range []solver.DType{solver.Float64, solver.Float32} {
+			for _, d := range []solver.Decomposition{solver.Rows, solver.Grid2D} {
+				if !kinds[[3]int{int(dt), 0, int(d)}] {
+					t.Errorf("size %d: no %v %v case with overlap", size, dt, d)
+				}
+			}
+			if !kinds[[3]int{int(dt), 1, int(solver.Rows)}] {
+				t.Errorf("size %d: no %v case without overlap", size, dt)
+			}
 		}
 		for px := 1; px <= size; px++ {
 			if size%px == 0 && !layouts[[2]int{px, size / px}] {
@@ -275,6 +291,7 @@ func TestBadConfigsFailOnEveryRank(t *testing.T) {
 		"more ranks than cols":  func(c *solver.Config) { c.Decomp, c.Px, c.Py, c.M = solver.Grid2D, 1, 3, 4 },
 		"unknown decomposition": func(c *solver.Config) { c.Decomp = 7 },
 		"infinite boundary":     func(c *solver.Config) { c.Boundary.Left = math.Inf(1) },
+		"unknown element type":  func(c *solver.Config) { c.DType = 2 },
 	}
 	for name, mutate := range cases {
 		cfg := good
@@ -312,6 +329,18 @@ func TestRanksWithDifferentConfigsFailTogether(t *testing.T) {
 	for r, err := range errs {
 		if !errors.Is(err, comm.ErrMismatch) {
 			t.Errorf("rank %d: %v, want ErrMismatch", r, err)
+		}
+	}
+	errs = run(t, 2, func(c comm.Communicator) error {
+		s, err := solver.New(c, solver.Config{N: 10, M: 10, DType: solver.DType(c.Rank())})
+		if err == nil {
+			s.Close()
+		}
+		return err
+	})
+	for r, err := range errs {
+		if !errors.Is(err, comm.ErrMismatch) {
+			t.Errorf("float64 against float32: rank %d: %v, want ErrMismatch", r, err)
 		}
 	}
 	errs = run(t, 2, func(c comm.Communicator) error {
@@ -408,5 +437,137 @@ func TestValidateJudgesAsNewDoes(t *testing.T) {
 	}
 	if err := (solver.Config{N: 10, M: 10, Decomp: solver.Grid2D, Px: 2, Py: 3}).Validate(4); !errors.Is(err, comm.ErrInvalidArgument) {
 		t.Errorf("2×3 ranks for a group of 4: %v", err)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func TestParseDType(t *testing.T) {
+	for s, want := range map[string]solver.DType{"float64": solver.Float64, "f64": solver.Float64, " Float32 ": solver.Float32, "f32": solver.Float32} {
+		if got, err := solver.ParseDType(s); err != nil || got != want {
+			t.Errorf("ParseDType(%q) = %v, %v", s, got, err)
+		}
+	}
+	if _, err := solver.ParseDType("float16"); !errors.Is(err, comm.ErrInvalidArgument) {
+		t.Errorf("float16: %v", err)
+	}
+	for _, d := range []solver.DType{solver.Float64, solver.Float32} {
+		if got, err := solver.ParseDType(d.String()); err != nil || got != d {
+			t.Errorf("%v does not parse back: %v, %v", d, got, err)
+		}
+	}
+}
+
+// A float32 run steps in float32: every value of its field is a float32,
+// the field differs from float64's, and it equals the float32 reference bit
+// for bit on any number of ranks; its stencil moves half the bytes.
+func TestFloat32StepsInFloat32(t *testing.T) {
+	cfg := solver.Config{N: 21, M: 17, Seed: 5, ResidualEvery: 3, DType: solver.Float32, Boundary: solver.Boundary{Top: 0.1, Left: 1.0 / 3}}
+	want, wantRes, err := solver.Reference(cfg, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg64 := cfg
+	cfg64.DType = solver.Float64
+	want64, res64, _ := solver.Reference(cfg64, 10)
+	differ := 0
+	for k, v := range want {
+		if float64(float32(v)) != v {
+			t.Fatalf("reference element %d = %v is not a float32", k, v)
+		}
+		if v != want64[k] {
+			differ++
+		}
+	}
+	if differ < len(want)/2 || math.Abs(wantRes-res64) > 1e-5*res64 || wantRes == res64 {
+		t.Fatalf("float32 and float64 references: %d of %d values differ, residuals %v and %v", differ, len(want), wantRes, res64)
+	}
+	for n := 1; n <= 4; n++ {
+		fields := make([][]float64, n)
+		errs := run(t, n, func(c comm.Communicator) error {
+			s, err := solver.New(c, cfg)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			if s.StencilBytes() != 2*4*21*17 {
+				return fmt.Errorf("stencil bytes %d, want %d", s.StencilBytes(), 2*4*21*17)
+			}
+			if err := s.Step(10); err != nil {
+				return err
+			}
+			if r := s.Residual(); math.Abs(r-wantRes) > solver.ResidualTolerance(cfg)*wantRes {
+				return fmt.Errorf("residual %v, reference %v", r, wantRes)
+			}
+			fields[c.Rank()], err = s.Gather(0)
+			return err
+		})
+		if err := errors.Join(errs...); err != nil {
+			t.Fatalf("%d ranks: %v", n, err)
+		}
+		for k := range want {
+			if math.Float64bits(fields[0][k]) != math.Float64bits(want[k]) {
+				t.Fatalf("%d ranks: element %d = %v, reference %v", n, k, fields[0][k], want[k])
+			}
+		}
+	}
+}
+
+// Steps that reduce no residual take the plain kernel: with the residual
+// never reduced, or not yet, the field is still the reference's and the
+// residual NaN; the k-th step then reduces it.
+func TestStepsWithoutResidualKeepTheFieldAndLeaveTheResidualAlone(t *testing.T) {
+	for _, dt := range []solver.DType{solver.Float64, solver.Float32} {
+		for _, k := range []int{-1, 7} {
+			cfg := solver.Config{N: 19, M: 23, Decomp: solver.Grid2D, ResidualEvery: k, Seed: 8, DType: dt}
+			want, _, err := solver.Reference(cfg, 6)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, want7, _ := solver.Reference(cfg, 7)
+			errs := run(t, 4, func(c comm.Communicator) error {
+				s, err := solver.New(c, cfg)
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				if err := s.Step(6); err != nil {
+					return err
+				}
+				if st := s.Stats(); st.Residuals != 0 || !math.IsNaN(s.Residual()) {
+					return fmt.Errorf("after 6 steps: %d residuals, residual %v", st.Residuals, s.Residual())
+				}
+				field, err := s.Gather(0)
+				if err != nil {
+					return err
+				}
+				for i := range field {
+					if math.Float64bits(field[i]) != math.Float64bits(want[i]) {
+						return fmt.Errorf("element %d = %v, reference %v", i, field[i], want[i])
+					}
+				}
+				if err := s.Step(1); err != nil {
+					return err
+				}
+				if k < 0 {
+					if !math.IsNaN(s.Residual()) || s.Stats().Residuals != 0 {
+						return fmt.Errorf("k = %d: residual %v after 7 steps", k, s.Residual())
+					}
+					return nil
+				}
+				if r := s.Residual(); s.Stats().Residuals != 1 || math.Abs(r-want7) > solver.ResidualTolerance(cfg)*want7 {
+					return fmt.Errorf("step 7: residual %v (%d), reference %v", r, s.Stats().Residuals, want7)
+				}
+				return nil
+			})
+			if err := errors.Join(errs...); err != nil {
+				t.Fatalf("%v k=%d: %v", dt, k, err)
+			}
+		}
 	}
 }

@@ -24,10 +24,12 @@ func init() {
 	register(&command{name: "heat", summary: "run the distributed heat solver and report time per step, bandwidth and halo wait", run: runHeat})
 }
 
-const heatDescription = `Heat runs gpucomm's distributed 2-D heat solver (explicit FTCS, float64) on
-an N×M grid for a number of steps and reports the time per step, the stencil
-bandwidth achieved (every cell read once and written once a step, 16 bytes a
-cell, over the time) and the share of the time spent waiting for halos.
+const heatDescription = `Heat runs gpucomm's distributed 2-D heat solver (explicit FTCS, float64 or,
+with -dtype float32, float32) on an N×M grid for a number of steps and
+reports the time per step, the stencil bandwidth achieved (every cell read
+once and written once a step: 16 bytes a cell in float64, 8 in float32, over
+the time) and the share of the time spent waiting for halos. The residual,
+summed in float64, is reduced every K steps (-k; 1 for every step).
 
 With the local backend every rank is a goroutine of this process (-np of
 them). With any other backend run it under mpirun, one process a rank:
@@ -48,11 +50,13 @@ type heatFlags struct {
 	seed      uint64
 	device    string
 	noProg    bool
+	dtype     string
 	decompVal solver.Decomposition
+	dtypeVal  solver.DType
 }
 
 func runHeat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("heat", "heat [-n N] [-m M] [-steps S] [-backend NAME] [-np P] [-decomp rows|2d] [-px X -py Y] [-overlap=false] [-k K]",
+	fs := newFlagSet("heat", "heat [-n N] [-m M] [-steps S] [-dtype float64|float32] [-backend NAME] [-np P] [-decomp rows|2d] [-px X -py Y] [-overlap=false] [-k K]",
 		heatDescription, stderr)
 	var f heatFlags
 	fs.StringVar(&f.backend, "backend", local.Name, "backend `NAME`: "+strings.Join(comm.Backends(), ", ")+" or auto")
@@ -60,6 +64,7 @@ func runHeat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.n, "n", 4096, "grid rows `N`, boundary included")
 	fs.IntVar(&f.m, "m", 0, "grid columns `M`, boundary included (default N)")
 	fs.IntVar(&f.steps, "steps", 100, "number of time `steps`")
+	fs.StringVar(&f.dtype, "dtype", "float64", "element type of the field: float64 or float32")
 	fs.StringVar(&f.decomp, "decomp", "rows", "decomposition: rows (row slabs) or 2d (a grid of ranks)")
 	fs.IntVar(&f.px, "px", 0, "2d only: ranks along the rows (0 with -py 0: chosen as MPI_Dims_create does)")
 	fs.IntVar(&f.py, "py", 0, "2d only: ranks along the columns")
@@ -109,11 +114,14 @@ func runHeat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if f.decompVal, err = solver.ParseDecomposition(f.decomp); err != nil {
 		return usageError(fs, "-decomp %q: want rows or 2d", f.decomp)
 	}
+	if f.dtypeVal, err = solver.ParseDType(f.dtype); err != nil {
+		return usageError(fs, "-dtype %q: want float64 or float32", f.dtype)
+	}
 	if f.decompVal == solver.Rows && (f.px != 0 || f.py != 0) {
 		return usageError(fs, "-px and -py apply to -decomp 2d only")
 	}
 	cfg := solver.Config{N: f.n, M: f.m, Decomp: f.decompVal, Px: f.px, Py: f.py, NoOverlap: !f.overlap,
-		ResidualEvery: f.k, Seed: f.seed, Boundary: solver.Boundary{Top: 1}}
+		ResidualEvery: f.k, Seed: f.seed, Boundary: solver.Boundary{Top: 1}, DType: f.dtypeVal}
 	if f.k == 0 {
 		cfg.ResidualEvery = -1
 	}
@@ -330,8 +338,8 @@ func (r heatResult) report(w io.Writer, backend string, asked int) {
 	if cfg.NoOverlap {
 		overlap = "off"
 	}
-	fmt.Fprintf(w, "heat: %d×%d grid, %d ranks on %s (rank 0 on %s), %s decomposition (%s), overlap %s\n",
-		cfg.N, cfg.M, r.size, backend, r.device, cfg.Decomp, layout, overlap)
+	fmt.Fprintf(w, "heat: %d×%d grid, %d ranks on %s (rank 0 on %s), %s decomposition (%s), overlap %s, %s\n",
+		cfg.N, cfg.M, r.size, backend, r.device, cfg.Decomp, layout, overlap, cfg.DType)
 	if r.stopped {
 		fmt.Fprintf(w, "interrupted after %d of %d steps\n", r.steps, asked)
 	}

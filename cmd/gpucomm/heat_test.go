@@ -40,6 +40,8 @@ func TestHeatReportsStepTimeBandwidthHaloWaitAndTheReferenceResidual(t *testing.
 			"heat: 40×40 grid, 2 ranks on local", solver.Config{N: 40, M: 40, ResidualEvery: 5, Seed: 1, Boundary: solver.Boundary{Top: 1}}},
 		{[]string{"-n", "30", "-m", "21", "-steps", "12", "-np", "2", "-decomp", "2d", "-px", "1", "-py", "2", "-overlap=false", "-k", "4", "-seed", "7"}, 12,
 			"heat: 30×21 grid, 2 ranks on local", solver.Config{N: 30, M: 21, ResidualEvery: 4, Seed: 7, Boundary: solver.Boundary{Top: 1}}},
+		{[]string{"-n", "33", "-m", "25", "-steps", "9", "-np", "3", "-dtype", "float32", "-k", "1", "-seed", "3"}, 9,
+			"heat: 33×25 grid, 3 ranks on local", solver.Config{N: 33, M: 25, ResidualEvery: 1, Seed: 3, Boundary: solver.Boundary{Top: 1}, DType: solver.Float32}},
 	}
 	for _, c := range cases {
 		code, out, errOut := runHeatCLI(t, c.args...)
@@ -64,7 +66,10 @@ func TestHeatReportsStepTimeBandwidthHaloWaitAndTheReferenceResidual(t *testing.
 		if _, err := fmt.Sscanf(lineWith(t, out, "bandwidth: "), "bandwidth: %g %s", &bw, &unit); err != nil || bw <= 0 || !strings.HasSuffix(unit, "B/s") {
 			t.Errorf("%v: bandwidth %v %q (%v)", c.args, bw, unit, err)
 		}
-		if want := fmt.Sprintf("(%d bytes a step", 16*c.cfg.N*c.cfg.M); !strings.Contains(lineWith(t, out, "bandwidth: "), want) {
+		if h := lineWith(t, out, "heat: "); !strings.HasSuffix(h, ", "+c.cfg.DType.String()) {
+			t.Errorf("%v: header %q does not end with the element type %v", c.args, h, c.cfg.DType)
+		}
+		if want := fmt.Sprintf("(%d bytes a step", 2*c.cfg.DType.Size()*c.cfg.N*c.cfg.M); !strings.Contains(lineWith(t, out, "bandwidth: "), want) {
 			t.Errorf("%v: bandwidth line lacks %q", c.args, want)
 		}
 		var share float64
@@ -91,6 +96,7 @@ func TestHeatBadFlagsAreUsageErrors(t *testing.T) {
 		{"-k", "-1"},
 		{"-np", "0"},
 		{"-decomp", "3d"},
+		{"-dtype", "float16"},
 		{"-px", "2"},
 		{"-n", "10", "-np", "9"}, // more ranks than interior rows
 		{"-n", "10", "-np", "4", "-decomp", "2d", "-px", "3"},   // 3×0 ranks
@@ -103,7 +109,7 @@ func TestHeatBadFlagsAreUsageErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 with a message on stderr", args, code, out, errOut)
 		}
 	}
-	if code, _, errOut := runHeatCLI(t, "-h"); code != exitOK || !strings.Contains(errOut, "-decomp") || !strings.Contains(errOut, "-overlap") {
+	if code, _, errOut := runHeatCLI(t, "-h"); code != exitOK || !strings.Contains(errOut, "-decomp") || !strings.Contains(errOut, "-overlap") || !strings.Contains(errOut, "-dtype") {
 		t.Errorf("heat -h: exit %d, %q", code, errOut)
 	}
 }
