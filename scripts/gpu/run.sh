@@ -114,6 +114,9 @@ pingpong() { # cmd/pingpong on two ranks of the GPU: each way of moving the same
 
 compare() { # public peers, built here from the sources carried in .peers (never committed)
   export GPUCOMM_DEVICE=cuda
+  if [ -d .peers/mgpm ]; then # NVIDIA/multi-gpu-programming-models: its Jacobi beside gpucomm heat
+    step jacobi 420 bash scripts/gpu/jacobi.sh .peers/mgpm $B/gpucomm
+  fi
   if [ -d .peers/nccl-tests ]; then
     step build-nccl-tests 200 make -C .peers/nccl-tests/src -j 16 MPI=0 CUDA_HOME=/usr/local/cuda NCCL_HOME=/usr NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90
     for d in float double; do
