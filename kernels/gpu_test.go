@@ -123,6 +123,10 @@ func TestCompiledKernelsMatchTheGoReferenceOnAGPU(t *testing.T) {
 		name := fmt.Sprintf("heat %s %d rows, block %dx%d", sh.kernel, sh.rows, sh.blockX, sh.blockY)
 		cases = append(cases, m(name)(heatPlanShape(sh, nil, a, c, nil, nx, 1, ny-1, 1, nx-1, 0.23)),
 			m(name+" rect")(heatPlanShape(sh, nil, b, c, nil, nx, 5, 8, 2, nx-3, 0.31)))
+		if sh.both() {
+			cases = append(cases, m(name+" f32")(heatPlanShape(sh, nil, a32, c32, nil, nx, 1, ny-1, 1, nx-1, float32(0.23))),
+				m(name+" f32 rect")(heatPlanShape(sh, nil, c32, a32, nil, nx, 5, 8, 2, nx-3, float32(0.31))))
+		}
 	}
 	err = cuda.WithContext(ctx, func() error {
 		for _, k := range cases {
@@ -286,8 +290,10 @@ func BenchmarkHeatStepAgainstDeviceCopy(b *testing.B) {
 // step the solver takes between residuals (HeatStep) and the step that also
 // sums the residual (HeatStepNorm followed by SumBlocks of its partials)
 // over an n×n grid, beside a device-to-device copy of the grid, all by
-// events on one stream in one process. It reports each one's bandwidth,
-// counting the grid read once and written once, and its ratio to the copy's.
+// events on one stream in one process, and the plain step with streaming
+// stores (heat_cs.cu), a candidate to replace it. It reports each one's
+// bandwidth, counting the grid read once and written once, and its ratio to
+// the copy's.
 func BenchmarkHeatKernelsAgainstDeviceCopy(b *testing.B) {
 	dev, err := devmem.Open("cuda:0", 0)
 	if err != nil {
@@ -342,9 +348,11 @@ func benchHeatKernels[T Float](b *testing.B, dev *devmem.Device, n int) {
 	var size T
 	elem := int(unsafe.Sizeof(size))
 	moved := float64(2 * elem * (n - 2) * (n - 2))
-	var step, norm, copyT float64
+	var step, norm, cs, copyT float64
+	csShape := heatShapes[len(heatShapes)-1]
 	for b.Loop() {
 		step = timeIt(func() error { return HeatStep(s, v, u, n, 1, n-1, T(0.1)) })
+		cs = timeIt(func() error { return run(heatPlanShape(csShape, s, v, u, nil, n, 1, n-1, 1, n-1, T(0.1))) })
 		norm = timeIt(func() error {
 			return errors.Join(HeatStepNorm(s, v, u, parts, n, 1, n-1, 1, n-1, T(0.1)), SumBlocks(s, sum, parts, scratch))
 		})
@@ -356,4 +364,5 @@ func benchHeatKernels[T Float](b *testing.B, dev *devmem.Device, n int) {
 	b.ReportMetric(copyBW, "copy-GB/s")
 	b.ReportMetric(moved/step/1e9/copyBW, "step-ratio")
 	b.ReportMetric(moved/norm/1e9/copyBW, "norm-ratio")
+	b.ReportMetric(moved/cs/1e9/copyBW, "cs-ratio") // heat_cs.cu's streaming stores
 }

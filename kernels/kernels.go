@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/gpucomm/gpucomm/devmem"
 )
@@ -93,12 +94,15 @@ func heatPlan[T Float](s *devmem.Stream, dst, src devmem.Slice[T], nx, rowLo, ro
 	return heatPlanShape(heatDefault, s, dst, src, nil, nx, rowLo, rowHi, colLo, colHi, r)
 }
 
-// heatShape is one heat kernel of heat.cu and its launch shape. An empty
-// kernel name is heat_step_f32/_f64, or heat_norm_f32/_f64 with partials;
-// a named one is a float64 variant measured against those.
+// heatShape is one heat kernel and its launch shape. An empty kernel name
+// is heat.cu's heat_step_f32/_f64, or heat_norm_f32/_f64 with partials; a
+// named one is a variant measured against those: float64 only, or, when
+// the name holds %s, either type (f32 or f64 in its place). file is the
+// kernel's source, heat.cu when empty.
 type heatShape struct {
 	kernel               string
 	rows, blockY, blockX int
+	file                 string
 }
 
 // grid is the launch grid over rows × cols cells: blocks along the columns,
@@ -113,10 +117,14 @@ func (sh heatShape) grid(rows, cols int) (gx, gy int) {
 // heatDefault is the heat kernel the solver uses; heatShapes are the ones
 // measured against it.
 var (
-	heatDefault = heatShape{"", heatRows, heatBlockY, heatBlockX}
-	heatShapes  = []heatShape{heatDefault, {"heat_step_f64", heatRows, 4, 32}, {"heat_step_plain", heatRows, 4, 32},
-		{"heat_step_r6", 6, heatBlockY, heatBlockX}, {"heat_step_r2", 2, 8, heatBlockX}, {"heat_step_r8", 8, 2, heatBlockX}}
+	heatDefault = heatShape{"", heatRows, heatBlockY, heatBlockX, ""}
+	heatShapes  = []heatShape{heatDefault, {"heat_step_f64", heatRows, 4, 32, ""}, {"heat_step_plain", heatRows, 4, 32, ""},
+		{"heat_step_r6", 6, heatBlockY, heatBlockX, ""}, {"heat_step_r2", 2, 8, heatBlockX, ""}, {"heat_step_r8", 8, 2, heatBlockX, ""},
+		{"heat_step_cs_%s", heatRows, heatBlockY, heatBlockX, "heat_cs.cu"}}
 )
+
+// both is whether the shape steps float32 as well as float64.
+func (sh heatShape) both() bool { return sh.kernel == "" || strings.Contains(sh.kernel, "%s") }
 
 func heatPlanShape[T Float](sh heatShape, s *devmem.Stream, dst, src devmem.Slice[T], partial *devmem.Slice[float64], nx, rowLo, rowHi, colLo, colHi int, r T) (plan, error) {
 	op := "HeatStep"
@@ -142,8 +150,14 @@ func heatPlanShape[T Float](sh heatShape, s *devmem.Stream, dst, src devmem.Slic
 		kernel = "heat_norm_" + suffix[T]()
 	case kernel == "":
 		kernel = "heat_step_" + suffix[T]()
+	case partial == nil && strings.Contains(kernel, "%s"):
+		kernel = fmt.Sprintf(kernel, suffix[T]())
 	case partial != nil || suffix[T]() != "f64":
 		return plan{}, invalid(op, "kernel %s steps float64 without partial sums only", kernel)
+	}
+	file := sh.file
+	if file == "" {
+		file = "heat.cu"
 	}
 	args := []arg{{"dst", dst.Buffer(), 0}, {"src", src.Buffer(), 0}}
 	gx, gy := sh.grid(rowHi-rowLo, colHi-colLo)
@@ -170,7 +184,7 @@ func heatPlanShape[T Float](sh heatShape, s *devmem.Stream, dst, src devmem.Slic
 	}
 	d, sb := dst.Buffer(), src.Buffer()
 	l := launch{
-		file: "heat.cu", kernel: kernel,
+		file: file, kernel: kernel,
 		grid:  [3]uint32{uint32(gx), uint32(gy), 1},
 		block: [3]uint32{uint32(sh.blockX), uint32(sh.blockY), 1},
 		args:  []any{d, sb, int64(nx), int32(rowLo), int32(rowHi), int32(colLo), int32(colHi), r},

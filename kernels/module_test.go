@@ -385,10 +385,19 @@ func TestLaunchArgumentsMatchTheKernelSignatures(t *testing.T) {
 		t.Fatalf("SumBlocks over %d values: %d passes, %v", big.Len(), len(sums), err)
 	}
 	cases = append(cases, planned{p: sums[0], work: [3]int{4 * sumThreads, 1}}, planned{p: sums[1], work: [3]int{sumThreads, 1}})
+	a32s, _ := devmem.AllocSlice[float32](d, nx*ny)
+	b32s, _ := devmem.AllocSlice[float32](d, nx*ny)
+	defer a32s.Free()
+	defer b32s.Free()
 	for _, sh := range heatShapes[1:] {
 		pl := mk(heatPlanShape(sh, nil, a, b, nil, nx, 1, ny-1, 1, nx-1, 0.1))
 		pl.work = [3]int{nx - 2, 1}
 		cases = append(cases, pl)
+		if sh.both() {
+			pl := mk(heatPlanShape(sh, nil, a32s, b32s, nil, nx, 1, ny-1, 1, nx-1, float32(0.1)))
+			pl.work = [3]int{nx - 2, 1}
+			cases = append(cases, pl)
+		}
 	}
 	seen := map[string]bool{}
 	for _, c := range cases {
@@ -449,24 +458,33 @@ func TestLaunchGoesToTheLoadedFunctionWithItsArguments(t *testing.T) {
 }
 
 func TestGoConstantsMatchTheDefinesOfTheSources(t *testing.T) {
-	heat, _ := sources.ReadFile("heat.cu")
+	walk := regexp.MustCompile(`heat_rows\w*<(\d+)(, (true|false))?>\(`)
 	for _, sh := range heatShapes {
+		file := sh.file
+		if file == "" {
+			file = "heat.cu"
+		}
+		heat, _ := sources.ReadFile(file)
 		names := []string{sh.kernel}
-		if sh.kernel == "" {
+		switch {
+		case sh.kernel == "":
 			names = []string{"heat_step_f64", "heat_step_f32", "heat_norm_f64", "heat_norm_f32"}
+		case sh.both():
+			names = []string{fmt.Sprintf(sh.kernel, "f64"), fmt.Sprintf(sh.kernel, "f32")}
 		}
 		for _, name := range names {
 			i := strings.Index(string(heat), "void "+name+"(")
 			if i < 0 {
-				t.Errorf("heat.cu has no %s", name)
+				t.Errorf("%s has no %s", file, name)
 				continue
 			}
-			body := string(heat[i:])
-			if j := strings.Index(body, "heat_rows<"); j < 0 || !strings.HasPrefix(body[j:], fmt.Sprintf("heat_rows<%d, ", sh.rows)) {
-				t.Errorf("%s does not walk %d rows a thread, which its launch assumes", name, sh.rows)
+			m := walk.FindStringSubmatch(string(heat[i:]))
+			if m == nil || m[1] != fmt.Sprint(sh.rows) {
+				t.Errorf("%s does not walk %d rows a thread, which its launch assumes: %q", name, sh.rows, m)
+				continue
 			}
-			if norm := strings.HasPrefix(name, "heat_norm"); !strings.HasPrefix(body[strings.Index(body, "heat_rows<"):], fmt.Sprintf("heat_rows<%d, %v>", sh.rows, norm)) {
-				t.Errorf("%s: partial sums %v, which its launch does not assume", name, !norm)
+			if norm := strings.HasPrefix(name, "heat_norm"); m[3] != "" && m[3] != fmt.Sprint(norm) || m[3] == "" && norm {
+				t.Errorf("%s: partial sums %q, which its launch does not assume", name, m[3])
 			}
 		}
 	}
