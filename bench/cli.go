@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/comm/local"
+	"github.com/gpucomm/gpucomm/internal/launcher"
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 )
@@ -64,7 +66,7 @@ type options struct {
 	np, factor, root, iters, warmup, checks, window    int
 	timeout                                            time.Duration
 	json, csv, noBaseline, noProgress, wall, noStream  bool
-	plot, label                                        string
+	plot, label, cpuProfile                            string
 	compare                                            listFlag
 	set                                                map[string]bool
 }
@@ -131,6 +133,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.wall, "wall", false, "time by wall clock with a barrier before each iteration, also on a GPU (for ranks sharing one GPU)")
 	fs.BoolVar(&o.noStream, "nostream", false, "issue each operation on no stream (it returns when done), as the C loop calls MPI; times by wall clock")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON instead of the table")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to `FILE` (each rank under MPI: FILE.RANK)")
 	fs.BoolVar(&o.csv, "csv", false, "print the report as CSV instead of the table")
 	fs.StringVar(&o.plot, "plot", "", "draw bandwidth and time against size to `FILE` (.png or .svg)")
 	fs.Var(&o.compare, "compare", "overlay earlier -json reports from `FILE`s in the plot (repeat or comma-separate)")
@@ -223,6 +226,14 @@ func (o *options) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.W
 	cfg, err := o.config()
 	if err != nil {
 		return usageError(fs, "%v", err)
+	}
+	if o.cpuProfile != "" {
+		stop, err := startProfile(o.cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "gpucomm bench: -cpuprofile: %v\n", err)
+			return 1
+		}
+		defer stop()
 	}
 	var compare []*Report
 	for _, path := range o.compare {
@@ -365,4 +376,28 @@ func (b *bar) finish() {
 	if b.pb != nil {
 		_ = b.pb.Finish()
 	}
+}
+
+// startProfile starts a CPU profile into path, or path.RANK when a launcher
+// started several ranks (each rank its own file); stop ends and closes it.
+func startProfile(path string) (stop func(), err error) {
+	if r, ok := launchedRank(); ok {
+		path += "." + strconv.Itoa(r)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// launchedRank is this process's rank as its launcher says it, if one
+// started several.
+func launchedRank() (int, bool) {
+	job, ok := launcher.FromEnv()
+	return job.Rank, ok && job.MultiRank()
 }

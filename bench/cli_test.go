@@ -257,3 +257,21 @@ func TestSingleRankRunsTheCollectivesOnly(t *testing.T) {
 		t.Errorf("one rank should run the six collectives in float16:\n%s", out)
 	}
 }
+
+// -cpuprofile writes a profile pprof can read (a gzip'd protobuf: it starts
+// with gzip's magic), and a file that cannot be made is an error, not a run.
+func TestCPUProfileFlag(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cpu.prof")
+	var out, errb bytes.Buffer
+	if rc := Main(context.Background(), []string{"-np", "2", "-op", "allreduce", "-b", "8", "-e", "64", "-n", "5", "-w", "1", "-nobaseline", "-noprogress", "-cpuprofile", path}, &out, &errb); rc != 0 {
+		t.Fatalf("exit %d: %s", rc, errb.String())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("profile %q: %d bytes, %v; want a gzip'd profile", path, len(b), err)
+	}
+	errb.Reset()
+	if rc := Main(context.Background(), []string{"-np", "2", "-op", "allreduce", "-b", "8", "-e", "8", "-noprogress", "-cpuprofile", filepath.Join(path, "no", "such")}, &out, &errb); rc == 0 || !strings.Contains(errb.String(), "-cpuprofile") {
+		t.Errorf("exit %d, %q; want a failure naming -cpuprofile", rc, errb.String())
+	}
+}

@@ -187,7 +187,7 @@ func (c *Comm) runLocked(call driver.Call, enqueue func(s *devmem.Stream) error)
 		}
 	}
 	testHookAfterStart(s)
-	err := c.inNCCL(callMark{call: &call}, func() error { return enqueue(s) })
+	err := c.inNCCL(markOf(&call), func() error { return enqueue(s) })
 	if cause := c.failure(); cause != nil {
 		c.events.put(start)
 		c.abort()

@@ -71,18 +71,32 @@ func (p *pendingOp) poll(now time.Time, timeout time.Duration) (bool, error) {
 	return false, nil
 }
 
-// callMark is an NCCL call in progress on the host: an operation (call),
-// whose description is formatted only if the watchdog reports it, or
-// another call named by what.
+// callMark is an NCCL call in progress on the host: an operation (what its
+// signature is made of, formatted only if the watchdog reports it), or
+// another call named by what. It holds no buffer, so that marking a call
+// moves neither the call nor its buffers to the heap.
 type callMark struct {
 	what  string
-	call  *driver.Call
+	sig   signature
 	since time.Time
 }
 
+// signature is what Call.Signature reads.
+type signature struct {
+	op    driver.Operation
+	count int
+	dt    driver.DType
+	rop   driver.Op
+	root  int
+}
+
+func markOf(call *driver.Call) callMark {
+	return callMark{sig: signature{op: call.Operation, count: call.Count, dt: call.DType, rop: call.Op, root: call.Root}}
+}
+
 func (m *callMark) name() string {
-	if m.call != nil {
-		return m.call.Signature()
+	if m.sig.op != 0 {
+		return driver.Call{Operation: m.sig.op, Count: m.sig.count, DType: m.sig.dt, Op: m.sig.rop, Root: m.sig.root}.Signature()
 	}
 	return m.what
 }
