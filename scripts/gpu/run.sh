@@ -88,11 +88,14 @@ bench() { # gpucomm's figures on each backend, each with its C baseline in the s
   export GPUCOMM_DEVICE=cuda
   step devmem-host-cost 60 $B/devmem.test -test.run XXX -test.bench StreamHostCost -test.benchtime 20000x
   step devmem-copies 60 $B/devmem.test -test.run XXX -test.bench CUDA -test.benchtime 20x
-  step heat-kernel 60 $B/kernels.test -test.run XXX -test.bench HeatStepAgainstDeviceCopy -test.benchtime 3x
+  step heat-kernel 90 $B/kernels.test -test.run XXX -test.bench 'HeatStepAgainstDeviceCopy|HeatKernelsAgainstDeviceCopy' -test.benchtime 3x
+  step solver-steps 150 $B/solver.test -test.run XXX -test.bench 'StepOnAGPU/(16384|20480)' -test.benchtime 200x
   for np in 2 4; do
     step bench-mpi-np$np 120 mpirun $NB -np $np $B/gpucomm bench -backend mpi -op pingpong,allreduce,allgather,alltoall -b 8 -e 64M -f 8 -noprogress
   done
   step bench-nccl-np1 60 mpirun $NB -np 1 $B/gpucomm bench -backend nccl -op allreduce,allgather,reducescatter,broadcast -b 8 -e 256M -f 8 -noprogress
+  step bench-nccl-np1-nostream 60 mpirun $NB -np 1 $B/gpucomm bench -backend nccl -op allreduce -b 8 -e 256M -f 8 -nostream -noprogress
+  step bench-nccl-profile 60 mpirun $NB -np 1 $B/gpucomm bench -backend nccl -op allreduce -b 8 -e 8 -n 200000 -nobaseline -noprogress -cpuprofile $OUT/nccl-allreduce-8B.prof
   cuda_mpi
   for np in 2 4; do
     step bench-cudaaware-np$np 120 mpirun $NB $X -np $np $B/gpucomm bench -backend cudaaware -op pingpong,allreduce,allgather,alltoall -b 8 -e 64M -f 8 -noprogress
