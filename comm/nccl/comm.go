@@ -200,6 +200,9 @@ func (c *Comm) runLocked(call driver.Call, enqueue func(s *devmem.Stream) error)
 	if call.Stream != nil && c.timeout <= 0 {
 		return nil // nothing to watch: stream-ordered, and no deadline
 	}
+	if c.timeout <= 0 {
+		return c.waitOwn(call)
+	}
 	end, err := c.events.record(s)
 	if err != nil {
 		c.events.put(start)
@@ -228,6 +231,30 @@ func (c *Comm) runLocked(call driver.Call, enqueue func(s *devmem.Stream) error)
 		return c.errorf(call.Operation, nil, "%s: %w", what, err)
 	}
 	return nil
+}
+
+// waitOwn waits for a call on no stream and no deadline: it polls the
+// communicator's own stream, where the call is the only work, rather than
+// recording an event and synchronizing after it (on an H200 that took a
+// one-rank 8 B AllReduce to 16 µs where NCCL from C took 6), and gives up
+// with the communicator's failure when the watchdog finds one (c.mu is held
+// here, so a blocking wait could not be aborted).
+func (c *Comm) waitOwn(call driver.Call) error {
+	var b backoff
+	for {
+		done, err := c.own.Query()
+		if err != nil {
+			return c.errorf(call.Operation, nil, "%s: %w", call.Signature(), err)
+		}
+		if done {
+			return nil
+		}
+		if cause := c.failure(); cause != nil {
+			c.abort()
+			return c.errorf(call.Operation, nil, "%s: %w", call.Signature(), cause)
+		}
+		b.wait()
+	}
 }
 
 // testHookAfterStart lets a GPU test stall a stream inside an operation's
