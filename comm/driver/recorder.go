@@ -248,6 +248,9 @@ type TraceEntry struct {
 
 // Signature is what the ranks must agree on at a collective, as Call's.
 func (e TraceEntry) Signature() string {
+	if e.Op == OpBarrier.String() {
+		return "Barrier()"
+	}
 	s := fmt.Sprintf("%s(count=%d dtype=%s", e.Op, e.Count, e.DType)
 	if e.Reduce != "" {
 		s += " op=" + e.Reduce
