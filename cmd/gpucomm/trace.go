@@ -217,8 +217,8 @@ func diagnose(g traceGroup) traceFinding {
 			}
 			bySig[e.Signature()] = append(bySig[e.Signature()], r)
 		}
-		if len(absent) == 0 && len(bySig) == 1 {
-			continue
+		if len(absent) == 0 && len(bySig) == 1 || len(bySig) == 0 {
+			continue // agreed, or out of every record's ring
 		}
 		f.Coll = s
 		var parts []string
@@ -234,12 +234,10 @@ func diagnose(g traceGroup) traceFinding {
 			f.Summary = fmt.Sprintf("first divergence: collective %d: the ranks entered it with different calls: %s", s, strings.Join(parts, "; "))
 		} else {
 			var sig string
-			var in []int
-			for k, v := range bySig {
-				sig, in = k, v
+			for k := range bySig {
+				sig = k
 			}
 			f.Summary = fmt.Sprintf("first divergence: collective %d (%s): %s never entered it", s, sig, rankList(absent))
-			parts = append(parts, fmt.Sprintf("%s entered it", rankList(in)))
 		}
 		for _, r := range absent {
 			tf := g.Files[r]

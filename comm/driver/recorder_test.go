@@ -15,12 +15,11 @@ import (
 	"github.com/gpucomm/gpucomm/devmem"
 )
 
-// fakeEngine runs nothing: Run returns err, and when flights is set it is a
-// FlightRunner that reports a start and an end only for calls on a stream.
+// fakeEngine runs nothing: Run returns err. flightEngine is one that is a
+// FlightRunner and keeps the last Flight for the test to report on.
 type fakeEngine struct {
-	err     error
-	flights bool
-	last    Flight
+	err  error
+	last Flight
 }
 
 func (e *fakeEngine) Usable() error       { return nil }
