@@ -46,6 +46,8 @@ type checkFlags struct {
 	timeout time.Duration
 	json    bool
 	device  string
+	probe   bool
+	only    bool
 	set     map[string]bool // the flags given on the command line
 }
 
@@ -60,6 +62,8 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&f.timeout, "timeout", 0, "bound each case and each operation by `DURATION` (0: 2m a case, and GPUCOMM_TIMEOUT bounds operations)")
 	fs.BoolVar(&f.json, "json", false, "print the report as JSON on stdout")
 	fs.StringVar(&f.device, "device", "", "device `SPEC`: auto, host, cuda or cuda:N (default GPUCOMM_DEVICE, else auto)")
+	fs.BoolVar(&f.probe, "probe", true, "probe first: launcher against library, placement, backends, and each operation content-checked and timed (-probe=false: the suite alone)")
+	fs.BoolVar(&f.only, "probe-only", false, "probe, give the verdict, and skip the conformance suite")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
@@ -72,13 +76,24 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	newGroup, rank := groupMaker(name, f)
 	cfg := conformance.Config{Run: f.run, Short: f.short, Timeout: f.timeout}
+	var probe *probeReport
+	if f.probe || f.only {
+		probe = &probeReport{}
+		probeJob(probe, name, nil)
+		probeBackends(probe)
+	}
+	var anchor []comm.Communicator
 	if name != local.Name {
 		// Each case opens and closes its own communicator, and closing the
 		// last one finalizes MPI, which cannot start again: hold one open.
-		anchor, err := newGroup()
+		var err error
+		anchor, err = newGroup()
 		if err != nil {
 			// Every case would open the same way, and a failed open may
 			// have ended MPI too: report the cause once and stop.
+			if probe != nil {
+				printProbeErrors(stderr, -1, *probe)
+			}
 			fmt.Fprintf(stderr, "gpucomm check: %v\n", err)
 			fmt.Fprintf(stderr, "gpucomm check: backend %s did not open: no case ran\n", name)
 			return exitFail
@@ -88,6 +103,26 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 				c.Close()
 			}
 		}()
+	}
+
+	if probe != nil {
+		group := anchor
+		if name == local.Name {
+			var err error
+			if group, err = newGroup(); err != nil {
+				fmt.Fprintf(stderr, "gpucomm check: %v\n", err)
+				return exitFail
+			}
+		}
+		runProbe(probe, name, group, f.timeout)
+		if name == local.Name {
+			for _, c := range group {
+				c.Close()
+			}
+		}
+	}
+	if f.only {
+		return finishProbeOnly(probe, f.json, int(rank.Load()), stdout, stderr)
 	}
 
 	// Check takes no context, so it runs aside and Ctrl-C abandons it: the
@@ -117,13 +152,19 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if r > 0 {
 		// Rank 0 speaks for the job; other ranks add only their own failures.
+		if probe != nil {
+			printProbeErrors(stderr, r, *probe)
+		}
 		printRankFailures(stderr, r, report)
 	} else if f.json {
-		if err := writeCheckJSON(stdout, report, wall); err != nil {
+		if err := writeCheckJSONProbe(stdout, report, wall, probe); err != nil {
 			fmt.Fprintf(stderr, "gpucomm check: %v\n", err)
 			return exitFail
 		}
 	} else {
+		if probe != nil {
+			writeProbe(stdout, *probe)
+		}
 		writeCheckTable(stdout, report, wall)
 	}
 	if len(report.Results) == 0 {
@@ -132,7 +173,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 		return exitFail
 	}
-	if report.Failed() > 0 {
+	if report.Failed() > 0 || probe != nil && probe.failed() {
 		return exitFail
 	}
 	return exitOK
@@ -355,6 +396,7 @@ type checkJSON struct {
 	Skipped int              `json:"skipped"`
 	Seconds float64          `json:"seconds"`
 	Results []checkJSONEntry `json:"results"`
+	Probe   *probeReport     `json:"probe,omitempty"`
 }
 
 type checkJSONEntry struct {
@@ -365,6 +407,12 @@ type checkJSONEntry struct {
 }
 
 func writeCheckJSON(w io.Writer, report conformance.Report, wall time.Duration) error {
+	return writeCheckJSONProbe(w, report, wall, nil)
+}
+
+// writeCheckJSONProbe is writeCheckJSON with the probe's report (nil: none);
+// a probe that failed makes the report not ok.
+func writeCheckJSONProbe(w io.Writer, report conformance.Report, wall time.Duration, probe *probeReport) error {
 	passed, failed, skipped := counts(report)
 	out := checkJSON{
 		Backend: report.Backend, Ranks: report.Ranks, Device: report.Device,
@@ -372,6 +420,10 @@ func writeCheckJSON(w io.Writer, report conformance.Report, wall time.Duration) 
 		Passed: passed, Failed: failed, Skipped: skipped,
 		Seconds: wall.Seconds(),
 		Results: make([]checkJSONEntry, 0, len(report.Results)),
+		Probe:   probe,
+	}
+	if probe != nil && probe.failed() {
+		out.OK = false
 	}
 	for _, r := range report.Results {
 		out.Results = append(out.Results, checkJSONEntry{Name: r.Name, Result: verdict(r), Seconds: r.Elapsed.Seconds(), Detail: r.Detail})

@@ -49,6 +49,8 @@ type Front struct {
 	size      int
 	dev       *devmem.Device
 	skipEmpty bool
+	rec       *Recorder    // the flight recorder; nil when recording is off
+	flight    FlightRunner // eng, when it reports starts and ends
 }
 
 // FrontConfig describes the communicator a Front serves.
@@ -66,6 +68,8 @@ type FrontConfig struct {
 func NewFront(cfg FrontConfig, eng Engine) Front {
 	f := Front{eng: eng, backend: cfg.Backend, rank: cfg.Rank, size: cfg.Size, dev: cfg.Device, skipEmpty: cfg.SkipEmpty}
 	f.limit, _ = eng.(Limiter)
+	f.flight, _ = eng.(FlightRunner)
+	f.rec = newRecorder(cfg, f.flight != nil)
 	return f
 }
 
@@ -97,10 +101,14 @@ func (f *Front) Check(call Call) error {
 	return nil
 }
 
-// Do checks call and runs it on the engine.
+// Do checks call and runs it on the engine, recording it when the flight
+// recorder is on.
 func (f *Front) Do(call Call) error {
 	if err := f.Check(call); err != nil {
 		return err
+	}
+	if f.rec != nil {
+		return f.doRecorded(call)
 	}
 	if f.skipEmpty && Empty(call) {
 		return nil
@@ -109,6 +117,31 @@ func (f *Front) Do(call Call) error {
 		return Wrap(f.backend, call.Operation.String(), f.rank, err)
 	}
 	return nil
+}
+
+// doRecorded is Do's second half with the recorder on: the call is queued
+// in the record before the engine sees it, and ended when it returns (a
+// nil stream) or fails to enqueue; an engine that is a FlightRunner
+// reports a stream-ordered call's start and end itself.
+func (f *Front) doRecorded(call Call) error {
+	fl := f.rec.queue(call)
+	if f.skipEmpty && Empty(call) {
+		f.rec.skip(fl.seq)
+		return nil
+	}
+	var err error
+	if f.flight != nil {
+		err = f.flight.RunFlight(call, fl)
+	} else {
+		err = f.eng.Run(call)
+	}
+	if err != nil {
+		err = Wrap(f.backend, call.Operation.String(), f.rank, err)
+	}
+	if call.Stream == nil || err != nil {
+		fl.Ended(err)
+	}
+	return err
 }
 
 // Errorf is the *Error of operation op on this communicator.

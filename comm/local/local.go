@@ -170,13 +170,17 @@ func (c *Comm) Usable() error {
 
 // Run runs a call Front checked: a collective as one round of the group,
 // transfers on the links between ranks.
-func (c *Comm) Run(call driver.Call) error {
+func (c *Comm) Run(call driver.Call) error { return c.RunFlight(call, driver.Flight{}) }
+
+// RunFlight is Run reporting to the flight recorder when the call's stream
+// reaches it and when it ends.
+func (c *Comm) RunFlight(call driver.Call, fl driver.Flight) error {
 	switch call.Operation {
 	case driver.OpSend, driver.OpRecv, driver.OpGroupP2P:
 		var one [1]comm.P2P
-		return c.p2p(call, driver.Transfers(call, &one))
+		return c.p2p(call, driver.Transfers(call, &one), fl)
 	}
-	return c.collective(call)
+	return c.collective(call, fl)
 }
 
 func (c *Comm) fail(op driver.Operation, sentinel error, format string, args ...any) error {
@@ -184,10 +188,13 @@ func (c *Comm) fail(op driver.Operation, sentinel error, format string, args ...
 }
 
 // collective queues the call on its stream as one round of the group.
-func (c *Comm) collective(call driver.Call) error {
+func (c *Comm) collective(call driver.Call, fl driver.Flight) error {
 	seq := c.seq.Add(1)
 	return call.Stream.HostFunc(func() error {
-		return driver.Wrap(Name, call.Operation.String(), c.rank, c.run(seq, call))
+		fl.Started()
+		err := driver.Wrap(Name, call.Operation.String(), c.rank, c.run(seq, call))
+		fl.Ended(err)
+		return err
 	})
 }
 

@@ -59,27 +59,35 @@ func (g *group) take(from, to int) (message, error) {
 }
 
 // p2p queues sends (eager: they never wait) then receives, on the stream.
-func (c *Comm) p2p(call driver.Call, ops []comm.P2P) error {
+func (c *Comm) p2p(call driver.Call, ops []comm.P2P, fl driver.Flight) error {
 	return call.Stream.HostFunc(func() error {
-		for _, p := range ops {
-			if p.Kind == comm.SendKind {
-				data := clone(bytesOf(p.Buf, p.Count*p.DType.Size()))
-				c.g.link(c.rank, p.Peer).put(message{data: data, count: p.Count, dt: p.DType})
-			}
-		}
-		for _, p := range ops {
-			if p.Kind != comm.RecvKind {
-				continue
-			}
-			m, err := c.g.take(p.Peer, c.rank)
-			if err != nil {
-				return c.fail(call.Operation, nil, "receive of %d %v from rank %d: %w", p.Count, p.DType, p.Peer, err)
-			}
-			if m.count != p.Count || m.dt != p.DType {
-				return c.fail(call.Operation, comm.ErrMismatch, "receive of %d %v from rank %d met a send of %d %v", p.Count, p.DType, p.Peer, m.count, m.dt)
-			}
-			copy(bytesOf(p.Buf, len(m.data)), m.data)
-		}
-		return nil
+		fl.Started()
+		err := c.transfer(call, ops)
+		fl.Ended(err)
+		return err
 	})
+}
+
+// transfer runs the sends, then the receives, of one point-to-point call.
+func (c *Comm) transfer(call driver.Call, ops []comm.P2P) error {
+	for _, p := range ops {
+		if p.Kind == comm.SendKind {
+			data := clone(bytesOf(p.Buf, p.Count*p.DType.Size()))
+			c.g.link(c.rank, p.Peer).put(message{data: data, count: p.Count, dt: p.DType})
+		}
+	}
+	for _, p := range ops {
+		if p.Kind != comm.RecvKind {
+			continue
+		}
+		m, err := c.g.take(p.Peer, c.rank)
+		if err != nil {
+			return c.fail(call.Operation, nil, "receive of %d %v from rank %d: %w", p.Count, p.DType, p.Peer, err)
+		}
+		if m.count != p.Count || m.dt != p.DType {
+			return c.fail(call.Operation, comm.ErrMismatch, "receive of %d %v from rank %d met a send of %d %v", p.Count, p.DType, p.Peer, m.count, m.dt)
+		}
+		copy(bytesOf(p.Buf, len(m.data)), m.data)
+	}
+	return nil
 }

@@ -99,29 +99,35 @@ func (c *Comm) Usable() error {
 }
 
 // Run runs a call that Front checked.
-func (c *Comm) Run(call driver.Call) error {
+func (c *Comm) Run(call driver.Call) error { return c.RunFlight(call, driver.Flight{}) }
+
+// RunFlight is Run reporting to the flight recorder: with a timeout set,
+// the watchdog sees a stream-ordered operation's start and end events and
+// reports them; without one no event is recorded (that would cost more
+// than the record is allowed to), so the record says "queued".
+func (c *Comm) RunFlight(call driver.Call, fl driver.Flight) error {
 	switch call.Operation {
 	case driver.OpAllReduce:
-		return c.allReduce(call)
+		return c.allReduce(call, fl)
 	case driver.OpReduce:
-		return c.reduce(call)
+		return c.reduce(call, fl)
 	case driver.OpBroadcast:
-		return c.broadcast(call)
+		return c.broadcast(call, fl)
 	case driver.OpAllGather:
-		return c.allGather(call)
+		return c.allGather(call, fl)
 	case driver.OpReduceScatter:
-		return c.reduceScatter(call)
+		return c.reduceScatter(call, fl)
 	case driver.OpAllToAll:
-		return c.allToAll(call)
+		return c.allToAll(call, fl)
 	case driver.OpGather:
-		return c.gather(call)
+		return c.gather(call, fl)
 	case driver.OpScatter:
-		return c.scatter(call)
+		return c.scatter(call, fl)
 	case driver.OpBarrier:
-		return c.barrier(call)
+		return c.barrier(call, fl)
 	case driver.OpSend, driver.OpRecv, driver.OpGroupP2P:
 		var one [1]comm.P2P
-		return c.pointToPoint(call, driver.Transfers(call, &one))
+		return c.pointToPoint(call, driver.Transfers(call, &one), fl)
 	}
 	return c.errorf(call.Operation, comm.ErrUnsupported, "no such data operation")
 }
@@ -156,7 +162,7 @@ func (c *Comm) signature(call driver.Call) error {
 
 // collective queues call with enqueue (unless it moves no
 // data) and, for a nil stream, waits for it.
-func (c *Comm) collective(call driver.Call, enqueue func(s *devmem.Stream) error) error {
+func (c *Comm) collective(call driver.Call, fl driver.Flight, enqueue func(s *devmem.Stream) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.usableLocked(call.Operation); err != nil {
@@ -168,13 +174,13 @@ func (c *Comm) collective(call driver.Call, enqueue func(s *devmem.Stream) error
 	if driver.Empty(call) {
 		return nil // every rank has the same count, so every rank skips
 	}
-	return c.runLocked(call, enqueue)
+	return c.runLocked(call, fl, enqueue)
 }
 
 // runLocked queues one operation on its stream (the communicator's own for
 // a nil stream) between events the timeout needs, then waits for it if the
 // stream was nil. c.mu is held.
-func (c *Comm) runLocked(call driver.Call, enqueue func(s *devmem.Stream) error) error {
+func (c *Comm) runLocked(call driver.Call, fl driver.Flight, enqueue func(s *devmem.Stream) error) error {
 	s := call.Stream
 	if s == nil {
 		s = c.own
@@ -209,7 +215,7 @@ func (c *Comm) runLocked(call driver.Call, enqueue func(s *devmem.Stream) error)
 		return c.errorf(call.Operation, nil, "%s was queued, but its end could not be marked: %w", call.Signature(), err)
 	}
 	what := call.Signature()
-	p := &pendingOp{what: what, start: progressOf(start), end: end, release: func() { c.events.put(start); c.events.put(end) }}
+	p := &pendingOp{what: what, start: progressOf(start), end: end, release: func() { c.events.put(start); c.events.put(end) }, flight: fl}
 	if call.Stream != nil {
 		c.dog.track(p)
 		return nil
@@ -261,10 +267,10 @@ func (c *Comm) waitOwn(call driver.Call) error {
 // timed window, where only a hung NCCL kernel would otherwise be.
 var testHookAfterStart = func(*devmem.Stream) {}
 
-func (c *Comm) allReduce(call driver.Call) error {
+func (c *Comm) allReduce(call driver.Call, fl driver.Flight) error {
 	send, recv, count, dt, op := call.Send, call.Recv, call.Count, call.DType, call.Op
 	p := c.planAvg(dt, op, count, send.Same(recv))
-	return c.collective(call, func(s *devmem.Stream) error {
+	return c.collective(call, fl, func(s *devmem.Stream) error {
 		from, err := p.source(send, recv, count, dt, s)
 		if err != nil {
 			return err
@@ -276,13 +282,13 @@ func (c *Comm) allReduce(call driver.Call) error {
 	})
 }
 
-func (c *Comm) reduce(call driver.Call) error {
+func (c *Comm) reduce(call driver.Call, fl driver.Flight) error {
 	send, recv, count, dt, op, root := call.Send, call.Recv, call.Count, call.DType, call.Op, call.Root
 	if c.rank != root {
 		recv = devmem.Buffer{} // unused, and maybe unchecked: NCCL gets NULL
 	}
 	p := c.planAvg(dt, op, count, c.rank != root || send.Same(recv))
-	return c.collective(call, func(s *devmem.Stream) error {
+	return c.collective(call, fl, func(s *devmem.Stream) error {
 		from, err := p.source(send, recv, count, dt, s) // the root's copy, where NCCL writes the output
 		if err != nil {
 			return err
@@ -294,20 +300,20 @@ func (c *Comm) reduce(call driver.Call) error {
 	})
 }
 
-func (c *Comm) broadcast(call driver.Call) error {
+func (c *Comm) broadcast(call driver.Call, fl driver.Flight) error {
 	send, recv, count, dt, root := call.Send, call.Recv, call.Count, call.DType, call.Root
 	if c.rank != root {
 		send = devmem.Buffer{}
 	}
-	return c.collective(call, func(s *devmem.Stream) error { return c.eng.broadcast(send, recv, count, dt, root, s) })
+	return c.collective(call, fl, func(s *devmem.Stream) error { return c.eng.broadcast(send, recv, count, dt, root, s) })
 }
 
-func (c *Comm) allGather(call driver.Call) error {
+func (c *Comm) allGather(call driver.Call, fl driver.Flight) error {
 	send, recv, count, dt := call.Send, call.Recv, call.Count, call.DType
-	return c.collective(call, func(s *devmem.Stream) error { return c.eng.allGather(send, recv, count, dt, s) })
+	return c.collective(call, fl, func(s *devmem.Stream) error { return c.eng.allGather(send, recv, count, dt, s) })
 }
 
-func (c *Comm) reduceScatter(call driver.Call) error {
+func (c *Comm) reduceScatter(call driver.Call, fl driver.Flight) error {
 	send, recv, count, dt, op := call.Send, call.Recv, call.Count, call.DType, call.Op
 	p := c.planAvg(dt, op, count, send.Overlaps(recv))
 	if p.copyFirst && c.size > 1 {
@@ -316,7 +322,7 @@ func (c *Comm) reduceScatter(call driver.Call) error {
 		// NCCL's own Avg (comm/nccl/doc.go).
 		p.copyFirst = false
 	}
-	return c.collective(call, func(s *devmem.Stream) error {
+	return c.collective(call, fl, func(s *devmem.Stream) error {
 		from, err := p.source(send, recv, count, dt, s) // one rank: recv is the whole of send's one block
 		if err != nil {
 			return err
@@ -331,8 +337,8 @@ func (c *Comm) reduceScatter(call driver.Call) error {
 // barrier is a one-byte AllReduce (Max) of a buffer of the communicator's
 // own: NCCL has no barrier, and a reduction cannot finish anywhere before
 // every rank has joined it.
-func (c *Comm) barrier(call driver.Call) error {
-	return c.collective(call, func(s *devmem.Stream) error {
+func (c *Comm) barrier(call driver.Call, fl driver.Flight) error {
+	return c.collective(call, fl, func(s *devmem.Stream) error {
 		return c.eng.allReduce(c.barrierBuf, c.barrierBuf, 1, comm.Uint8, comm.Max, s)
 	})
 }

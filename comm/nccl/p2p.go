@@ -52,7 +52,7 @@ func (c *Comm) enqueuePlan(p plan, s *devmem.Stream) error {
 	return c.eng.group(p.remote, s)
 }
 
-func (c *Comm) gather(call driver.Call) error {
+func (c *Comm) gather(call driver.Call, fl driver.Flight) error {
 	send, recv, count, dt, root := call.Send, call.Recv, call.Count, call.DType, call.Root
 	var p plan
 	n := count * dt.Size()
@@ -67,10 +67,10 @@ func (c *Comm) gather(call driver.Call) error {
 	} else {
 		p.transfer(comm.SendKind, root, send, 0, count, dt)
 	}
-	return c.collective(call, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
+	return c.collective(call, fl, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
 }
 
-func (c *Comm) scatter(call driver.Call) error {
+func (c *Comm) scatter(call driver.Call, fl driver.Flight) error {
 	send, recv, count, dt, root := call.Send, call.Recv, call.Count, call.DType, call.Root
 	var p plan
 	n := count * dt.Size()
@@ -85,10 +85,10 @@ func (c *Comm) scatter(call driver.Call) error {
 	} else {
 		p.transfer(comm.RecvKind, root, recv, 0, count, dt)
 	}
-	return c.collective(call, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
+	return c.collective(call, fl, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
 }
 
-func (c *Comm) allToAll(call driver.Call) error {
+func (c *Comm) allToAll(call driver.Call, fl driver.Flight) error {
 	send, recv, count, dt := call.Send, call.Recv, call.Count, call.DType
 	var p plan
 	n := count * dt.Size()
@@ -100,14 +100,14 @@ func (c *Comm) allToAll(call driver.Call) error {
 		p.transfer(comm.SendKind, j, send, j*n, count, dt)
 		p.transfer(comm.RecvKind, j, recv, j*n, count, dt)
 	}
-	return c.collective(call, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
+	return c.collective(call, fl, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
 }
 
 // pointToPoint issues a Send's, a Recv's or a GroupP2P's transfers as one
 // NCCL group. Transfers to self pair up in order, the k-th send to self
 // with the k-th receive from self, as NCCL pairs them; each pair must agree
 // on count and type.
-func (c *Comm) pointToPoint(call driver.Call, ops []comm.P2P) error {
+func (c *Comm) pointToPoint(call driver.Call, ops []comm.P2P, fl driver.Flight) error {
 	p, err := c.p2pPlan(call.Operation, ops)
 	if err != nil {
 		return err
@@ -120,7 +120,7 @@ func (c *Comm) pointToPoint(call driver.Call, ops []comm.P2P) error {
 	if len(p.self) == 0 && len(p.remote) == 0 {
 		return nil
 	}
-	return c.runLocked(call, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
+	return c.runLocked(call, fl, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
 }
 
 func (c *Comm) p2pPlan(op driver.Operation, ops []comm.P2P) (plan, error) {

@@ -40,10 +40,11 @@ var errExpired = errors.New("deadline passed")
 // pendingOp is one operation queued on a stream, between two points.
 type pendingOp struct {
 	what    string
-	start   progress  // reached when the operation may begin; nil: at once
-	end     progress  // reached when it has finished
-	started time.Time // when start was first seen reached
-	release func()    // gives the points back; nil when there is nothing to give
+	start   progress      // reached when the operation may begin; nil: at once
+	end     progress      // reached when it has finished
+	started time.Time     // when start was first seen reached
+	release func()        // gives the points back; nil when there is nothing to give
+	flight  driver.Flight // told when start is seen reached and when the operation ends
 }
 
 // poll reports whether p has finished. Its clock starts at the first poll
@@ -64,6 +65,7 @@ func (p *pendingOp) poll(now time.Time, timeout time.Duration) (bool, error) {
 			}
 		}
 		p.started = now
+		p.flight.Started()
 	}
 	if now.Sub(p.started) > timeout {
 		return false, errExpired
@@ -174,9 +176,12 @@ func (w *watchdog) check(now time.Time, asyncError func() error) error {
 		switch {
 		case errors.Is(err, errExpired):
 			cause = fmt.Errorf("%s did not finish within %v: %w", p.what, w.timeout, comm.ErrTimeout)
+			p.flight.Ended(cause)
 		case err != nil:
 			cause = fmt.Errorf("%s: %w", p.what, err)
+			p.flight.Ended(cause)
 		case done:
+			p.flight.Ended(nil)
 			if p.release != nil {
 				p.release()
 			}

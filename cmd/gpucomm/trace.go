@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gpucomm/gpucomm/comm/driver"
+)
+
+func init() {
+	// The recorder's variables, listed by info (its list is info.go's;
+	// these are added here, beside the command that reads the records).
+	knobs = append(knobs, "GPUCOMM_TRACE_DIR", "GPUCOMM_TRACE_SIGNAL")
+	otherKnobs["GPUCOMM_TRACE_DIR"] = struct {
+		unset, set string
+		want       string
+		ok         func(v string) bool
+	}{"no flight recorder", "every communicator records its last operations; records are written to %s on a timeout, the trace signal or request", "", nil}
+	otherKnobs["GPUCOMM_TRACE_SIGNAL"] = struct {
+		unset, set string
+		want       string
+		ok         func(v string) bool
+	}{"no signal writes the flight records", "signal %s makes every rank write its flight record (recording on)", "USR1, USR2, TERM, INT or HUP",
+		func(v string) bool { _, err := driver.ParseTraceSignal(v); return err == nil }}
+	register(&command{name: "trace", summary: "merge the ranks' flight records of a hung or failed job and name where they diverge", run: runTrace})
+}
+
+const traceDescription = `Trace reads the flight records the ranks of a job wrote into DIR and names
+the first operation where they diverge: the ranks that never entered
+collective S, or entered it with another operation, count, type, reduction
+or root; a rank that wrote no record (it died, or was killed before it
+could); or, when they agree, the operation still unfinished and on which
+ranks.
+
+The ranks write their records when GPUCOMM_TRACE_DIR (or
+GPUCOMM_TRACE_SIGNAL) is set: on a timeout (GPUCOMM_TIMEOUT), on the signal
+GPUCOMM_TRACE_SIGNAL names (USR1, USR2, TERM, INT or HUP), or when the
+program calls driver.WriteTraces. For example:
+
+	GPUCOMM_TRACE_DIR=/shared/trace GPUCOMM_TIMEOUT=60s mpirun -np 8 ./prog
+	gpucomm trace /shared/trace
+
+The exit status is 1 when the records show a divergence, a missing rank or
+an operation that failed, 0 when every rank agrees and finished.`
+
+// traceGroup is one communicator's records, by rank.
+type traceGroup struct {
+	ID      string
+	Backend string
+	Size    int
+	Files   map[int]driver.TraceFile
+}
+
+// traceFinding is what trace says of one communicator.
+type traceFinding struct {
+	ID      string   `json:"id"`
+	Backend string   `json:"backend"`
+	Size    int      `json:"size"`
+	Ranks   []int    `json:"ranks"`             // the ranks that wrote a record
+	Missing []int    `json:"missing,omitempty"` // the ranks that did not
+	OK      bool     `json:"ok"`
+	Coll    uint64   `json:"collective,omitempty"` // the collective the finding is about
+	Summary string   `json:"summary"`
+	Detail  []string `json:"detail,omitempty"`
+}
+
+func runTrace(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("trace", "trace [-json] DIR", traceDescription, stderr)
+	asJSON := fs.Bool("json", false, "print the findings as JSON on stdout")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if fs.NArg() != 1 {
+		return usageError(fs, "want one directory, got %d arguments", fs.NArg())
+	}
+	groups, err := readTraces(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintf(stderr, "gpucomm trace: %v\n", err)
+		return exitFail
+	}
+	var findings []traceFinding
+	for _, g := range groups {
+		findings = append(findings, diagnose(g))
+	}
+	code := exitOK
+	for _, f := range findings {
+		if !f.OK {
+			code = exitFail
+		}
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(findings); err != nil {
+			fmt.Fprintf(stderr, "gpucomm trace: %v\n", err)
+			return exitFail
+		}
+		return code
+	}
+	for _, f := range findings {
+		fmt.Fprintf(stdout, "communicator %s (%s, %d ranks; records from %s", f.ID, f.Backend, f.Size, rankList(f.Ranks))
+		if len(f.Missing) > 0 {
+			fmt.Fprintf(stdout, "; none from %s", rankList(f.Missing))
+		}
+		fmt.Fprintf(stdout, ")\n  %s\n", f.Summary)
+		for _, d := range f.Detail {
+			fmt.Fprintf(stdout, "    %s\n", d)
+		}
+	}
+	return code
+}
+
+// readTraces reads every record in dir and groups them by communicator.
+func readTraces(dir string) ([]traceGroup, error) {
+	names, err := filepath.Glob(filepath.Join(dir, "*.rank*.json"))
+	if err != nil {
+		return nil, err
+	}
+	if len(names) == 0 {
+		if _, err := os.Stat(dir); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%s holds no flight record (*.rank*.json): did the job run with GPUCOMM_TRACE_DIR=%s, and did it time out, get the trace signal or call WriteTraces?", dir, dir)
+	}
+	byID := map[string]*traceGroup{}
+	for _, n := range names {
+		b, err := os.ReadFile(n)
+		if err != nil {
+			return nil, err
+		}
+		var f driver.TraceFile
+		if err := json.Unmarshal(b, &f); err != nil {
+			return nil, fmt.Errorf("%s is not a flight record: %v", n, err)
+		}
+		if f.ID == "" || f.Size < 1 || f.Rank < 0 || f.Rank >= f.Size {
+			return nil, fmt.Errorf("%s is not a flight record: id %q, rank %d of %d", n, f.ID, f.Rank, f.Size)
+		}
+		g := byID[f.ID]
+		if g == nil {
+			g = &traceGroup{ID: f.ID, Backend: f.Backend, Size: f.Size, Files: map[int]driver.TraceFile{}}
+			byID[f.ID] = g
+		}
+		g.Files[f.Rank] = f
+	}
+	ids := make([]string, 0, len(byID))
+	for id := range byID {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	out := make([]traceGroup, 0, len(ids))
+	for _, id := range ids {
+		out = append(out, *byID[id])
+	}
+	return out, nil
+}
+
+// diagnose finds the first divergence of one communicator's records.
+func diagnose(g traceGroup) traceFinding {
+	f := traceFinding{ID: g.ID, Backend: g.Backend, Size: g.Size}
+	for r := 0; r < g.Size; r++ {
+		if _, ok := g.Files[r]; ok {
+			f.Ranks = append(f.Ranks, r)
+		} else {
+			f.Missing = append(f.Missing, r)
+		}
+	}
+	// Each rank's collectives by number, and the range all records cover.
+	colls := map[int]map[uint64]driver.TraceEntry{}
+	var from uint64 = 1
+	var through uint64
+	for _, r := range f.Ranks {
+		tf := g.Files[r]
+		m := map[uint64]driver.TraceEntry{}
+		var lowest uint64
+		for _, e := range tf.Entries {
+			if e.Coll == 0 {
+				continue
+			}
+			m[e.Coll] = e
+			if lowest == 0 || e.Coll < lowest {
+				lowest = e.Coll
+			}
+		}
+		colls[r] = m
+		if lowest > from {
+			from = lowest // older collectives fell out of some ring
+		}
+		through = max(through, tf.Collectives)
+	}
+	describe := func(e driver.TraceEntry) string {
+		s := e.Signature() + " " + e.State
+		if e.Error != "" {
+			s += ": " + e.Error
+		}
+		return s
+	}
+	for s := from; s <= through; s++ {
+		bySig := map[string][]int{}
+		var absent []int
+		for _, r := range f.Ranks {
+			e, ok := colls[r][s]
+			if !ok {
+				absent = append(absent, r)
+				continue
+			}
+			bySig[e.Signature()] = append(bySig[e.Signature()], r)
+		}
+		if len(absent) == 0 && len(bySig) == 1 || len(bySig) == 0 {
+			continue // agreed, or out of every record's ring
+		}
+		f.Coll = s
+		var parts []string
+		if len(bySig) > 1 {
+			sigs := make([]string, 0, len(bySig))
+			for sig := range bySig {
+				sigs = append(sigs, sig)
+			}
+			sort.Slice(sigs, func(i, j int) bool { return len(bySig[sigs[i]]) > len(bySig[sigs[j]]) })
+			for _, sig := range sigs {
+				parts = append(parts, fmt.Sprintf("%s entered it as %s", rankList(bySig[sig]), sig))
+			}
+			f.Summary = fmt.Sprintf("first divergence: collective %d: the ranks entered it with different calls: %s", s, strings.Join(parts, "; "))
+		} else {
+			var sig string
+			for k := range bySig {
+				sig = k
+			}
+			f.Summary = fmt.Sprintf("first divergence: collective %d (%s): %s never entered it", s, sig, rankList(absent))
+		}
+		for _, r := range absent {
+			tf := g.Files[r]
+			last := "none recorded"
+			for i := len(tf.Entries) - 1; i >= 0; i-- {
+				if tf.Entries[i].Coll != 0 {
+					last = fmt.Sprintf("collective %d, %s", tf.Entries[i].Coll, describe(tf.Entries[i]))
+					break
+				}
+			}
+			f.Detail = append(f.Detail, fmt.Sprintf("rank %d: its last collective was %s (%s)", r, last, tf.Reason))
+		}
+		for _, r := range f.Ranks {
+			if e, ok := colls[r][s]; ok {
+				f.Detail = append(f.Detail, fmt.Sprintf("rank %d: %s, queued %s (%s)", r, describe(e), stamp(e.Queued), g.Files[r].Reason))
+			}
+		}
+		f.Detail = append(f.Detail, missingDetail(f.Missing)...)
+		return f
+	}
+	// The ranks agree on every collective they recorded.
+	switch {
+	case len(f.Missing) > 0:
+		f.Summary = fmt.Sprintf("%s wrote no record: it died, was killed, or could not write; the others agree through collective %d", rankList(f.Missing), through)
+		f.Detail = append(f.Detail, missingDetail(f.Missing)...)
+		if through > 0 {
+			f.Coll = through
+			for _, r := range f.Ranks {
+				if e, ok := colls[r][through]; ok {
+					f.Detail = append(f.Detail, fmt.Sprintf("rank %d: collective %d, %s (%s)", r, through, describe(e), g.Files[r].Reason))
+				}
+			}
+		}
+		return f
+	}
+	var open, failed []string
+	for _, r := range f.Ranks {
+		for _, e := range g.Files[r].Entries {
+			switch e.State {
+			case driver.StateFailed:
+				failed = append(failed, fmt.Sprintf("rank %d: seq %d %s", r, e.Seq, describe(e)))
+			case driver.StateStarted, driver.StateQueued:
+				if e.Stream == 0 || e.State == driver.StateStarted {
+					open = append(open, fmt.Sprintf("rank %d: seq %d %s", r, e.Seq, describe(e)))
+				}
+			}
+		}
+	}
+	switch {
+	case len(failed) > 0:
+		f.Summary = fmt.Sprintf("the ranks agree on all %d collectives, but operations failed", through)
+		f.Detail = failed
+	case len(open) > 0:
+		f.Summary = fmt.Sprintf("the ranks agree on all %d collectives; unfinished operations (a point-to-point peer, or the data path, may be stuck)", through)
+		f.Detail = open
+	default:
+		f.OK = true
+		f.Summary = fmt.Sprintf("the ranks agree on all %d collectives and every recorded operation finished", through)
+	}
+	return f
+}
+
+func missingDetail(missing []int) []string {
+	var d []string
+	for _, r := range missing {
+		d = append(d, fmt.Sprintf("rank %d: no record (it died, was killed, or could not write)", r))
+	}
+	return d
+}
+
+// stamp is a recorded time for people.
+func stamp(ns int64) string {
+	if ns == 0 {
+		return "-"
+	}
+	return time.Unix(0, ns).UTC().Format("15:04:05.000000")
+}

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
+	"github.com/gpucomm/gpucomm/comm/local"
+	"github.com/gpucomm/gpucomm/devmem"
+)
+
+func init() {
+	register(&command{name: "drill", summary: "rehearse a hung job: one rank skips, changes or dies in a collective, for gpucomm trace", run: runDrill})
+}
+
+const drillDescription = `Drill runs a few content-checked AllReduces in which one rank goes wrong at
+collective -at, so that the diagnosis of a hung job can be rehearsed on a
+new cluster before a real one needs it:
+
+	skip   the rank never enters the collective: it writes its flight record
+	       at once and waits to be ended
+	wrong  the rank calls Barrier instead of the AllReduce
+	kill   the rank kills itself (SIGKILL) in the collective (MPI backends)
+
+The other ranks time out (-timeout) and write their records into
+GPUCOMM_TRACE_DIR (default ./gpucomm-trace); then
+
+	gpucomm trace DIR
+
+names the rank and the collective. Under MPI: mpirun -np 4 gpucomm drill
+-backend mpi -mode skip. The exit status is 1 (the job failed, as it should).`
+
+// drillFlags are drill's flags, parsed.
+type drillFlags struct {
+	backend string
+	np      int
+	mode    string
+	rank    int
+	at      int
+	ops     int
+	count   int
+	timeout time.Duration
+}
+
+func runDrill(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("drill", "drill [-backend NAME] [-np N] [-mode skip|wrong|kill] [-rank R] [-at S] [-timeout D]", drillDescription, stderr)
+	var f drillFlags
+	fs.StringVar(&f.backend, "backend", local.Name, "backend `NAME`")
+	fs.IntVar(&f.np, "np", 4, "in-process ranks `N` (local backend only)")
+	fs.StringVar(&f.mode, "mode", "skip", "what the rank does wrong: skip, wrong or kill")
+	fs.IntVar(&f.rank, "rank", 1, "the rank `R` that goes wrong")
+	fs.IntVar(&f.at, "at", 3, "the collective `S` (from 1) where it goes wrong")
+	fs.IntVar(&f.ops, "ops", 5, "collectives `N` in the drill")
+	fs.IntVar(&f.count, "count", 1024, "float32 elements `N` per AllReduce")
+	fs.DurationVar(&f.timeout, "timeout", 2*time.Second, "the timeout `D` of every operation")
+	if code, ok := parseFlags(fs, args); !ok {
+		return code
+	}
+	switch {
+	case f.mode != "skip" && f.mode != "wrong" && f.mode != "kill":
+		return usageError(fs, "-mode %q: want skip, wrong or kill", f.mode)
+	case f.at < 1 || f.at > f.ops:
+		return usageError(fs, "-at %d: want 1 to -ops %d", f.at, f.ops)
+	case f.timeout <= 0:
+		return usageError(fs, "-timeout %v: a drill needs a timeout, or the ranks wait forever", f.timeout)
+	case f.count < 1:
+		return usageError(fs, "-count %d: want 1 or more", f.count)
+	case f.backend == local.Name && f.mode == "kill":
+		return usageError(fs, "-mode kill needs one process a rank (an MPI backend): the local backend's ranks share this process")
+	}
+	if os.Getenv("GPUCOMM_TRACE_DIR") == "" && os.Getenv("GPUCOMM_TRACE_SIGNAL") == "" {
+		// The recorder is on only with one of them; a drill always records.
+		os.Setenv("GPUCOMM_TRACE_DIR", "gpucomm-trace")
+	}
+	var cs []comm.Communicator
+	var err error
+	if f.backend == local.Name {
+		cs, err = local.NewGroup(f.np, comm.WithTimeout(f.timeout))
+	} else {
+		var c comm.Communicator
+		c, err = comm.Open(f.backend, comm.WithTimeout(f.timeout))
+		cs = []comm.Communicator{c}
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "gpucomm drill: %v\n", err)
+		return exitFail
+	}
+	if f.rank < 0 || f.rank >= cs[0].Size() {
+		fmt.Fprintf(stderr, "gpucomm drill: -rank %d is not a rank of a %d-rank job\n", f.rank, cs[0].Size())
+		return exitUsage
+	}
+	errs := make([]error, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Go(func() { errs[i] = drillRank(c, f) })
+	}
+	wg.Wait()
+	failed := false
+	for i, err := range errs {
+		if err != nil {
+			failed = true
+			fmt.Fprintf(stderr, "gpucomm drill: rank %d: %v\n", cs[i].Rank(), err)
+		}
+	}
+	if paths, err := driver.WriteTraces("drill ended"); err != nil {
+		fmt.Fprintf(stderr, "gpucomm drill: %v\n", err)
+	} else if len(paths) > 0 && cs[0].Rank() == 0 {
+		fmt.Fprintf(stdout, "flight records in %s; run: gpucomm trace %s\n", os.Getenv("GPUCOMM_TRACE_DIR"), os.Getenv("GPUCOMM_TRACE_DIR"))
+	}
+	for _, c := range cs {
+		c.Close()
+	}
+	if failed {
+		return exitFail
+	}
+	fmt.Fprintln(stderr, "gpucomm drill: every collective passed: the rank that was to go wrong did not")
+	return exitFail
+}
+
+// drillRank is one rank's part: -ops AllReduces of random float32 values
+// (small integers, so that any order of summing is exact), each checked.
+func drillRank(c comm.Communicator, f drillFlags) error {
+	dev := c.Device()
+	n := f.count
+	send, err := devmem.AllocSlice[float32](dev, n)
+	if err != nil {
+		return err
+	}
+	defer send.Free()
+	recv, err := devmem.AllocSlice[float32](dev, n)
+	if err != nil {
+		return err
+	}
+	defer recv.Free()
+	me, size := c.Rank(), c.Size()
+	for s := 1; s <= f.ops; s++ {
+		// Every rank can compute every rank's input: the seed is the
+		// collective's and the rank's.
+		input := func(r int) []float32 {
+			rng := rand.New(rand.NewPCG(uint64(s), uint64(r)))
+			v := make([]float32, n)
+			for i := range v {
+				v[i] = float32(rng.IntN(1000))
+			}
+			return v
+		}
+		if err := send.CopyFrom(input(me), nil); err != nil {
+			return err
+		}
+		poison := make([]float32, n)
+		for i := range poison {
+			poison[i] = -1
+		}
+		if err := recv.CopyFrom(poison, nil); err != nil {
+			return err
+		}
+		if me == f.rank && s == f.at {
+			switch f.mode {
+			case "skip":
+				if _, err := driver.WriteTraces(fmt.Sprintf("drill: rank %d skipped collective %d", me, s)); err != nil {
+					return err
+				}
+				if f.backend == local.Name {
+					return fmt.Errorf("skipped collective %d on purpose", s)
+				}
+				time.Sleep(3 * f.timeout) // the others time out; MPI_Abort of one of them ends this one
+				return fmt.Errorf("skipped collective %d on purpose", s)
+			case "wrong":
+				if err := c.Barrier(nil); err != nil {
+					return fmt.Errorf("called Barrier instead of collective %d on purpose: %w", s, err)
+				}
+				continue
+			case "kill":
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+		}
+		if err := comm.AllReduce(c, send, recv, comm.Sum, nil); err != nil {
+			return err
+		}
+		got, err := recv.ToHost(nil)
+		if err != nil {
+			return err
+		}
+		want := make([]float32, n)
+		for r := range size {
+			for i, v := range input(r) {
+				want[i] += v
+			}
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				return fmt.Errorf("collective %d: element %d is %v, want %v", s, i, got[i], want[i])
+			}
+		}
+	}
+	return nil
+}

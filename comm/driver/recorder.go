@@ -1,0 +1,435 @@
+package driver
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unsafe"
+	"weak"
+
+	"github.com/gpucomm/gpucomm/devmem"
+)
+
+// The flight recorder: every communicator whose Front was made while
+// recording is on (GPUCOMM_TRACE_DIR or GPUCOMM_TRACE_SIGNAL set) keeps its
+// last TraceDepth operations, each with its sequence number, operation,
+// element type, count, root or peer, stream, the times it was queued,
+// started and ended, and its state. On a timeout, on the signal
+// GPUCOMM_TRACE_SIGNAL names, or when the program calls WriteTraces, each
+// rank writes its record as JSON into the trace directory, one file per
+// communicator and rank; "gpucomm trace DIR" merges them and names the
+// first operation where the ranks diverge. With recording off Front does
+// one nil check per operation and nothing else.
+
+// TraceDepth is how many operations a communicator's recorder keeps.
+const TraceDepth = 1024
+
+// Operation states in a trace.
+const (
+	StateQueued  = "queued"  // handed to the backend; its start is not (yet) reported
+	StateStarted = "started" // running: the ranks may be waiting in it
+	StateDone    = "done"
+	StateFailed  = "failed"
+	StateSkipped = "skipped" // a collective of nothing, returned at once
+)
+
+// traceEntry is one operation in the ring; strings are made only when it
+// is written out, so recording allocates nothing.
+type traceEntry struct {
+	seq, coll              uint64
+	op                     Operation
+	dtype                  DType
+	reduce                 Op
+	count                  int
+	root                   int
+	transfers              int
+	stream                 uintptr
+	queued, started, ended int64
+	skipped                bool
+	err                    error
+}
+
+// Recorder is the flight recorder of one communicator. Front feeds it; an
+// engine that runs calls on streams reports their start and end through
+// the Flight it is given (FlightRunner). Its methods are safe for
+// concurrent use.
+type Recorder struct {
+	id, backend      string
+	rank, size       int
+	dir              string
+	streamEvents     bool // the engine reports starts and ends of stream-ordered calls
+	mu               sync.Mutex
+	ring             []traceEntry
+	next, collective uint64 // the last sequence and collective numbers given
+}
+
+// Flight is one recorded operation, for the engine that runs it: Started
+// when it begins to move data (its stream reached it), Ended when it has
+// finished. The zero Flight (recording off) does nothing, so an engine
+// calls both without a check.
+type Flight struct {
+	r   *Recorder
+	seq uint64
+}
+
+// FlightRunner is an Engine that reports when a stream-ordered call starts
+// and ends: Front calls RunFlight instead of Run while recording is on.
+// Front itself records a nil-stream call's start and end, and the end of a
+// call Run refused.
+type FlightRunner interface {
+	RunFlight(call Call, f Flight) error
+}
+
+// Seq is the operation's sequence number on its communicator (0 when not
+// recorded).
+func (f Flight) Seq() uint64 { return f.seq }
+
+// Started records that the operation began.
+func (f Flight) Started() {
+	if f.r != nil {
+		f.r.started(f.seq)
+	}
+}
+
+// Ended records that the operation finished with err (nil: done). A
+// timeout makes every recorder of the process write its record.
+func (f Flight) Ended(err error) {
+	if f.r != nil {
+		f.r.ended(f.seq, err)
+	}
+}
+
+// traceBase is the origin of recorded times: reading the monotonic clock
+// alone (time.Since) costs a third of time.Now on a virtual machine's
+// clock, and a recorded time is made a Unix time only when written out.
+var traceBase = time.Now()
+
+// now is the time since traceBase, never 0 (0 means "not reached").
+func now() int64 { return int64(time.Since(traceBase)) + 1 }
+
+// unixTime is a recorded time as Unix nanoseconds, 0 for 0.
+func unixTime(t int64) int64 {
+	if t == 0 {
+		return 0
+	}
+	return traceBase.UnixNano() + t - 1
+}
+
+// streamID is a stream's identity in the record (0: none).
+func streamID(s *devmem.Stream) uintptr { return uintptr(unsafe.Pointer(s)) }
+
+// queue records a call Front is about to hand to the engine; a nil-stream
+// call starts at once. Each entry is written in place, under the lock: on
+// an uncontended lock that costs less than the atomics of a lock-free ring.
+func (r *Recorder) queue(call Call) Flight {
+	t := now()
+	r.mu.Lock()
+	r.next++
+	seq := r.next
+	e := &r.ring[seq%uint64(len(r.ring))]
+	*e = traceEntry{seq: seq, op: call.Operation, dtype: call.DType, count: call.Count, root: -1,
+		stream: streamID(call.Stream), queued: t}
+	switch call.Operation {
+	case OpSend, OpRecv, OpGroupP2P:
+		e.transfers = len(call.P2P)
+		if call.Operation != OpGroupP2P {
+			e.root, e.transfers = call.Root, 1
+		}
+	default:
+		r.collective++
+		e.coll = r.collective
+		if call.Rooted() {
+			e.root = call.Root
+		}
+		if call.Reduces() {
+			e.reduce = call.Op
+		}
+	}
+	if call.Stream == nil {
+		e.started = t
+	}
+	r.mu.Unlock()
+	return Flight{r: r, seq: seq}
+}
+
+// slot is seq's entry while the ring still holds it; r.mu is held.
+func (r *Recorder) slot(seq uint64) *traceEntry {
+	e := &r.ring[seq%uint64(len(r.ring))]
+	if e.seq != seq {
+		return nil
+	}
+	return e
+}
+
+func (r *Recorder) started(seq uint64) {
+	t := now()
+	r.mu.Lock()
+	if e := r.slot(seq); e != nil && e.started == 0 {
+		e.started = t
+	}
+	r.mu.Unlock()
+}
+
+// ended marks seq ended, once.
+func (r *Recorder) ended(seq uint64, err error) {
+	t := now()
+	r.mu.Lock()
+	first := false
+	if e := r.slot(seq); e != nil && e.ended == 0 {
+		if e.started == 0 {
+			e.started = t
+		}
+		e.ended, e.err, first = t, err, true
+	}
+	r.mu.Unlock()
+	if first && err != nil && errors.Is(err, ErrTimeout) {
+		reportWrite(WriteTraces("timeout: " + err.Error()))
+	}
+}
+
+func (r *Recorder) skip(seq uint64) {
+	r.mu.Lock()
+	if e := r.slot(seq); e != nil {
+		e.started, e.ended, e.skipped = e.queued, e.queued, true
+	}
+	r.mu.Unlock()
+}
+
+// TraceFile is what a rank writes for one communicator: the file format
+// "gpucomm trace" reads. Times are Unix nanoseconds, 0 when not reached.
+type TraceFile struct {
+	// ID names the communicator across ranks: backend, size and the
+	// number of communicators of that backend and size this rank made
+	// before it ("mpi-n4-c0" is the first 4-rank mpi communicator).
+	ID      string `json:"id"`
+	Backend string `json:"backend"`
+	Rank    int    `json:"rank"`
+	Size    int    `json:"size"`
+	Host    string `json:"host"`
+	PID     int    `json:"pid"`
+	Written int64  `json:"written"`
+	Reason  string `json:"reason"`
+	// StreamEvents says whether the backend reports when a stream-ordered
+	// operation starts and ends; without it such an operation stays
+	// "queued" in the record after it was handed to its stream.
+	StreamEvents bool `json:"stream_events"`
+	// Operations and Collectives count every operation this rank entered
+	// (Seq of the last) and the collectives among them (Coll of the last).
+	Operations  uint64       `json:"operations"`
+	Collectives uint64       `json:"collectives"`
+	Entries     []TraceEntry `json:"entries"` // oldest first; at most TraceDepth
+}
+
+// TraceEntry is one operation of a TraceFile.
+type TraceEntry struct {
+	Seq  uint64 `json:"seq"`
+	Coll uint64 `json:"coll,omitempty"` // its number among the collectives; 0 for point-to-point
+	Op   string `json:"op"`
+	// DType and Count are the element type and count (of each transfer's
+	// first entry for a GroupP2P: Transfers says how many).
+	DType     string `json:"dtype,omitempty"`
+	Count     int    `json:"count"`
+	Reduce    string `json:"reduce,omitempty"`
+	Root      *int   `json:"root,omitempty"` // the root of a rooted collective, the peer of a Send or Recv
+	Transfers int    `json:"transfers,omitempty"`
+	Stream    int    `json:"stream"` // 0: none (the call returned when done); else the stream's number in this file
+	Queued    int64  `json:"queued"`
+	Started   int64  `json:"started,omitempty"`
+	Ended     int64  `json:"ended,omitempty"`
+	State     string `json:"state"`
+	Error     string `json:"error,omitempty"`
+}
+
+// Signature is what the ranks must agree on at a collective, as Call's.
+func (e TraceEntry) Signature() string {
+	if e.Op == OpBarrier.String() {
+		return "Barrier()"
+	}
+	s := fmt.Sprintf("%s(count=%d dtype=%s", e.Op, e.Count, e.DType)
+	if e.Reduce != "" {
+		s += " op=" + e.Reduce
+	}
+	if e.Root != nil && e.Coll != 0 {
+		s += " root=" + strconv.Itoa(*e.Root)
+	}
+	return s + ")"
+}
+
+// Snapshot is the record as a TraceFile.
+func (r *Recorder) Snapshot(reason string) TraceFile {
+	host, _ := os.Hostname()
+	f := TraceFile{ID: r.id, Backend: r.backend, Rank: r.rank, Size: r.size, Host: host, PID: os.Getpid(),
+		Written: time.Now().UnixNano(), Reason: reason, StreamEvents: r.streamEvents}
+	streams := map[uintptr]int{}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f.Operations, f.Collectives = r.next, r.collective
+	first := uint64(1)
+	if r.next > uint64(len(r.ring)) {
+		first = r.next - uint64(len(r.ring)) + 1
+	}
+	for seq := first; seq <= r.next; seq++ {
+		e := &r.ring[seq%uint64(len(r.ring))]
+		ended, started := e.ended, e.started
+		te := TraceEntry{Seq: seq, Coll: e.coll, Op: e.op.String(), Count: e.count, Transfers: e.transfers,
+			Queued: unixTime(e.queued), Started: unixTime(started), Ended: unixTime(ended)}
+		if e.op != OpBarrier && e.op != OpGroupP2P {
+			te.DType = e.dtype.String()
+		}
+		if e.coll != 0 && (Call{Operation: e.op}).Reduces() {
+			te.Reduce = e.reduce.String()
+		}
+		if e.root >= 0 {
+			root := e.root
+			te.Root = &root
+		}
+		if e.stream != 0 {
+			if _, ok := streams[e.stream]; !ok {
+				streams[e.stream] = len(streams) + 1
+			}
+			te.Stream = streams[e.stream]
+		}
+		switch {
+		case e.skipped:
+			te.State = StateSkipped
+		case ended != 0 && e.err != nil:
+			te.State, te.Error = StateFailed, e.err.Error()
+		case ended != 0:
+			te.State = StateDone
+		case started != 0:
+			te.State = StateStarted
+		default:
+			te.State = StateQueued
+		}
+		f.Entries = append(f.Entries, te)
+	}
+	return f
+}
+
+// FileName is the name of the file rank writes for communicator id.
+func FileName(id string, rank int) string { return fmt.Sprintf("%s.rank%d.json", id, rank) }
+
+// Write writes the record into dir (made if missing) as FileName(id,
+// rank), replacing an earlier one, and returns the file's path.
+func (r *Recorder) Write(dir, reason string) (string, error) {
+	if dir == "" {
+		return "", fmt.Errorf("trace: no directory to write to (set GPUCOMM_TRACE_DIR): %w", ErrInvalidArgument)
+	}
+	b, err := json.MarshalIndent(r.Snapshot(reason), "", " ")
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("trace: %w", err)
+	}
+	path := filepath.Join(dir, FileName(r.id, r.rank))
+	tmp, err := os.CreateTemp(dir, ".trace-*")
+	if err != nil {
+		return "", fmt.Errorf("trace: %w", err)
+	}
+	_, err = tmp.Write(append(b, '\n'))
+	err = errors.Join(err, tmp.Close())
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return "", fmt.Errorf("trace: %w", err)
+	}
+	return path, nil
+}
+
+// The recorders of this process, for WriteTraces: weak, so a communicator
+// the program dropped is not kept alive by its record.
+var (
+	recordersMu sync.Mutex
+	recorders   []weak.Pointer[Recorder]
+	commCounts  = map[string]int{} // communicators made, by backend, size and rank
+)
+
+// TraceSettings are where recording stands for the communicators made next.
+type TraceSettings struct {
+	On     bool
+	Dir    string // where records are written
+	Signal string // the signal that makes every rank write, as GPUCOMM_TRACE_SIGNAL names it
+}
+
+// traceFromEnv reads GPUCOMM_TRACE_DIR and GPUCOMM_TRACE_SIGNAL: either
+// turns recording on; records go to the directory, else to gpucomm-trace
+// in the working directory.
+func traceFromEnv() TraceSettings {
+	s := TraceSettings{Dir: strings.TrimSpace(os.Getenv("GPUCOMM_TRACE_DIR")), Signal: strings.TrimSpace(os.Getenv("GPUCOMM_TRACE_SIGNAL"))}
+	s.On = s.Dir != "" || s.Signal != ""
+	if s.On && s.Dir == "" {
+		s.Dir = "gpucomm-trace"
+	}
+	return s
+}
+
+// newRecorder makes the recorder of a communicator, or nil when recording
+// is off. A bad GPUCOMM_TRACE_SIGNAL is reported on standard error once and
+// leaves recording on without a signal.
+func newRecorder(cfg FrontConfig, streamEvents bool) *Recorder {
+	s := traceFromEnv()
+	if !s.On {
+		return nil
+	}
+	key := fmt.Sprintf("%s-n%d", cfg.Backend, cfg.Size)
+	r := &Recorder{backend: cfg.Backend, rank: cfg.Rank, size: cfg.Size, dir: s.Dir, streamEvents: streamEvents,
+		ring: make([]traceEntry, TraceDepth)}
+	recordersMu.Lock()
+	k := key + "/" + strconv.Itoa(cfg.Rank)
+	r.id = fmt.Sprintf("%s-c%d", key, commCounts[k])
+	commCounts[k]++
+	live := recorders[:0]
+	for _, w := range recorders {
+		if w.Value() != nil {
+			live = append(live, w)
+		}
+	}
+	recorders = append(live, weak.Make(r))
+	recordersMu.Unlock()
+	if s.Signal != "" {
+		watchSignal(s.Signal)
+	}
+	return r
+}
+
+// WriteTraces makes every communicator of this process that records write
+// its record into its trace directory (GPUCOMM_TRACE_DIR when it was made),
+// giving reason in the files, and returns the paths written. With recording
+// off it writes nothing and returns no error.
+func WriteTraces(reason string) ([]string, error) {
+	recordersMu.Lock()
+	var rs []*Recorder
+	for _, w := range recorders {
+		if r := w.Value(); r != nil {
+			rs = append(rs, r)
+		}
+	}
+	recordersMu.Unlock()
+	var paths []string
+	var errs []error
+	for _, r := range rs {
+		p, err := r.Write(r.dir, reason)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		paths = append(paths, p)
+	}
+	return paths, errors.Join(errs...)
+}
+
+// Recorder is the communicator's flight recorder, nil when recording was
+// off when it was made.
+func (f *Front) Recorder() *Recorder { return f.rec }
+
+// ID is the communicator's name in trace files.
+func (r *Recorder) ID() string { return r.id }

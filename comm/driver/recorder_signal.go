@@ -1,0 +1,72 @@
+package driver
+
+import (
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// traceSignals are the signals GPUCOMM_TRACE_SIGNAL may name. USR1 and
+// USR2 write the records and let the job go on; TERM, INT and HUP write
+// them and then end the process as the signal would have (mpirun sends
+// TERM to the other ranks when one dies).
+var traceSignals = map[string]syscall.Signal{
+	"USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2, "TERM": syscall.SIGTERM, "INT": syscall.SIGINT, "HUP": syscall.SIGHUP,
+}
+
+// ParseTraceSignal reads GPUCOMM_TRACE_SIGNAL's value: USR1, SIGUSR1, usr1
+// or the signal's number, among USR1, USR2, TERM, INT and HUP.
+func ParseTraceSignal(v string) (syscall.Signal, error) {
+	name := strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(v)), "SIG")
+	if s, ok := traceSignals[name]; ok {
+		return s, nil
+	}
+	if n, err := strconv.Atoi(name); err == nil {
+		for _, s := range traceSignals {
+			if int(s) == n {
+				return s, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("GPUCOMM_TRACE_SIGNAL=%s: want USR1, USR2, TERM, INT or HUP: %w", v, ErrInvalidArgument)
+}
+
+var signalOnce sync.Once
+
+// watchSignal starts, once a process, the goroutine that writes every
+// record when the signal arrives.
+func watchSignal(v string) {
+	signalOnce.Do(func() {
+		sig, err := ParseTraceSignal(v)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "gpucomm: %v; no signal writes the flight records\n", err)
+			return
+		}
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, sig)
+		go func() {
+			for range ch {
+				reportWrite(WriteTraces("signal " + sig.String()))
+				if sig == syscall.SIGTERM || sig == syscall.SIGINT || sig == syscall.SIGHUP {
+					signal.Reset(sig)
+					syscall.Kill(os.Getpid(), sig)
+					return
+				}
+			}
+		}()
+	})
+}
+
+// reportWrite says on standard error where the records went, or why not.
+func reportWrite(paths []string, err error) {
+	for _, p := range paths {
+		fmt.Fprintf(os.Stderr, "gpucomm: flight record written to %s\n", p)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gpucomm: %v\n", err)
+	}
+}
