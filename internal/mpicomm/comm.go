@@ -14,6 +14,7 @@ import (
 	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
+	"github.com/gpucomm/gpucomm/internal/pipeline"
 )
 
 // Mode says how data reaches MPI.
@@ -27,17 +28,6 @@ const (
 	// the few calls MPI cannot do on device memory are staged.
 	Direct
 )
-
-// DefaultChunkBytes is the pipelining chunk when no option sets one: at 1 MiB
-// MPI reaches most of its bandwidth between ranks while a message of a few
-// MiB still splits into enough chunks for the copies to overlap (measured with
-// cmd/pingpong; see the package comment of comm/mpi).
-const DefaultChunkBytes = 1 << 20
-
-// pipeSlots is how many pinned chunks one pipelined transfer holds: one being
-// copied in, one in MPI, one being copied out, and one spare so that the copy
-// in never waits for the copy out.
-const pipeSlots = 4
 
 // tagSpace bounds the tags this package uses: MPI guarantees MPI_TAG_UB of
 // at least 32767, and a tag only has to tell apart messages in flight.
@@ -83,10 +73,10 @@ type Comm struct {
 	stageReduce      int
 	stagedReductions atomic.Int64
 
-	trace    *tracer        // TraceEnv; nil traces nothing
-	d2h, h2d *devmem.Stream // the backend's own copy streams
-	pool     *pool
-	ctlBuf   devmem.Buffer // pinned: announcement cells and the debug digest
+	// The chunk pipeline (internal/pipeline): its slot pool, the backend's
+	// own copy streams (also the node path's), and its tracer.
+	eng    pipeline.Engine
+	ctlBuf devmem.Buffer // pinned: announcement cells and the debug digest
 	ann      *announcer
 
 	tickets atomic.Uint64 // collective tickets handed out, in call order
@@ -237,7 +227,7 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	}
 	chunk := o.ChunkBytes
 	if chunk == 0 {
-		chunk = DefaultChunkBytes
+		chunk = pipeline.DefaultChunkBytes
 	}
 	stage := o.StageReduceBytes
 	switch {
@@ -277,7 +267,7 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	if !got.stageOff {
 		c.stageReduce = got.stage
 	}
-	c.pool.base = max(c.chunk, 8) // room for one element of any type, and a widened byte
+	c.eng.Pool = pipeline.NewPool(c.dev, c.policy().PoolBase())
 	c.timeout = o.Timeout
 	if parent != nil {
 		c.timeout = parent.timeout
@@ -333,13 +323,13 @@ func b2i(b bool) int64 {
 // streams, the staging pool and the pinned control cells.
 func (c *Comm) setUpLocal(o comm.Options, parent *Comm) error {
 	if parent != nil {
-		c.dev, c.trace = parent.dev, parent.trace
+		c.dev, c.eng.Trace = parent.dev, parent.eng.Trace
 	} else {
-		t, err := newTracer(os.Getenv(TraceEnv))
+		t, err := pipeline.NewTracer(os.Getenv(pipeline.TraceEnv))
 		if err != nil {
 			return err
 		}
-		c.trace = t
+		c.eng.Trace = t
 		dev, err := devmem.Open(o.Device, c.localRank)
 		if err != nil {
 			return err
@@ -347,10 +337,11 @@ func (c *Comm) setUpLocal(o comm.Options, parent *Comm) error {
 		c.dev = dev
 	}
 	var err error
-	if c.d2h, err = c.dev.NewStream(); err != nil {
+	c.eng.Rank = c.rank
+	if c.eng.D2H, err = c.dev.NewStream(); err != nil {
 		return err
 	}
-	if c.h2d, err = c.dev.NewStream(); err != nil {
+	if c.eng.H2D, err = c.dev.NewStream(); err != nil {
 		return err
 	}
 	// 8 bytes a rank for incoming announcements, a ring for outgoing ones,
@@ -358,7 +349,6 @@ func (c *Comm) setUpLocal(o comm.Options, parent *Comm) error {
 	if c.ctlBuf, err = c.dev.AllocPinned(8 * (c.size + annRing + 2)); err != nil {
 		return err
 	}
-	c.pool = &pool{dev: c.dev}
 	return nil
 }
 
@@ -373,13 +363,13 @@ func (c *Comm) teardown(failed bool) error {
 		errs = append(errs, c.ann.stop())
 	}
 	errs = append(errs, c.closeLinks())
-	if c.pool != nil {
-		errs = append(errs, c.pool.close())
+	if c.eng.Pool != nil {
+		errs = append(errs, c.eng.Pool.Close())
 	}
 	if !c.ctlBuf.IsZero() {
 		errs = append(errs, c.ctlBuf.Free())
 	}
-	for _, s := range []*devmem.Stream{c.d2h, c.h2d} {
+	for _, s := range []*devmem.Stream{c.eng.D2H, c.eng.H2D} {
 		if s != nil {
 			errs = append(errs, s.Destroy())
 		}

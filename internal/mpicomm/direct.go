@@ -11,6 +11,7 @@ import (
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/devhook"
 	"github.com/gpucomm/gpucomm/internal/mpi"
+	"github.com/gpucomm/gpucomm/internal/pipeline"
 )
 
 // Direct operations hand MPI device pointers. Collectives are MPI's blocking
@@ -138,8 +139,8 @@ func (c *Comm) divideOnHost(o *op, buf devmem.Buffer) error {
 		return nil
 	}
 	n := call.Count * call.DType.Size()
-	p := c.pipe(n, call.DType.Size())
-	p.in, p.post, p.out = copyIn(buf), c.average(call, 0, n), copyOut(buf, 0)
+	p := c.cut(n, call.DType.Size())
+	p.In, p.Post, p.Out = pipeline.CopyIn(buf), c.average(call, 0, n), pipeline.CopyOut(buf, 0)
 	return c.run(o, p)
 }
 
@@ -268,7 +269,7 @@ func (c *Comm) p2pNow(call driver.Call, ps []comm.P2P, tags []int) (bool, error)
 	if len(ps) == 1 && ps[0].Kind == comm.RecvKind && ps[0].Count*ps[0].DType.Size() <= deferBytes && c.multiple {
 		return true, c.recvLater(call, ps[0], tags[0])
 	}
-	o := op{call: call}
+	o := op{c: c, call: call}
 	reqs, err := c.postP2P(&o, ps, tags)
 	if err == nil {
 		var done bool
@@ -296,7 +297,7 @@ func (c *Comm) p2pNow(call driver.Call, ps []comm.P2P, tags []int) (bool, error)
 // MPI_Iprobe for the message (its tag is this message's own) and receives
 // it once it is there. c.end is its, once it is done.
 func (c *Comm) recvLater(call driver.Call, p comm.P2P, tag int) error {
-	o := op{call: call}
+	o := op{c: c, call: call}
 	wait := func() error {
 		defer c.end()
 		return c.finish(&o, c.blockingP2P(p, tag))

@@ -494,14 +494,14 @@ func (c *Comm) nodeSend(o *op, t transfer, inStep *bool) (err error) {
 	ready, done := l.counter(ringReadyOff), l.counter(ringDoneOff)
 	base := l.chunks
 	k := chunksOf(t.bytes, l.slotBytes)
-	err = c.pump(o, l, base, t.bytes, c.d2h,
+	err = c.pump(o, l, base, t.bytes, c.eng.D2H,
 		func(seq uint64) bool { return seq-done.Load() < uint64(l.slots) },
 		func(off, n int, slot devmem.Buffer) error {
 			src, err := t.buf.Slice(off, n)
 			if err != nil {
 				return err
 			}
-			return devmem.CopyN(slot, src, n, c.d2h)
+			return devmem.CopyN(slot, src, n, c.eng.D2H)
 		},
 		ready.Store,
 		// Below MPI_THREAD_MULTIPLE nothing else drives the header's send.
@@ -599,10 +599,10 @@ func (c *Comm) nodeRecv(o *op, t transfer, inStep *bool) (err error) {
 			if err != nil {
 				return err
 			}
-			return devmem.CopyN(dst, slot, n, c.h2d)
+			return devmem.CopyN(dst, slot, n, c.eng.H2D)
 		}
 	}
-	err = c.pump(o, l, base, bytes, c.h2d,
+	err = c.pump(o, l, base, bytes, c.eng.H2D,
 		func(seq uint64) bool { return ready.Load() > seq },
 		copyOut, done.Store, nil,
 		func() string {

@@ -16,6 +16,7 @@ import (
 
 // op is one running operation.
 type op struct {
+	c        *Comm // whose operation it is
 	call     driver.Call
 	seq      uint64        // the collective's ticket; 0 for point-to-point
 	deadline time.Time     // zero: no timeout
@@ -23,7 +24,7 @@ type op struct {
 }
 
 func (c *Comm) newOp(call driver.Call, seq uint64) *op {
-	o := &op{call: call, seq: seq}
+	o := &op{c: c, call: call, seq: seq}
 	if c.timeout > 0 {
 		o.deadline = time.Now().Add(c.timeout)
 	}
@@ -310,7 +311,7 @@ func (c *Comm) turnOp(call driver.Call, seq uint64) *op {
 	if c.timeout > 0 {
 		return c.newOp(call, seq)
 	}
-	c.current = op{call: call, seq: seq}
+	c.current = op{c: c, call: call, seq: seq}
 	return &c.current
 }
 
@@ -404,7 +405,7 @@ func (c *Comm) runP2P(call driver.Call, ps []comm.P2P, tags []int, turns []nodeT
 	}
 	defer c.end()
 	if c.mode == Direct {
-		o := op{call: call} // on the stack: nothing keeps it
+		o := op{c: c, call: call} // on the stack: nothing keeps it
 		if c.timeout > 0 {
 			o.deadline = time.Now().Add(c.timeout)
 		}
