@@ -77,7 +77,7 @@ type Comm struct {
 	// own copy streams (also the node path's), and its tracer.
 	eng    pipeline.Engine
 	ctlBuf devmem.Buffer // pinned: announcement cells and the debug digest
-	ann      *announcer
+	ann    *announcer
 
 	tickets atomic.Uint64 // collective tickets handed out, in call order
 	current op            // the op of the collective whose turn it is (turnOp)

@@ -119,7 +119,7 @@ func (c *Comm) average(call driver.Call, lo, hi int) func(s *slot, off, n int, _
 		if a >= b {
 			return nil
 		}
-		return driver.DivideInto(call.DType, s.Bytes(b-off)[a-off:], c.size)
+		return driver.DivideInto(call.DType, s.Bytes(b - off)[a-off:], c.size)
 	}
 }
 
