@@ -14,6 +14,7 @@ import (
 	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
+	"github.com/gpucomm/gpucomm/internal/nodepath"
 	"github.com/gpucomm/gpucomm/internal/pipeline"
 )
 
@@ -98,8 +99,8 @@ type Comm struct {
 	// made so far (under peerMu).
 	nodeMin           int
 	onNode            []bool
-	links             map[linkKey]*link
-	nodeSent, nodeGot atomic.Int64 // messages that went the node path
+	nodes             nodepath.Table // the links made so far, under peerMu
+	nodeSent, nodeGot atomic.Int64   // messages that went the node path
 }
 
 var _ comm.Communicator = (*Comm)(nil)
@@ -207,7 +208,7 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	}
 	nodeMin := o.NodeBytes
 	if nodeMin == 0 {
-		nodeMin = defaultNodeBytes
+		nodeMin = nodepath.DefaultBytes
 	}
 	if parent != nil {
 		nodeMin = parent.nodeMin
@@ -362,7 +363,7 @@ func (c *Comm) teardown(failed bool) error {
 	if c.ann != nil {
 		errs = append(errs, c.ann.stop())
 	}
-	errs = append(errs, c.closeLinks())
+	errs = append(errs, c.nodes.Close())
 	if c.eng.Pool != nil {
 		errs = append(errs, c.eng.Pool.Close())
 	}

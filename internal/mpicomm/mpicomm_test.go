@@ -107,21 +107,21 @@ func TestNodeTicketsPerPeerDirectionAndSize(t *testing.T) {
 	}
 	var g []got
 	for _, tr := range turns {
-		if tr.link == nil {
+		if tr.Link == nil {
 			g = append(g, got{})
 			continue
 		}
-		g = append(g, got{true, tr.link.send, tr.ticket})
+		g = append(g, got{true, tr.Link.Send(), tr.Ticket})
 	}
 	want := []got{{true, true, 0}, {}, {true, true, 1}, {true, false, 0}, {}}
 	if fmt.Sprint(g) != fmt.Sprint(want) {
 		t.Errorf("turns %v, want %v", g, want)
 	}
-	if turns[0].link != turns[2].link || turns[0].link == turns[3].link {
+	if turns[0].Link != turns[2].Link || turns[0].Link == turns[3].Link {
 		t.Errorf("sends to rank 1 share a link, its receives have their own")
 	}
 	c.nodeMin = 0
-	if _, turns := c.takeTags([]comm.P2P{big(comm.SendKind, 1)}, nil, nil); turns[0].link != nil {
+	if _, turns := c.takeTags([]comm.P2P{big(comm.SendKind, 1)}, nil, nil); turns[0].Link != nil {
 		t.Errorf("node path off, still a ticket")
 	}
 }

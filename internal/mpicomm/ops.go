@@ -12,6 +12,7 @@ import (
 	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
+	"github.com/gpucomm/gpucomm/internal/nodepath"
 )
 
 // op is one running operation.
@@ -372,10 +373,10 @@ func (c *Comm) finish(o *op, err error) error {
 func (c *Comm) pointToPoint(call driver.Call, ps []comm.P2P) error {
 	// One transfer, the common case, numbers itself in arrays of the stack.
 	var tag1 [1]int
-	var turn1 [1]nodeTurn
+	var turn1 [1]nodepath.Turn
 	tags, turns := tag1[:0], turn1[:0]
 	if len(ps) > 1 {
-		tags, turns = make([]int, 0, len(ps)), make([]nodeTurn, 0, len(ps))
+		tags, turns = make([]int, 0, len(ps)), make([]nodepath.Turn, 0, len(ps))
 	}
 	tags, turns = c.takeTags(ps, tags, turns)
 	if call.Stream == nil {
@@ -392,15 +393,15 @@ func (c *Comm) pointToPoint(call driver.Call, ps []comm.P2P) error {
 		return c.runP2P(call, qps, qtags, qturns)
 	})
 	if err != nil && !ran.Load() {
-		abandon(qturns, err) // never queued: its turns on the node path never come
+		nodepath.Abandon(qturns, err) // never queued: its turns on the node path never come
 	}
 	return err
 }
 
 // runP2P runs numbered transfers and waits for them.
-func (c *Comm) runP2P(call driver.Call, ps []comm.P2P, tags []int, turns []nodeTurn) error {
+func (c *Comm) runP2P(call driver.Call, ps []comm.P2P, tags []int, turns []nodepath.Turn) error {
 	if err := c.beginUnbroken(); err != nil {
-		abandon(turns, err)
+		nodepath.Abandon(turns, err)
 		return c.wrap(call.Operation, err)
 	}
 	defer c.end()
@@ -423,7 +424,7 @@ func (c *Comm) runP2P(call driver.Call, ps []comm.P2P, tags []int, turns []nodeT
 // so the k-th receive from a peer matches the k-th send, in whatever order
 // the two sides' goroutines reach MPI. A message that goes the node path
 // also gets its turn on the pair's ring, in the same order on both sides.
-func (c *Comm) takeTags(ps []comm.P2P, tags []int, turns []nodeTurn) ([]int, []nodeTurn) {
+func (c *Comm) takeTags(ps []comm.P2P, tags []int, turns []nodepath.Turn) ([]int, []nodepath.Turn) {
 	c.peerMu.Lock()
 	defer c.peerMu.Unlock()
 	for _, p := range ps {
@@ -437,12 +438,6 @@ func (c *Comm) takeTags(ps []comm.P2P, tags []int, turns []nodeTurn) ([]int, []n
 		*seq++
 	}
 	return tags, turns
-}
-
-// nodeTurn is a message's place on its pair's node ring; link nil: none.
-type nodeTurn struct {
-	link   *link
-	ticket uint64
 }
 
 // either runs call as a collective through direct (device pointers to MPI)

@@ -1,7 +1,6 @@
 package mpicomm
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -10,6 +9,7 @@ import (
 	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
+	"github.com/gpucomm/gpucomm/internal/nodepath"
 	"github.com/gpucomm/gpucomm/internal/pipeline"
 )
 
@@ -200,7 +200,7 @@ type transfer struct {
 	tag   int
 	// link, when set, moves the message through the node path (node.go)
 	// as the pair's message ticket.
-	link   *link
+	link   *nodepath.Link
 	ticket uint64
 }
 
@@ -259,16 +259,16 @@ func (c *Comm) moveOne(o *op, t transfer) error {
 		header := c.nodeMin > 0 && t.on == c.p2p && c.onNode[t.peers[0]]
 		p.Start = func(s *slot, off, n int) ([]*mpi.Request, error) {
 			room := n
-			if header && off == 0 && s.Buf.Len() >= hdrLen {
-				room = max(n, hdrLen)
+			if header && off == 0 && s.Buf.Len() >= nodepath.HdrLen {
+				room = max(n, nodepath.HdrLen)
 			}
 			return one(t.on.Irecv(s.Buf.Addr(), room, mpi.Byte, t.peers[0], t.tag))
 		}
 		p.Check = func(s *slot, off, n int, reqs []*mpi.Request) error {
 			got := reqs[0].Status().Count
-			if header && off == 0 && got == hdrLen && isHeader(s.Bytes(hdrLen)) {
+			if header && off == 0 && got == nodepath.HdrLen && nodepath.IsHeader(s.Bytes(nodepath.HdrLen)) {
 				err := fmt.Errorf("%v: rank %d sent %d bytes through the node path; the sender's count differs: %w",
-					t, t.peers[0], binary.LittleEndian.Uint64(s.Bytes(hdrLen)[16:]), comm.ErrMismatch)
+					t, t.peers[0], nodepath.HeaderBytes(s.Bytes(nodepath.HdrLen)), comm.ErrMismatch)
 				// Its chunks wait in its ring for a receive that will not come.
 				c.setBroken(err)
 				return err
@@ -301,11 +301,11 @@ func (c *Comm) explainTimeout(o *op, t transfer, err error) error {
 
 // stagedP2P runs the user's sends and receives on the point-to-point
 // communicator, each tagged with its message number.
-func (c *Comm) stagedP2P(o *op, ps []comm.P2P, tags []int, tickets []nodeTurn) error {
+func (c *Comm) stagedP2P(o *op, ps []comm.P2P, tags []int, tickets []nodepath.Turn) error {
 	ts := make([]transfer, len(ps))
 	for i, p := range ps {
 		ts[i] = transfer{send: p.Kind == comm.SendKind, peers: []int{p.Peer}, buf: p.Buf, bytes: p.Count * p.DType.Size(), dt: p.DType, on: c.p2p, tag: tags[i],
-			link: tickets[i].link, ticket: tickets[i].ticket}
+			link: tickets[i].Link, ticket: tickets[i].Ticket}
 	}
 	return c.move(o, ts)
 }
@@ -408,7 +408,7 @@ func (c *Comm) nodeBlocks(ts []transfer) []transfer {
 				continue
 			}
 			one := t
-			one.peers, one.link, one.ticket = []int{peer}, turn.link, turn.ticket
+			one.peers, one.link, one.ticket = []int{peer}, turn.Link, turn.Ticket
 			out = append(out, one)
 		}
 		if len(rest) > 0 {
