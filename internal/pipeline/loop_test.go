@@ -77,9 +77,9 @@ func (l *loop) Abandon(reqs [][]*loopReq, cancel bool, _ error) bool {
 func (l *loop) Label() string { return "loop" }
 
 // transfer runs a sender pipe of sent bytes and a receiver pipe of want
-// bytes over one loop, at once, each with its own engine, and returns what
-// the receiver's device buffer holds, the receiver's error, and the loop.
-func transfer(t *testing.T, chunk, sent, want int) ([]byte, []byte, error, *loop) {
+// bytes over one loop, at once, each with its own engine, and returns the sender's
+// bytes, what the receiver's device buffer holds, the loop, and the receiver's error.
+func transfer(t *testing.T, chunk, sent, want int) ([]byte, []byte, *loop, error) {
 	t.Helper()
 	es, er := bare(t, chunk), bare(t, chunk)
 	src := randomBytes(uint64(sent)+1, sent)
@@ -136,7 +136,7 @@ func transfer(t *testing.T, chunk, sent, want int) ([]byte, []byte, error, *loop
 	}
 	es.closeBare(t)
 	er.closeBare(t)
-	return src, got, recvErr, l
+	return src, got, l, recvErr
 }
 
 // Two pipes over the loopback move every byte, in growing chunks, from one
@@ -145,7 +145,7 @@ func TestLoopbackMovesEveryByteBetweenTwoPipes(t *testing.T) {
 	const chunk = 256 // chunks of 256, 512, ... up to the policy's cap
 	for _, n := range []int{0, 1, chunk, chunk + 1, 3*chunk + 7, 100*chunk + 13} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			src, got, err, l := transfer(t, chunk, n, n)
+			src, got, l, err := transfer(t, chunk, n, n)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -169,7 +169,7 @@ func TestLoopbackMovesEveryByteBetweenTwoPipes(t *testing.T) {
 func TestLoopbackShortSenderCancelsTheReceivesPostedAhead(t *testing.T) {
 	const chunk = 256
 	sent, want := 3*chunk+5, 40*chunk
-	_, _, err, l := transfer(t, chunk, sent, want)
+	_, _, l, err := transfer(t, chunk, sent, want)
 	if !errors.Is(err, errs.ErrMismatch) {
 		t.Fatalf("receive = %v, want ErrMismatch", err)
 	}
