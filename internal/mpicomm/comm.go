@@ -46,7 +46,7 @@ type Config struct {
 type Comm struct {
 	driver.Front
 	backend   string
-	mode      Mode
+	strat     strategy // staged or direct, from the Mode at Open
 	rank      int
 	size      int
 	localRank int
@@ -137,7 +137,7 @@ func Open(cfg Config) (*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Mode == Direct {
+	if c.strat.deviceMemory() {
 		if err := c.admitDeviceMemory(); err != nil {
 			return nil, errors.Join(err, c.teardown(true))
 		}
@@ -169,7 +169,7 @@ func checkOptions(o comm.Options) error {
 // MPI has been acquired once for the new Comm, and build releases that
 // reference when it fails.
 func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, err error) {
-	c = &Comm{backend: cfg.Backend, mode: cfg.Mode, coll: base, rank: base.Rank(), size: base.Size()}
+	c = &Comm{backend: cfg.Backend, strat: strategyOf(cfg.Mode), coll: base, rank: base.Rank(), size: base.Size()}
 	c.cond = sync.NewCond(&c.mu)
 	c.sendSeq, c.recvSeq = make([]uint64, c.size), make([]uint64, c.size)
 	c.multiple = mpi.ThreadLevel() == mpi.ThreadMultiple
@@ -201,7 +201,7 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 
 	o := cfg.Options
 	localErr := c.setUpLocal(o, parent)
-	if localErr == nil && c.dev.Kind() == devmem.CUDA && (cfg.Mode == Direct || mpiSaysCUDAAware()) {
+	if localErr == nil && c.dev.Kind() == devmem.CUDA && (c.strat.deviceMemory() || mpiSaysCUDAAware()) {
 		// MPI will see device memory, or could: its own CUDA calls need
 		// the device's context on the threads that call it.
 		UseDeviceForMPI(c.dev)
@@ -216,7 +216,7 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	// Whether the ranks of the node can map each other's pinned memory:
 	// every rank of the node takes part (the condition is the same on all
 	// of them), set up or not, node path wanted or not.
-	if cfg.Mode == Staged && c.localSize > 1 && (parent == nil || parent.nodeMin > 0) {
+	if c.strat.nodePath() && c.localSize > 1 && (parent == nil || parent.nodeMin > 0) {
 		if err := c.probeNode(node, localErr == nil && nodeMin > 0); err != nil {
 			nodeMin = 0
 		}
@@ -234,7 +234,7 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	switch {
 	case parent != nil:
 		stage = parent.stageReduce
-	case cfg.Mode != Direct:
+	case !c.strat.stagesLarge():
 		stage = 0 // every reduction is staged anyway
 	case stage == 0 && localErr == nil && c.dev.Kind() == devmem.CUDA && strings.HasPrefix(mpi.Version(), "Open MPI v4."):
 		stage = defaultStageReduceBytes // measured there only
@@ -509,7 +509,7 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	if err := mpi.Acquire(); err != nil {
 		return nil, c.wrap(driver.OpSplit, errors.Join(err, nc.Free()))
 	}
-	sub, err := build(Config{Backend: c.backend, Mode: c.mode}, nc, c, "Split")
+	sub, err := build(Config{Backend: c.backend, Mode: c.strat.mode()}, nc, c, "Split")
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,14 @@ import (
 	"github.com/gpucomm/gpucomm/internal/pipeline"
 )
 
+// directStrategy is comm/cudaaware's (strategy.go).
+type directStrategy struct{}
+
+func (directStrategy) mode() Mode         { return Direct }
+func (directStrategy) deviceMemory() bool { return true }
+func (directStrategy) nodePath() bool     { return false }
+func (directStrategy) stagesLarge() bool  { return true }
+
 // Direct operations hand MPI device pointers. Collectives are MPI's blocking
 // ones: CUDA-aware Open MPI supports device buffers in blocking collectives
 // but not in nonblocking reductions (open-mpi/ompi#9845), and the blocking
@@ -255,7 +263,7 @@ const deferBytes = 4096
 // a timeout to honour, the host-staged mode, MPI below THREAD_MULTIPLE, VMM
 // memory to bounce (vmm.go), a closed or broken communicator, whose error the queued call reports).
 func (c *Comm) p2pNow(call driver.Call, ps []comm.P2P, tags []int) (bool, error) {
-	if c.mode != Direct || c.timeout > 0 || !c.multiple || p2pHasVMM(ps) {
+	if !c.direct(call) || c.timeout > 0 || !c.multiple || p2pHasVMM(ps) {
 		// Below MPI_THREAD_MULTIPLE an MPI call may wait for another
 		// goroutine's blocking collective: not on the caller's goroutine.
 		return false, nil

@@ -5,9 +5,10 @@
 //
 // Files: comm.go (Open, the agreed settings, Split, Close), ops.go (Front's
 // engine: Usable, Limit, Run; tickets, turns, timeouts, broken state),
-// control.go (announcements, debug digests), staged.go and node.go (the
-// host-staged strategy and its node path, over internal/nodepath),
-// direct.go and vmm.go (the direct strategy), transport.go (MPI as the
+// control.go (announcements, debug digests), strategy.go (what differs
+// between the backends, chosen from the Mode at Open and asked nowhere
+// else), staged.go and node.go (the host-staged strategy and its node path,
+// over internal/nodepath), direct.go and vmm.go (the direct strategy), transport.go (MPI as the
 // transport of internal/pipeline, the chunk pipeline, whose chunk policy is
 // internal/pipeline/policy.go), aware.go (the CUDA-awareness probe).
 //
@@ -39,6 +40,6 @@
 //     it is CUDA-aware, every MPI call runs with the device's primary context
 //     current on its thread (UseDeviceForMPI, internal/mpi ThreadSetup).
 //
-// It must not know which backend is which beyond Mode, import a backend, or
-// hand MPI device memory in Staged mode.
+// It must not know which backend is which beyond the strategy chosen from
+// the Mode, import a backend, or hand MPI device memory in Staged mode.
 package mpicomm

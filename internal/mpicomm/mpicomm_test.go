@@ -93,7 +93,7 @@ func TestTagsNumberMessagesPerPeerAndDirection(t *testing.T) {
 // tickets on that pair's link, one count per direction; others, and every
 // message when the node path is off, get none.
 func TestNodeTicketsPerPeerDirectionAndSize(t *testing.T) {
-	c := &Comm{mode: Staged, size: 3, rank: 0, nodeMin: 100, onNode: []bool{true, true, false},
+	c := &Comm{strat: stagedStrategy{}, size: 3, rank: 0, nodeMin: 100, onNode: []bool{true, true, false},
 		sendSeq: make([]uint64, 3), recvSeq: make([]uint64, 3)}
 	big := func(k comm.P2PKind, peer int) comm.P2P {
 		return comm.P2P{Kind: k, Peer: peer, Count: 25, DType: comm.Float32}

@@ -204,11 +204,7 @@ func (c *Comm) nodeRecv(o *op, t transfer, inStep *bool) (err error) {
 	// A sender whose count differs still sends its chunks: take them out
 	// without copying any, so that the ring stays in step, and say so.
 	mismatch := bytes != t.bytes
-	dst := &t.buf
-	if mismatch {
-		dst = nil
-	}
-	if err := l.RecvChunks(o.deadline, dst, bytes, c.eng.H2D); err != nil {
+	if err := l.RecvChunks(o.deadline, t.buf, mismatch, bytes, c.eng.H2D); err != nil {
 		return err
 	}
 	*inStep = true

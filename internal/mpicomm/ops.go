@@ -60,10 +60,13 @@ func (c *Comm) usableLocked() error {
 	return nil
 }
 
-// Limit refuses what MPI cannot take in one call: in Direct mode device
-// pointers go to MPI whole, and MPI's counts are C ints.
-func (c *Comm) Limit(call driver.Call) error {
-	if c.mode != Direct || !c.direct(call) {
+// Limit refuses what MPI cannot take in one call, as the strategy says.
+func (c *Comm) Limit(call driver.Call) error { return c.strat.limit(c, call) }
+
+// limit is the direct strategy's Limit: device pointers go to MPI whole, and
+// MPI's counts are C ints.
+func (directStrategy) limit(c *Comm, call driver.Call) error {
+	if !c.direct(call) {
 		return nil
 	}
 	n := int64(call.Count)
@@ -110,11 +113,15 @@ func (c *Comm) Run(call driver.Call) error {
 	return c.fail(call.Operation, comm.ErrUnsupported, "no such data operation")
 }
 
-// direct reports whether the call hands device pointers to MPI: in Direct
-// mode, except float16 and bfloat16 reductions, whose MPI ops run on the
-// host, and 8-bit sums that must be widened on the host.
-func (c *Comm) direct(call driver.Call) bool {
-	return c.mode == Direct && !(call.Reduces() && (halfPrecision(call.DType) || c.widened(call) || c.stagesReduction(call)))
+// direct reports whether the call hands device pointers to MPI, as the
+// strategy says.
+func (c *Comm) direct(call driver.Call) bool { return c.strat.direct(c, call) }
+
+// direct is the direct strategy's: every call, except float16 and bfloat16
+// reductions, whose MPI ops run on the host, 8-bit sums that must be
+// widened on the host, and reductions of StageReduceBytes or more.
+func (directStrategy) direct(c *Comm, call driver.Call) bool {
+	return !(call.Reduces() && (halfPrecision(call.DType) || c.widened(call) || c.stagesReduction(call)))
 }
 
 // defaultStageReduceBytes is where Direct mode's reductions start to go
@@ -405,7 +412,7 @@ func (c *Comm) runP2P(call driver.Call, ps []comm.P2P, tags []int, turns []nodep
 		return c.wrap(call.Operation, err)
 	}
 	defer c.end()
-	if c.mode == Direct {
+	if c.direct(call) {
 		o := op{c: c, call: call} // on the stack: nothing keeps it
 		if c.timeout > 0 {
 			o.deadline = time.Now().Add(c.timeout)
@@ -449,7 +456,7 @@ func (c *Comm) either(call driver.Call, direct, staged func(*Comm, *op) error) e
 		}
 		return c.collective(call, direct)
 	}
-	if c.mode == Direct && c.stagesReduction(call) && !halfPrecision(call.DType) && !c.widened(call) {
+	if c.stagesReduction(call) && !halfPrecision(call.DType) && !c.widened(call) { // 0 unless the strategy stagesLarge
 		c.stagedReductions.Add(1)
 	}
 	return c.collective(call, staged)

@@ -14,7 +14,17 @@ import (
 )
 
 // Host-staged operations: device data goes through pinned slots, chunk by
-// chunk (pipeline.go), and MPI only ever sees host memory.
+// chunk (internal/pipeline), and MPI only ever sees host memory.
+
+// stagedStrategy is comm/mpi's (strategy.go): nothing goes to MPI direct.
+type stagedStrategy struct{}
+
+func (stagedStrategy) mode() Mode                     { return Staged }
+func (stagedStrategy) direct(*Comm, driver.Call) bool { return false }
+func (stagedStrategy) limit(*Comm, driver.Call) error { return nil }
+func (stagedStrategy) deviceMemory() bool             { return false }
+func (stagedStrategy) nodePath() bool                 { return true }
+func (stagedStrategy) stagesLarge() bool              { return false }
 
 func one(r *mpi.Request, err error) ([]*mpi.Request, error) {
 	if err != nil {

@@ -198,15 +198,15 @@ func (l *Link) Accept(dev *devmem.Device, got, slotBytes int) (bytes int, inStep
 }
 
 // RecvChunks takes the bytes bytes of an accepted message out of the ring,
-// copying them to dst on st; dst nil takes them out without copying (a
+// copying them to dst on st; discard takes them out without copying (a
 // sender whose count differs still sends its chunks, and the ring must stay
 // in step).
-func (l *Link) RecvChunks(deadline time.Time, dst *devmem.Buffer, bytes int, st *devmem.Stream) error {
+func (l *Link) RecvChunks(deadline time.Time, dst devmem.Buffer, discard bool, bytes int, st *devmem.Stream) error {
 	ready, done := l.counter(ringReadyOff), l.counter(ringDoneOff)
 	base := l.chunks
 	k := chunksOf(bytes, l.slotBytes)
 	var copyOut func(off, n int, slot devmem.Buffer) error
-	if dst != nil {
+	if !discard {
 		copyOut = func(off, n int, slot devmem.Buffer) error {
 			d, err := dst.Slice(off, n)
 			if err != nil {

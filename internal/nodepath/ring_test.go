@@ -62,7 +62,7 @@ func TestRingMovesMessagesInTurn(t *testing.T) {
 		var sendErr error
 		var wg sync.WaitGroup
 		wg.Go(func() { sendErr = s.Link.SendChunks(deadline, in, n, st, nil) })
-		recvErr := r.Link.RecvChunks(deadline, &out, n, st)
+		recvErr := r.Link.RecvChunks(deadline, out, false, n, st)
 		wg.Wait()
 		if err := errors.Join(sendErr, recvErr); err != nil {
 			t.Fatal(err)
