@@ -26,7 +26,9 @@
 // finished chunk out on the H2D stream and frees its slot. The MPI stage
 // thus stays inside MPI, where a shared-memory MPI moves the data, while
 // copies are issued and waited for elsewhere. A message of one chunk runs
-// its stages in turn with synchronous copies, which is quicker.
+// its stages in turn with synchronous copies, which is quicker. The
+// pipeline is internal/pipeline, with MPI as its transport, and its chunk
+// policy is internal/pipeline/policy.go alone.
 //
 //   - Send, Recv, GroupP2P: Isend/Irecv per chunk. Every entry of a GroupP2P
 //     runs its own pipeline at once, so sends never wait for receives.
@@ -53,7 +55,7 @@
 // (comm.WithNodeBytes, GPUCOMM_NODE_BYTES; 64 KiB by default; off when any
 // rank turns it off) between ranks of one node, the sender instead copies
 // the message from its device, chunk by chunk (the agreed chunk), into a
-// ring of four pinned slots that both processes map (devmem.AllocPinnedShared,
+// ring of four pinned slots that both processes map (internal/nodepath; devmem.AllocPinnedShared,
 // made at the pair's first such message and opened by the receiver from
 // the IPC handle in the message's header), and the receiver copies each
 // chunk from there to its device as soon as it is in: two copies a byte,

@@ -14,6 +14,8 @@ import (
 	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
+	"github.com/gpucomm/gpucomm/internal/nodepath"
+	"github.com/gpucomm/gpucomm/internal/pipeline"
 )
 
 // Mode says how data reaches MPI.
@@ -27,17 +29,6 @@ const (
 	// the few calls MPI cannot do on device memory are staged.
 	Direct
 )
-
-// DefaultChunkBytes is the pipelining chunk when no option sets one: at 1 MiB
-// MPI reaches most of its bandwidth between ranks while a message of a few
-// MiB still splits into enough chunks for the copies to overlap (measured with
-// cmd/pingpong; see the package comment of comm/mpi).
-const DefaultChunkBytes = 1 << 20
-
-// pipeSlots is how many pinned chunks one pipelined transfer holds: one being
-// copied in, one in MPI, one being copied out, and one spare so that the copy
-// in never waits for the copy out.
-const pipeSlots = 4
 
 // tagSpace bounds the tags this package uses: MPI guarantees MPI_TAG_UB of
 // at least 32767, and a tag only has to tell apart messages in flight.
@@ -55,7 +46,7 @@ type Config struct {
 type Comm struct {
 	driver.Front
 	backend   string
-	mode      Mode
+	strat     strategy // staged or direct, from the Mode at Open
 	rank      int
 	size      int
 	localRank int
@@ -83,11 +74,11 @@ type Comm struct {
 	stageReduce      int
 	stagedReductions atomic.Int64
 
-	trace    *tracer        // TraceEnv; nil traces nothing
-	d2h, h2d *devmem.Stream // the backend's own copy streams
-	pool     *pool
-	ctlBuf   devmem.Buffer // pinned: announcement cells and the debug digest
-	ann      *announcer
+	// The chunk pipeline (internal/pipeline): its slot pool, the backend's
+	// own copy streams (also the node path's), and its tracer.
+	eng    pipeline.Engine
+	ctlBuf devmem.Buffer // pinned: announcement cells and the debug digest
+	ann    *announcer
 
 	tickets atomic.Uint64 // collective tickets handed out, in call order
 	current op            // the op of the collective whose turn it is (turnOp)
@@ -108,8 +99,8 @@ type Comm struct {
 	// made so far (under peerMu).
 	nodeMin           int
 	onNode            []bool
-	links             map[linkKey]*link
-	nodeSent, nodeGot atomic.Int64 // messages that went the node path
+	nodes             nodepath.Table // the links made so far, under peerMu
+	nodeSent, nodeGot atomic.Int64   // messages that went the node path
 }
 
 var _ comm.Communicator = (*Comm)(nil)
@@ -146,7 +137,7 @@ func Open(cfg Config) (*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Mode == Direct {
+	if c.strat.deviceMemory() {
 		if err := c.admitDeviceMemory(); err != nil {
 			return nil, errors.Join(err, c.teardown(true))
 		}
@@ -178,7 +169,7 @@ func checkOptions(o comm.Options) error {
 // MPI has been acquired once for the new Comm, and build releases that
 // reference when it fails.
 func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, err error) {
-	c = &Comm{backend: cfg.Backend, mode: cfg.Mode, coll: base, rank: base.Rank(), size: base.Size()}
+	c = &Comm{backend: cfg.Backend, strat: strategyOf(cfg.Mode), coll: base, rank: base.Rank(), size: base.Size()}
 	c.cond = sync.NewCond(&c.mu)
 	c.sendSeq, c.recvSeq = make([]uint64, c.size), make([]uint64, c.size)
 	c.multiple = mpi.ThreadLevel() == mpi.ThreadMultiple
@@ -210,14 +201,14 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 
 	o := cfg.Options
 	localErr := c.setUpLocal(o, parent)
-	if localErr == nil && c.dev.Kind() == devmem.CUDA && (cfg.Mode == Direct || mpiSaysCUDAAware()) {
+	if localErr == nil && c.dev.Kind() == devmem.CUDA && (c.strat.deviceMemory() || mpiSaysCUDAAware()) {
 		// MPI will see device memory, or could: its own CUDA calls need
 		// the device's context on the threads that call it.
 		UseDeviceForMPI(c.dev)
 	}
 	nodeMin := o.NodeBytes
 	if nodeMin == 0 {
-		nodeMin = defaultNodeBytes
+		nodeMin = nodepath.DefaultBytes
 	}
 	if parent != nil {
 		nodeMin = parent.nodeMin
@@ -225,7 +216,7 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	// Whether the ranks of the node can map each other's pinned memory:
 	// every rank of the node takes part (the condition is the same on all
 	// of them), set up or not, node path wanted or not.
-	if cfg.Mode == Staged && c.localSize > 1 && (parent == nil || parent.nodeMin > 0) {
+	if c.strat.nodePath() && c.localSize > 1 && (parent == nil || parent.nodeMin > 0) {
 		if err := c.probeNode(node, localErr == nil && nodeMin > 0); err != nil {
 			nodeMin = 0
 		}
@@ -237,13 +228,13 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	}
 	chunk := o.ChunkBytes
 	if chunk == 0 {
-		chunk = DefaultChunkBytes
+		chunk = pipeline.DefaultChunkBytes
 	}
 	stage := o.StageReduceBytes
 	switch {
 	case parent != nil:
 		stage = parent.stageReduce
-	case cfg.Mode != Direct:
+	case !c.strat.stagesLarge():
 		stage = 0 // every reduction is staged anyway
 	case stage == 0 && localErr == nil && c.dev.Kind() == devmem.CUDA && strings.HasPrefix(mpi.Version(), "Open MPI v4."):
 		stage = defaultStageReduceBytes // measured there only
@@ -277,7 +268,7 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	if !got.stageOff {
 		c.stageReduce = got.stage
 	}
-	c.pool.base = max(c.chunk, 8) // room for one element of any type, and a widened byte
+	c.eng.Pool = pipeline.NewPool(c.dev, c.policy().PoolBase())
 	c.timeout = o.Timeout
 	if parent != nil {
 		c.timeout = parent.timeout
@@ -333,13 +324,13 @@ func b2i(b bool) int64 {
 // streams, the staging pool and the pinned control cells.
 func (c *Comm) setUpLocal(o comm.Options, parent *Comm) error {
 	if parent != nil {
-		c.dev, c.trace = parent.dev, parent.trace
+		c.dev, c.eng.Trace = parent.dev, parent.eng.Trace
 	} else {
-		t, err := newTracer(os.Getenv(TraceEnv))
+		t, err := pipeline.NewTracer(os.Getenv(pipeline.TraceEnv))
 		if err != nil {
 			return err
 		}
-		c.trace = t
+		c.eng.Trace = t
 		dev, err := devmem.Open(o.Device, c.localRank)
 		if err != nil {
 			return err
@@ -347,10 +338,11 @@ func (c *Comm) setUpLocal(o comm.Options, parent *Comm) error {
 		c.dev = dev
 	}
 	var err error
-	if c.d2h, err = c.dev.NewStream(); err != nil {
+	c.eng.Rank = c.rank
+	if c.eng.D2H, err = c.dev.NewStream(); err != nil {
 		return err
 	}
-	if c.h2d, err = c.dev.NewStream(); err != nil {
+	if c.eng.H2D, err = c.dev.NewStream(); err != nil {
 		return err
 	}
 	// 8 bytes a rank for incoming announcements, a ring for outgoing ones,
@@ -358,7 +350,6 @@ func (c *Comm) setUpLocal(o comm.Options, parent *Comm) error {
 	if c.ctlBuf, err = c.dev.AllocPinned(8 * (c.size + annRing + 2)); err != nil {
 		return err
 	}
-	c.pool = &pool{dev: c.dev}
 	return nil
 }
 
@@ -372,14 +363,14 @@ func (c *Comm) teardown(failed bool) error {
 	if c.ann != nil {
 		errs = append(errs, c.ann.stop())
 	}
-	errs = append(errs, c.closeLinks())
-	if c.pool != nil {
-		errs = append(errs, c.pool.close())
+	errs = append(errs, c.nodes.Close())
+	if c.eng.Pool != nil {
+		errs = append(errs, c.eng.Pool.Close())
 	}
 	if !c.ctlBuf.IsZero() {
 		errs = append(errs, c.ctlBuf.Free())
 	}
-	for _, s := range []*devmem.Stream{c.d2h, c.h2d} {
+	for _, s := range []*devmem.Stream{c.eng.D2H, c.eng.H2D} {
 		if s != nil {
 			errs = append(errs, s.Destroy())
 		}
@@ -518,7 +509,7 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	if err := mpi.Acquire(); err != nil {
 		return nil, c.wrap(driver.OpSplit, errors.Join(err, nc.Free()))
 	}
-	sub, err := build(Config{Backend: c.backend, Mode: c.mode}, nc, c, "Split")
+	sub, err := build(Config{Backend: c.backend, Mode: c.strat.mode()}, nc, c, "Split")
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,16 @@ import (
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/devhook"
 	"github.com/gpucomm/gpucomm/internal/mpi"
+	"github.com/gpucomm/gpucomm/internal/pipeline"
 )
+
+// directStrategy is comm/cudaaware's (strategy.go).
+type directStrategy struct{}
+
+func (directStrategy) mode() Mode         { return Direct }
+func (directStrategy) deviceMemory() bool { return true }
+func (directStrategy) nodePath() bool     { return false }
+func (directStrategy) stagesLarge() bool  { return true }
 
 // Direct operations hand MPI device pointers. Collectives are MPI's blocking
 // ones: CUDA-aware Open MPI supports device buffers in blocking collectives
@@ -138,8 +147,8 @@ func (c *Comm) divideOnHost(o *op, buf devmem.Buffer) error {
 		return nil
 	}
 	n := call.Count * call.DType.Size()
-	p := c.pipe(n, call.DType.Size())
-	p.in, p.post, p.out = copyIn(buf), c.average(call, 0, n), copyOut(buf, 0)
+	p := c.cut(n, call.DType.Size())
+	p.In, p.Post, p.Out = pipeline.CopyIn(buf), c.average(call, 0, n), pipeline.CopyOut(buf, 0)
 	return c.run(o, p)
 }
 
@@ -254,7 +263,7 @@ const deferBytes = 4096
 // a timeout to honour, the host-staged mode, MPI below THREAD_MULTIPLE, VMM
 // memory to bounce (vmm.go), a closed or broken communicator, whose error the queued call reports).
 func (c *Comm) p2pNow(call driver.Call, ps []comm.P2P, tags []int) (bool, error) {
-	if c.mode != Direct || c.timeout > 0 || !c.multiple || p2pHasVMM(ps) {
+	if !c.direct(call) || c.timeout > 0 || !c.multiple || p2pHasVMM(ps) {
 		// Below MPI_THREAD_MULTIPLE an MPI call may wait for another
 		// goroutine's blocking collective: not on the caller's goroutine.
 		return false, nil
@@ -268,7 +277,7 @@ func (c *Comm) p2pNow(call driver.Call, ps []comm.P2P, tags []int) (bool, error)
 	if len(ps) == 1 && ps[0].Kind == comm.RecvKind && ps[0].Count*ps[0].DType.Size() <= deferBytes && c.multiple {
 		return true, c.recvLater(call, ps[0], tags[0])
 	}
-	o := op{call: call}
+	o := op{c: c, call: call}
 	reqs, err := c.postP2P(&o, ps, tags)
 	if err == nil {
 		var done bool
@@ -296,7 +305,7 @@ func (c *Comm) p2pNow(call driver.Call, ps []comm.P2P, tags []int) (bool, error)
 // MPI_Iprobe for the message (its tag is this message's own) and receives
 // it once it is there. c.end is its, once it is done.
 func (c *Comm) recvLater(call driver.Call, p comm.P2P, tag int) error {
-	o := op{call: call}
+	o := op{c: c, call: call}
 	wait := func() error {
 		defer c.end()
 		return c.finish(&o, c.blockingP2P(p, tag))

@@ -3,6 +3,15 @@
 // Comm here, in Staged or Direct mode; the backends only register it, probe
 // for it and document it.
 //
+// Files: comm.go (Open, the agreed settings, Split, Close), ops.go (Front's
+// engine: Usable, Limit, Run; tickets, turns, timeouts, broken state),
+// control.go (announcements, debug digests), strategy.go (what differs
+// between the backends, chosen from the Mode at Open and asked nowhere
+// else), staged.go and node.go (the host-staged strategy and its node path,
+// over internal/nodepath), direct.go and vmm.go (the direct strategy), transport.go (MPI as the
+// transport of internal/pipeline, the chunk pipeline, whose chunk policy is
+// internal/pipeline/policy.go), aware.go (the CUDA-awareness probe).
+//
 // What it does for both:
 //   - Open: internal/mpi Acquire, three dups of MPI_COMM_WORLD (collectives,
 //     point-to-point and Split, control messages), the node-local rank from
@@ -24,13 +33,13 @@
 //     others on the control communicator; on a timeout the error names the
 //     ranks whose latest announcement is below k. A timeout breaks the
 //     communicator, and Close then calls MPI_Abort.
-//   - Node path (Staged, node.go): Close and AwaitNodeMessages (comm/mpi's
+//   - Node path (Staged, node.go over internal/nodepath): Close and AwaitNodeMessages (comm/mpi's
 //     Finalize) wait until the peers have taken what this rank sent through
 //     its rings, bounded by the timeout, before the rings are freed.
 //   - MPI's own CUDA calls: on a GPU in Direct mode, or with an MPI that says
 //     it is CUDA-aware, every MPI call runs with the device's primary context
 //     current on its thread (UseDeviceForMPI, internal/mpi ThreadSetup).
 //
-// It must not know which backend is which beyond Mode, import a backend, or
-// hand MPI device memory in Staged mode.
+// It must not know which backend is which beyond the strategy chosen from
+// the Mode, import a backend, or hand MPI device memory in Staged mode.
 package mpicomm

@@ -12,10 +12,12 @@ import (
 	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
+	"github.com/gpucomm/gpucomm/internal/nodepath"
 )
 
 // op is one running operation.
 type op struct {
+	c        *Comm // whose operation it is
 	call     driver.Call
 	seq      uint64        // the collective's ticket; 0 for point-to-point
 	deadline time.Time     // zero: no timeout
@@ -23,7 +25,7 @@ type op struct {
 }
 
 func (c *Comm) newOp(call driver.Call, seq uint64) *op {
-	o := &op{call: call, seq: seq}
+	o := &op{c: c, call: call, seq: seq}
 	if c.timeout > 0 {
 		o.deadline = time.Now().Add(c.timeout)
 	}
@@ -58,10 +60,13 @@ func (c *Comm) usableLocked() error {
 	return nil
 }
 
-// Limit refuses what MPI cannot take in one call: in Direct mode device
-// pointers go to MPI whole, and MPI's counts are C ints.
-func (c *Comm) Limit(call driver.Call) error {
-	if c.mode != Direct || !c.direct(call) {
+// Limit refuses what MPI cannot take in one call, as the strategy says.
+func (c *Comm) Limit(call driver.Call) error { return c.strat.limit(c, call) }
+
+// limit is the direct strategy's Limit: device pointers go to MPI whole, and
+// MPI's counts are C ints.
+func (directStrategy) limit(c *Comm, call driver.Call) error {
+	if !c.direct(call) {
 		return nil
 	}
 	n := int64(call.Count)
@@ -108,11 +113,15 @@ func (c *Comm) Run(call driver.Call) error {
 	return c.fail(call.Operation, comm.ErrUnsupported, "no such data operation")
 }
 
-// direct reports whether the call hands device pointers to MPI: in Direct
-// mode, except float16 and bfloat16 reductions, whose MPI ops run on the
-// host, and 8-bit sums that must be widened on the host.
-func (c *Comm) direct(call driver.Call) bool {
-	return c.mode == Direct && !(call.Reduces() && (halfPrecision(call.DType) || c.widened(call) || c.stagesReduction(call)))
+// direct reports whether the call hands device pointers to MPI, as the
+// strategy says.
+func (c *Comm) direct(call driver.Call) bool { return c.strat.direct(c, call) }
+
+// direct is the direct strategy's: every call, except float16 and bfloat16
+// reductions, whose MPI ops run on the host, 8-bit sums that must be
+// widened on the host, and reductions of StageReduceBytes or more.
+func (directStrategy) direct(c *Comm, call driver.Call) bool {
+	return !(call.Reduces() && (halfPrecision(call.DType) || c.widened(call) || c.stagesReduction(call)))
 }
 
 // defaultStageReduceBytes is where Direct mode's reductions start to go
@@ -310,7 +319,7 @@ func (c *Comm) turnOp(call driver.Call, seq uint64) *op {
 	if c.timeout > 0 {
 		return c.newOp(call, seq)
 	}
-	c.current = op{call: call, seq: seq}
+	c.current = op{c: c, call: call, seq: seq}
 	return &c.current
 }
 
@@ -371,10 +380,10 @@ func (c *Comm) finish(o *op, err error) error {
 func (c *Comm) pointToPoint(call driver.Call, ps []comm.P2P) error {
 	// One transfer, the common case, numbers itself in arrays of the stack.
 	var tag1 [1]int
-	var turn1 [1]nodeTurn
+	var turn1 [1]nodepath.Turn
 	tags, turns := tag1[:0], turn1[:0]
 	if len(ps) > 1 {
-		tags, turns = make([]int, 0, len(ps)), make([]nodeTurn, 0, len(ps))
+		tags, turns = make([]int, 0, len(ps)), make([]nodepath.Turn, 0, len(ps))
 	}
 	tags, turns = c.takeTags(ps, tags, turns)
 	if call.Stream == nil {
@@ -391,20 +400,20 @@ func (c *Comm) pointToPoint(call driver.Call, ps []comm.P2P) error {
 		return c.runP2P(call, qps, qtags, qturns)
 	})
 	if err != nil && !ran.Load() {
-		abandon(qturns, err) // never queued: its turns on the node path never come
+		nodepath.Abandon(qturns, err) // never queued: its turns on the node path never come
 	}
 	return err
 }
 
 // runP2P runs numbered transfers and waits for them.
-func (c *Comm) runP2P(call driver.Call, ps []comm.P2P, tags []int, turns []nodeTurn) error {
+func (c *Comm) runP2P(call driver.Call, ps []comm.P2P, tags []int, turns []nodepath.Turn) error {
 	if err := c.beginUnbroken(); err != nil {
-		abandon(turns, err)
+		nodepath.Abandon(turns, err)
 		return c.wrap(call.Operation, err)
 	}
 	defer c.end()
-	if c.mode == Direct {
-		o := op{call: call} // on the stack: nothing keeps it
+	if c.direct(call) {
+		o := op{c: c, call: call} // on the stack: nothing keeps it
 		if c.timeout > 0 {
 			o.deadline = time.Now().Add(c.timeout)
 		}
@@ -422,7 +431,7 @@ func (c *Comm) runP2P(call driver.Call, ps []comm.P2P, tags []int, turns []nodeT
 // so the k-th receive from a peer matches the k-th send, in whatever order
 // the two sides' goroutines reach MPI. A message that goes the node path
 // also gets its turn on the pair's ring, in the same order on both sides.
-func (c *Comm) takeTags(ps []comm.P2P, tags []int, turns []nodeTurn) ([]int, []nodeTurn) {
+func (c *Comm) takeTags(ps []comm.P2P, tags []int, turns []nodepath.Turn) ([]int, []nodepath.Turn) {
 	c.peerMu.Lock()
 	defer c.peerMu.Unlock()
 	for _, p := range ps {
@@ -438,12 +447,6 @@ func (c *Comm) takeTags(ps []comm.P2P, tags []int, turns []nodeTurn) ([]int, []n
 	return tags, turns
 }
 
-// nodeTurn is a message's place on its pair's node ring; link nil: none.
-type nodeTurn struct {
-	link   *link
-	ticket uint64
-}
-
 // either runs call as a collective through direct (device pointers to MPI)
 // when the call goes direct, else through staged.
 func (c *Comm) either(call driver.Call, direct, staged func(*Comm, *op) error) error {
@@ -453,7 +456,7 @@ func (c *Comm) either(call driver.Call, direct, staged func(*Comm, *op) error) e
 		}
 		return c.collective(call, direct)
 	}
-	if c.mode == Direct && c.stagesReduction(call) && !halfPrecision(call.DType) && !c.widened(call) {
+	if c.stagesReduction(call) && !halfPrecision(call.DType) && !c.widened(call) { // 0 unless the strategy stagesLarge
 		c.stagedReductions.Add(1)
 	}
 	return c.collective(call, staged)

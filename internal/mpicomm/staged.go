@@ -1,7 +1,6 @@
 package mpicomm
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -10,10 +9,22 @@ import (
 	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
+	"github.com/gpucomm/gpucomm/internal/nodepath"
+	"github.com/gpucomm/gpucomm/internal/pipeline"
 )
 
 // Host-staged operations: device data goes through pinned slots, chunk by
-// chunk (pipeline.go), and MPI only ever sees host memory.
+// chunk (internal/pipeline), and MPI only ever sees host memory.
+
+// stagedStrategy is comm/mpi's (strategy.go): nothing goes to MPI direct.
+type stagedStrategy struct{}
+
+func (stagedStrategy) mode() Mode                     { return Staged }
+func (stagedStrategy) direct(*Comm, driver.Call) bool { return false }
+func (stagedStrategy) limit(*Comm, driver.Call) error { return nil }
+func (stagedStrategy) deviceMemory() bool             { return false }
+func (stagedStrategy) nodePath() bool                 { return true }
+func (stagedStrategy) stagesLarge() bool              { return false }
 
 func one(r *mpi.Request, err error) ([]*mpi.Request, error) {
 	if err != nil {
@@ -26,17 +37,15 @@ func one(r *mpi.Request, err error) ([]*mpi.Request, error) {
 // their slot, or, when MPI's 8-bit sums saturate, widened to int32 there
 // first and narrowed after (a wrapping sum, as on every other backend).
 type reduction struct {
-	cut  pipeline // chunk, maxChunk and slotBytes of the pipelines it makes
-	in   func(buf devmem.Buffer) copyStage
+	cut  pipeline.Cut // how the pipelines it makes are cut
+	in   func(buf devmem.Buffer) pipeline.Stage
 	mpi  func(s *slot, off, n int) ([]*mpi.Request, error)
 	post func(s *slot, off, n int, reqs []*mpi.Request) error
 }
 
 // pipeline reduces bytes bytes of send; out is left to the caller.
-func (r reduction) pipeline(bytes int, send devmem.Buffer) pipeline {
-	p := r.cut
-	p.bytes, p.in, p.mpi, p.post = bytes, r.in(send), r.mpi, r.post
-	return p
+func (r reduction) pipe(bytes int, send devmem.Buffer) pipe {
+	return pipe{Bytes: bytes, Cut: r.cut, In: r.in(send), Start: r.mpi, Post: r.post}
 }
 
 // reduction reduces the bytes of send and finishes an Avg on those in [lo, hi).
@@ -45,18 +54,18 @@ func (c *Comm) reduction(call driver.Call, lo, hi int) reduction {
 	es, op := call.DType.Size(), mpiOp(call.Op)
 	if !c.widened(call) {
 		dt := mpiType(call.DType)
-		return reduction{cut: c.pipe(0, es), in: copyIn, post: avg,
+		return reduction{cut: c.policy().Cut(es), in: pipeline.CopyIn, post: avg,
 			mpi: func(s *slot, off, n int) ([]*mpi.Request, error) {
-				a := s.buf.Addr()
+				a := s.Buf.Addr()
 				return one(c.coll.Iallreduce(a, a, n/es, dt, op))
 			}}
 	}
 	signed := call.DType == comm.Int8
 	return reduction{
-		cut: pipeline{chunk: max(1, c.chunk/4), slotBytes: 4 * max(1, c.chunk/4)},
+		cut: c.policy().Widened(),
 		// The chunk lands in the last quarter of its int32 room, so that
 		// widening front to back never overwrites a byte not yet read.
-		in: func(buf devmem.Buffer) copyStage {
+		in: func(buf devmem.Buffer) pipeline.Stage {
 			return func(s *slot, off, n int, st *devmem.Stream) error {
 				if n == 0 {
 					return nil
@@ -65,7 +74,7 @@ func (c *Comm) reduction(call driver.Call, lo, hi int) reduction {
 				if err != nil {
 					return err
 				}
-				tail, err := s.buf.Slice(3*n, n)
+				tail, err := s.Buf.Slice(3*n, n)
 				if err != nil {
 					return err
 				}
@@ -73,12 +82,12 @@ func (c *Comm) reduction(call driver.Call, lo, hi int) reduction {
 			}
 		},
 		mpi: func(s *slot, off, n int) ([]*mpi.Request, error) {
-			widen(slotBytes(s, 4*n), n, signed)
-			a := s.buf.Addr()
+			widen(s.Bytes(4*n), n, signed)
+			a := s.Buf.Addr()
 			return one(c.coll.Iallreduce(a, a, n, mpi.Int32, op))
 		},
 		post: func(s *slot, off, n int, reqs []*mpi.Request) error {
-			narrow(slotBytes(s, 4*n), n)
+			narrow(s.Bytes(4*n), n)
 			if avg != nil {
 				return avg(s, off, n, reqs)
 			}
@@ -120,7 +129,7 @@ func (c *Comm) average(call driver.Call, lo, hi int) func(s *slot, off, n int, _
 		if a >= b {
 			return nil
 		}
-		return driver.DivideInto(call.DType, slotBytes(s, b-off)[a-off:], c.size)
+		return driver.DivideInto(call.DType, s.Bytes(b - off)[a-off:], c.size)
 	}
 }
 
@@ -128,8 +137,8 @@ func (c *Comm) stagedAllReduce(o *op) error {
 	call := o.call
 	n := call.Count * call.DType.Size()
 	r := c.reduction(call, 0, n)
-	p := r.pipeline(n, call.Send)
-	p.out = copyOut(call.Recv, 0)
+	p := r.pipe(n, call.Send)
+	p.Out = pipeline.CopyOut(call.Recv, 0)
 	return c.run(o, p)
 }
 
@@ -140,10 +149,10 @@ func (c *Comm) stagedReduce(o *op) error {
 	call := o.call
 	n := call.Count * call.DType.Size()
 	r := c.reduction(call, 0, n)
-	p := r.pipeline(n, call.Send)
-	p.post = nil
+	p := r.pipe(n, call.Send)
+	p.Post = nil
 	if c.rank == call.Root {
-		p.post, p.out = r.post, copyOut(call.Recv, 0)
+		p.Post, p.Out = r.post, pipeline.CopyOut(call.Recv, 0)
 	}
 	return c.run(o, p)
 }
@@ -155,18 +164,18 @@ func (c *Comm) stagedReduceScatter(o *op) error {
 	n := call.Count * call.DType.Size()
 	lo, hi := c.rank*n, (c.rank+1)*n
 	r := c.reduction(call, lo, hi)
-	mine := copyOut(call.Recv, lo)
-	p := r.pipeline(c.size*n, call.Send)
-	p.out = func(s *slot, off, m int, st *devmem.Stream) error {
+	mine := pipeline.CopyOut(call.Recv, lo)
+	p := r.pipe(c.size*n, call.Send)
+	p.Out = func(s *slot, off, m int, st *devmem.Stream) error {
 		a, b := max(off, lo), min(off+m, hi)
 		if a >= b {
 			return nil
 		}
-		part, err := s.buf.Slice(a-off, b-a)
+		part, err := s.Part(a-off, b-a)
 		if err != nil {
 			return err
 		}
-		return mine(&slot{buf: part}, a, b-a, st)
+		return mine(part, a, b-a, st)
 	}
 	return c.run(o, p)
 }
@@ -175,15 +184,15 @@ func (c *Comm) stagedBroadcast(o *op) error {
 	call := o.call
 	es := call.DType.Size()
 	dt := mpiType(call.DType)
-	p := c.pipe(call.Count*es, es)
-	p.mpi = func(s *slot, off, n int) ([]*mpi.Request, error) {
-		return one(c.coll.Ibcast(s.buf.Addr(), n/es, dt, call.Root))
+	p := c.cut(call.Count*es, es)
+	p.Start = func(s *slot, off, n int) ([]*mpi.Request, error) {
+		return one(c.coll.Ibcast(s.Buf.Addr(), n/es, dt, call.Root))
 	}
-	p.out = copyOut(call.Recv, 0)
+	p.Out = pipeline.CopyOut(call.Recv, 0)
 	if c.rank == call.Root {
-		p.in = copyIn(call.Send)
+		p.In = pipeline.CopyIn(call.Send)
 		if call.Send.Addr() == call.Recv.Addr() {
-			p.out = nil // in place: the root's data is already there
+			p.Out = nil // in place: the root's data is already there
 		}
 	}
 	return c.run(o, p)
@@ -201,7 +210,7 @@ type transfer struct {
 	tag   int
 	// link, when set, moves the message through the node path (node.go)
 	// as the pair's message ticket.
-	link   *link
+	link   *nodepath.Link
 	ticket uint64
 }
 
@@ -237,14 +246,14 @@ func (c *Comm) moveOne(o *op, t transfer) error {
 	if t.link != nil {
 		return c.explainTimeout(o, t, c.nodeMove(o, t))
 	}
-	p := c.pipe(t.bytes, t.dt.Size())
-	p.atLeastOne = true
+	p := c.cut(t.bytes, t.dt.Size())
+	p.AtLeastOne = true
 	if t.send {
-		p.in = copyIn(t.buf)
-		p.mpi = func(s *slot, _, n int) ([]*mpi.Request, error) {
+		p.In = pipeline.CopyIn(t.buf)
+		p.Start = func(s *slot, _, n int) ([]*mpi.Request, error) {
 			var reqs []*mpi.Request
 			for _, peer := range t.peers {
-				r, err := t.on.Isend(s.buf.Addr(), n, mpi.Byte, peer, t.tag)
+				r, err := t.on.Isend(s.Buf.Addr(), n, mpi.Byte, peer, t.tag)
 				if err != nil {
 					return reqs, err
 				}
@@ -253,23 +262,23 @@ func (c *Comm) moveOne(o *op, t transfer) error {
 			return reqs, nil
 		}
 	} else {
-		p.receives = true
+		p.Receives = true
 		// From a rank of the node, the sender may have taken the node path
 		// (its count differs): the first chunk's receive has room for the
 		// header, which is then told from data by its length and magic.
 		header := c.nodeMin > 0 && t.on == c.p2p && c.onNode[t.peers[0]]
-		p.mpi = func(s *slot, off, n int) ([]*mpi.Request, error) {
+		p.Start = func(s *slot, off, n int) ([]*mpi.Request, error) {
 			room := n
-			if header && off == 0 && s.buf.Len() >= hdrLen {
-				room = max(n, hdrLen)
+			if header && off == 0 && s.Buf.Len() >= nodepath.HdrLen {
+				room = max(n, nodepath.HdrLen)
 			}
-			return one(t.on.Irecv(s.buf.Addr(), room, mpi.Byte, t.peers[0], t.tag))
+			return one(t.on.Irecv(s.Buf.Addr(), room, mpi.Byte, t.peers[0], t.tag))
 		}
-		p.check = func(s *slot, off, n int, reqs []*mpi.Request) error {
+		p.Check = func(s *slot, off, n int, reqs []*mpi.Request) error {
 			got := reqs[0].Status().Count
-			if header && off == 0 && got == hdrLen && isHeader(slotBytes(s, hdrLen)) {
+			if header && off == 0 && got == nodepath.HdrLen && nodepath.IsHeader(s.Bytes(nodepath.HdrLen)) {
 				err := fmt.Errorf("%v: rank %d sent %d bytes through the node path; the sender's count differs: %w",
-					t, t.peers[0], binary.LittleEndian.Uint64(slotBytes(s, hdrLen)[16:]), comm.ErrMismatch)
+					t, t.peers[0], nodepath.HeaderBytes(s.Bytes(nodepath.HdrLen)), comm.ErrMismatch)
 				// Its chunks wait in its ring for a receive that will not come.
 				c.setBroken(err)
 				return err
@@ -280,7 +289,7 @@ func (c *Comm) moveOne(o *op, t transfer) error {
 			}
 			return nil
 		}
-		p.out = copyOut(t.buf, 0)
+		p.Out = pipeline.CopyOut(t.buf, 0)
 	}
 	return c.explainTimeout(o, t, c.run(o, p))
 }
@@ -302,11 +311,11 @@ func (c *Comm) explainTimeout(o *op, t transfer, err error) error {
 
 // stagedP2P runs the user's sends and receives on the point-to-point
 // communicator, each tagged with its message number.
-func (c *Comm) stagedP2P(o *op, ps []comm.P2P, tags []int, tickets []nodeTurn) error {
+func (c *Comm) stagedP2P(o *op, ps []comm.P2P, tags []int, tickets []nodepath.Turn) error {
 	ts := make([]transfer, len(ps))
 	for i, p := range ps {
 		ts[i] = transfer{send: p.Kind == comm.SendKind, peers: []int{p.Peer}, buf: p.Buf, bytes: p.Count * p.DType.Size(), dt: p.DType, on: c.p2p, tag: tags[i],
-			link: tickets[i].link, ticket: tickets[i].ticket}
+			link: tickets[i].Link, ticket: tickets[i].Ticket}
 	}
 	return c.move(o, ts)
 }
@@ -409,7 +418,7 @@ func (c *Comm) nodeBlocks(ts []transfer) []transfer {
 				continue
 			}
 			one := t
-			one.peers, one.link, one.ticket = []int{peer}, turn.link, turn.ticket
+			one.peers, one.link, one.ticket = []int{peer}, turn.Link, turn.Ticket
 			out = append(out, one)
 		}
 		if len(rest) > 0 {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/internal/nodepath"
 )
 
 // owing is a Comm whose send links to ranks 1 and 3 have sent 2 and 5
@@ -19,11 +20,11 @@ func owing() (*Comm, *atomic.Uint64, *atomic.Uint64) {
 	c := &Comm{backend: "test", rank: 0}
 	var done1, done3 atomic.Uint64
 	for peer, d := range map[int]*atomic.Uint64{1: &done1, 3: &done3} {
-		l := c.linkTo(linkKey{peer: peer, send: true})
-		l.sent.Store(uint64(2 + 3*(peer/3)))
-		l.taken.Store(d)
+		l := c.nodes.Link(nodepath.Key{Peer: peer, Send: true})
+		l.Sent.Store(uint64(2 + 3*(peer/3)))
+		l.Taken.Store(d)
 	}
-	c.linkTo(linkKey{peer: 2}) // a receive link owes nothing
+	c.nodes.Link(nodepath.Key{Peer: 2}) // a receive link owes nothing
 	return c, &done1, &done3
 }
 

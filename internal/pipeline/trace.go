@@ -1,4 +1,4 @@
-package mpicomm
+package pipeline
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/internal/errs"
 )
 
 // TraceEnv asks for a timeline of pipelined transfers on standard error:
@@ -19,16 +19,16 @@ import (
 // pipeline loses time; it costs nothing when unset.
 const TraceEnv = "GPUCOMM_TRACE_PIPELINE"
 
-// tracer picks the transfers to trace; nil traces none.
-type tracer struct {
+// Tracer picks the transfers to trace; nil traces none.
+type Tracer struct {
 	skip, count int64
 	seen        atomic.Int64
 	w           io.Writer
 }
 
-// newTracer reads TraceEnv; a malformed value is an error, so that a
+// NewTracer reads TraceEnv; a malformed value is an error, so that a
 // diagnostic run never silently traces nothing.
-func newTracer(v string) (*tracer, error) {
+func NewTracer(v string) (*Tracer, error) {
 	if v == "" {
 		return nil, nil
 	}
@@ -36,9 +36,9 @@ func newTracer(v string) (*tracer, error) {
 	skip, err1 := strconv.ParseInt(strings.TrimSpace(a), 10, 64)
 	count, err2 := strconv.ParseInt(strings.TrimSpace(b), 10, 64)
 	if !ok || err1 != nil || err2 != nil || skip < 0 || count < 1 {
-		return nil, fmt.Errorf("%s=%q: want SKIP,COUNT, e.g. 20,2: %w", TraceEnv, v, comm.ErrInvalidArgument)
+		return nil, fmt.Errorf("%s=%q: want SKIP,COUNT, e.g. 20,2: %w", TraceEnv, v, errs.ErrInvalidArgument)
 	}
-	return &tracer{skip: skip, count: count, w: os.Stderr}, nil
+	return &Tracer{skip: skip, count: count, w: os.Stderr}, nil
 }
 
 // chunkTimes is one chunk's timeline; zero where a stage did not run.
@@ -55,7 +55,7 @@ type pipeTrace struct {
 
 // begin returns a trace for a transfer of k chunks, or nil when this one
 // is not traced.
-func (t *tracer) begin(k int) *pipeTrace {
+func (t *Tracer) begin(k int) *pipeTrace {
 	if t == nil || k < 2 {
 		return nil
 	}
@@ -70,7 +70,7 @@ func (t *tracer) begin(k int) *pipeTrace {
 func (p *pipeTrace) at() time.Duration { return max(time.Since(p.start), time.Nanosecond) }
 
 // print writes the timeline, a line a chunk.
-func (p *pipeTrace) print(t *tracer, rank int, what string, spans [][2]int) {
+func (p *pipeTrace) print(t *Tracer, rank int, what string, spans [][2]int) {
 	if p == nil {
 		return
 	}

@@ -1,0 +1,148 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/gpucomm/gpucomm/devmem"
+)
+
+// Slot is one pinned staging chunk with the events that say when the copy
+// into it and the copy out of it are done.
+type Slot struct {
+	Buf     devmem.Buffer
+	in, out *devmem.Event
+}
+
+// Bytes is the host view of the slot's first n bytes.
+func (s *Slot) Bytes(n int) []byte {
+	b, _ := s.Buf.Bytes()
+	return b[:n]
+}
+
+// Part is a slot over n bytes of s from byte off, for a copy stage that
+// moves only part of a chunk; it has no events of its own.
+func (s *Slot) Part(off, n int) (*Slot, error) {
+	b, err := s.Buf.Slice(off, n)
+	if err != nil {
+		return nil, err
+	}
+	return &Slot{Buf: b}, nil
+}
+
+// Pool keeps staging slots for reuse across transfers; Close frees them.
+// Slots come in sizes of base << i, so that a few sizes serve every chunk.
+type Pool struct {
+	dev  *devmem.Device
+	base int // the smallest slot
+
+	mu     sync.Mutex
+	free   map[int][]*Slot // by size
+	lent   int             // slots handed out and not yet back
+	leaked int             // slots left to requests that never completed
+}
+
+// NewPool makes an empty pool of slots of at least base bytes on dev.
+func NewPool(dev *devmem.Device, base int) *Pool { return &Pool{dev: dev, base: base} }
+
+// Class is the slot size that holds n bytes.
+func (p *Pool) Class(n int) int {
+	size := max(p.base, 1)
+	for size < n {
+		size *= 2
+	}
+	return size
+}
+
+// Lent is how many slots are handed out and not yet back.
+func (p *Pool) Lent() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lent
+}
+
+// Free is how many slots of the given size wait for reuse.
+func (p *Pool) Free(size int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.free[size])
+}
+
+func (p *Pool) get(n, bytes int) ([]*Slot, error) {
+	size := p.Class(bytes)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.free == nil {
+		p.free = map[int][]*Slot{}
+	}
+	out := make([]*Slot, 0, n)
+	for len(out) < n && len(p.free[size]) > 0 {
+		f := p.free[size]
+		out = append(out, f[len(f)-1])
+		p.free[size] = f[:len(f)-1]
+	}
+	for len(out) < n {
+		s, err := p.newSlot(size)
+		if err != nil {
+			p.free[size] = append(p.free[size], out...)
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	p.lent += n
+	return out, nil
+}
+
+func (p *Pool) newSlot(size int) (*Slot, error) {
+	buf, err := p.dev.AllocPinned(size)
+	if err != nil {
+		return nil, fmt.Errorf("staging buffer of %d bytes: %w", size, err)
+	}
+	in, err := p.dev.NewEvent()
+	if err != nil {
+		return nil, errors.Join(err, buf.Free())
+	}
+	out, err := p.dev.NewEvent()
+	if err != nil {
+		return nil, errors.Join(err, buf.Free(), in.Destroy())
+	}
+	return &Slot{Buf: buf, in: in, out: out}, nil
+}
+
+func (p *Pool) put(s []*Slot) {
+	p.mu.Lock()
+	if p.free == nil {
+		p.free = map[int][]*Slot{}
+	}
+	for _, x := range s {
+		p.free[x.Buf.Len()] = append(p.free[x.Buf.Len()], x)
+	}
+	p.lent -= len(s)
+	p.mu.Unlock()
+}
+
+// leak gives up slots that pending requests may still read or write.
+func (p *Pool) leak(s []*Slot) {
+	p.mu.Lock()
+	p.lent -= len(s)
+	p.leaked += len(s)
+	p.mu.Unlock()
+}
+
+// Close frees every slot; none may be lent, since transfers have ended.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	for _, f := range p.free {
+		for _, s := range f {
+			errs = append(errs, s.Buf.Free(), s.in.Destroy(), s.out.Destroy())
+		}
+	}
+	p.free = nil
+	if p.lent > 0 {
+		errs = append(errs, fmt.Errorf("%d staging buffers still lent at Close", p.lent))
+	}
+	return errors.Join(errs...)
+}
