@@ -262,7 +262,7 @@ const deferBytes = 4096
 // having done nothing, where the call must be queued instead (a busy stream,
 // a timeout to honour, the host-staged mode, MPI below THREAD_MULTIPLE, VMM
 // memory to bounce (vmm.go), a closed or broken communicator, whose error the queued call reports).
-func (c *Comm) p2pNow(call driver.Call, ps []comm.P2P, tags []int) (bool, error) {
+func (c *Comm) p2pNow(call driver.Call, fl driver.Flight, ps []comm.P2P, tags []int) (bool, error) {
 	if !c.direct(call) || c.timeout > 0 || !c.multiple || p2pHasVMM(ps) {
 		// Below MPI_THREAD_MULTIPLE an MPI call may wait for another
 		// goroutine's blocking collective: not on the caller's goroutine.
@@ -274,8 +274,9 @@ func (c *Comm) p2pNow(call driver.Call, ps []comm.P2P, tags []int) (bool, error)
 	if c.beginUnbroken() != nil {
 		return false, nil
 	}
+	fl.Started()
 	if len(ps) == 1 && ps[0].Kind == comm.RecvKind && ps[0].Count*ps[0].DType.Size() <= deferBytes && c.multiple {
-		return true, c.recvLater(call, ps[0], tags[0])
+		return true, c.recvLater(call, fl, ps[0], tags[0])
 	}
 	o := op{c: c, call: call}
 	reqs, err := c.postP2P(&o, ps, tags)
@@ -287,10 +288,11 @@ func (c *Comm) p2pNow(call driver.Call, ps []comm.P2P, tags []int) (bool, error)
 		case done:
 			err = receivedCounts(ps, reqs)
 		default:
-			return true, c.waitLater(o, slices.Clone(ps), slices.Clone(tags), reqs)
+			return true, c.waitLater(o, fl, slices.Clone(ps), slices.Clone(tags), reqs)
 		}
 	}
 	c.end()
+	fl.Ended(err)
 	if err != nil {
 		err = c.finish(&o, err)
 		return true, call.Stream.HostFunc(func() error { return err })
@@ -304,11 +306,13 @@ func (c *Comm) p2pNow(call driver.Call, ps []comm.P2P, tags []int) (bool, error)
 // stream's goroutine, when later work starts it first, polls with
 // MPI_Iprobe for the message (its tag is this message's own) and receives
 // it once it is there. c.end is its, once it is done.
-func (c *Comm) recvLater(call driver.Call, p comm.P2P, tag int) error {
+func (c *Comm) recvLater(call driver.Call, fl driver.Flight, p comm.P2P, tag int) error {
 	o := op{c: c, call: call}
 	wait := func() error {
 		defer c.end()
-		return c.finish(&o, c.blockingP2P(p, tag))
+		err := c.finish(&o, c.blockingP2P(p, tag))
+		fl.Ended(err)
+		return err
 	}
 	poll := func() (bool, error) {
 		found, _, err := c.p2p.Iprobe(p.Peer, tag, mpiType(p.DType))
@@ -321,7 +325,9 @@ func (c *Comm) recvLater(call driver.Call, p comm.P2P, tag int) error {
 			err = c.blockingP2P(p, tag) // the message is here: MPI_Recv completes at once
 		}
 		c.end()
-		return true, c.finish(&o, err)
+		err = c.finish(&o, err)
+		fl.Ended(err)
+		return true, err
 	}
 	if err := devhook.HostWait(call.Stream, wait, poll, true); err != nil {
 		// The stream went away under the call: receive here, so that the
@@ -334,10 +340,12 @@ func (c *Comm) recvLater(call driver.Call, p comm.P2P, tag int) error {
 // waitLater queues the completion of posted transfers on the call's stream,
 // as a wait the stream's goroutine may poll (devhook.HostWait); c.end
 // is its, once they are done.
-func (c *Comm) waitLater(o op, ps []comm.P2P, tags []int, reqs []*mpi.Request) error {
+func (c *Comm) waitLater(o op, fl driver.Flight, ps []comm.P2P, tags []int, reqs []*mpi.Request) error {
 	rest := func() error {
 		defer c.end()
-		return c.finish(&o, c.completeP2P(&o, ps, tags, reqs))
+		err := c.finish(&o, c.completeP2P(&o, ps, tags, reqs))
+		fl.Ended(err)
+		return err
 	}
 	poll := func() (bool, error) {
 		done, err := mpi.Testall(reqs)
@@ -350,7 +358,9 @@ func (c *Comm) waitLater(o op, ps []comm.P2P, tags []int, reqs []*mpi.Request) e
 			err = receivedCounts(ps, reqs)
 		}
 		c.end()
-		return true, c.finish(&o, err)
+		err = c.finish(&o, err)
+		fl.Ended(err)
+		return true, err
 	}
 	pending := 0
 	for i, p := range ps {

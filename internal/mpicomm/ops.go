@@ -86,29 +86,33 @@ func (directStrategy) limit(c *Comm, call driver.Call) error {
 // Run runs a call that Front checked: a collective in ticket order, in
 // Direct mode on device pointers where the call goes direct, else through
 // the host-staged pipeline; transfers numbered now, in call order.
-func (c *Comm) Run(call driver.Call) error {
+func (c *Comm) Run(call driver.Call) error { return c.RunFlight(call, driver.Flight{}) }
+
+// RunFlight is Run reporting to the flight recorder when a stream-ordered
+// call starts and ends (Front records a call on no stream itself).
+func (c *Comm) RunFlight(call driver.Call, fl driver.Flight) error {
 	switch call.Operation {
 	case driver.OpAllReduce:
-		return c.either(call, (*Comm).directAllReduce, (*Comm).stagedAllReduce)
+		return c.either(call, fl, (*Comm).directAllReduce, (*Comm).stagedAllReduce)
 	case driver.OpReduce:
-		return c.either(call, (*Comm).directReduce, (*Comm).stagedReduce)
+		return c.either(call, fl, (*Comm).directReduce, (*Comm).stagedReduce)
 	case driver.OpBroadcast:
-		return c.either(call, (*Comm).directBroadcast, (*Comm).stagedBroadcast)
+		return c.either(call, fl, (*Comm).directBroadcast, (*Comm).stagedBroadcast)
 	case driver.OpAllGather:
-		return c.either(call, (*Comm).directAllGather, (*Comm).stagedBlocks)
+		return c.either(call, fl, (*Comm).directAllGather, (*Comm).stagedBlocks)
 	case driver.OpReduceScatter:
-		return c.either(call, (*Comm).directReduceScatter, (*Comm).stagedReduceScatter)
+		return c.either(call, fl, (*Comm).directReduceScatter, (*Comm).stagedReduceScatter)
 	case driver.OpAllToAll:
-		return c.either(call, (*Comm).directAllToAll, (*Comm).stagedBlocks)
+		return c.either(call, fl, (*Comm).directAllToAll, (*Comm).stagedBlocks)
 	case driver.OpGather:
-		return c.either(call, (*Comm).directGather, (*Comm).stagedBlocks)
+		return c.either(call, fl, (*Comm).directGather, (*Comm).stagedBlocks)
 	case driver.OpScatter:
-		return c.either(call, (*Comm).directScatter, (*Comm).stagedBlocks)
+		return c.either(call, fl, (*Comm).directScatter, (*Comm).stagedBlocks)
 	case driver.OpBarrier:
-		return c.collective(call, (*Comm).barrier)
+		return c.collective(call, fl, (*Comm).barrier)
 	case driver.OpSend, driver.OpRecv, driver.OpGroupP2P:
 		var one [1]comm.P2P
-		return c.pointToPoint(call, driver.Transfers(call, &one))
+		return c.pointToPoint(call, fl, driver.Transfers(call, &one))
 	}
 	return c.fail(call.Operation, comm.ErrUnsupported, "no such data operation")
 }
@@ -261,12 +265,17 @@ func (c *Comm) enqueue(call driver.Call, seq uint64, fn func() error) error {
 // no stream at once, on the calling goroutine), in ticket order, after the
 // Timeout announcement and the Debug check. body is a method expression, so
 // that no closure is made per call.
-func (c *Comm) collective(call driver.Call, body func(*Comm, *op) error) error {
+func (c *Comm) collective(call driver.Call, fl driver.Flight, body func(*Comm, *op) error) error {
 	if call.Stream == nil {
 		return c.collectiveNow(call, body)
 	}
 	seq := c.tickets.Add(1)
-	return c.enqueue(call, seq, func() error { return c.runTicket(call, seq, body) })
+	return c.enqueue(call, seq, func() error {
+		fl.Started()
+		err := c.runTicket(call, seq, body)
+		fl.Ended(err)
+		return err
+	})
 }
 
 // collectiveNow runs a collective on no stream on the caller's goroutine:
@@ -377,7 +386,7 @@ func (c *Comm) finish(o *op, err error) error {
 // stream order: on no stream at once, on the calling goroutine; on a stream
 // with nothing pending, in Direct mode, posted at once (p2pNow); else queued
 // on the stream.
-func (c *Comm) pointToPoint(call driver.Call, ps []comm.P2P) error {
+func (c *Comm) pointToPoint(call driver.Call, fl driver.Flight, ps []comm.P2P) error {
 	// One transfer, the common case, numbers itself in arrays of the stack.
 	var tag1 [1]int
 	var turn1 [1]nodepath.Turn
@@ -389,7 +398,7 @@ func (c *Comm) pointToPoint(call driver.Call, ps []comm.P2P) error {
 	if call.Stream == nil {
 		return c.runP2P(call, ps, tags, turns)
 	}
-	if handled, err := c.p2pNow(call, ps, tags); handled {
+	if handled, err := c.p2pNow(call, fl, ps, tags); handled {
 		return err
 	}
 	// The queued call outlives this frame (and the caller's slice).
@@ -397,7 +406,10 @@ func (c *Comm) pointToPoint(call driver.Call, ps []comm.P2P) error {
 	var ran atomic.Bool
 	err := c.enqueue(call, 0, func() error {
 		ran.Store(true)
-		return c.runP2P(call, qps, qtags, qturns)
+		fl.Started()
+		err := c.runP2P(call, qps, qtags, qturns)
+		fl.Ended(err)
+		return err
 	})
 	if err != nil && !ran.Load() {
 		nodepath.Abandon(qturns, err) // never queued: its turns on the node path never come
@@ -449,17 +461,17 @@ func (c *Comm) takeTags(ps []comm.P2P, tags []int, turns []nodepath.Turn) ([]int
 
 // either runs call as a collective through direct (device pointers to MPI)
 // when the call goes direct, else through staged.
-func (c *Comm) either(call driver.Call, direct, staged func(*Comm, *op) error) error {
+func (c *Comm) either(call driver.Call, fl driver.Flight, direct, staged func(*Comm, *op) error) error {
 	if c.direct(call) {
 		if hasVMM(call.Send, call.Recv) {
-			return c.collective(call, func(c *Comm, o *op) error { return c.bounced(o, direct) })
+			return c.collective(call, fl, func(c *Comm, o *op) error { return c.bounced(o, direct) })
 		}
-		return c.collective(call, direct)
+		return c.collective(call, fl, direct)
 	}
 	if c.stagesReduction(call) && !halfPrecision(call.DType) && !c.widened(call) { // 0 unless the strategy stagesLarge
 		c.stagedReductions.Add(1)
 	}
-	return c.collective(call, staged)
+	return c.collective(call, fl, staged)
 }
 
 // barrier is MPI_Ibarrier, waited on with the operation's timeout; without
