@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpucomm/gpucomm/comm"
 	_ "github.com/gpucomm/gpucomm/comm/all" // every backend compiled in
+	"github.com/gpucomm/gpucomm/comm/local"
 	"github.com/gpucomm/gpucomm/devmem"
 )
 
@@ -81,4 +82,30 @@ func TestReadmeExampleIsExampleOpen(t *testing.T) {
 			t.Errorf("README's example does not import %s", imp)
 		}
 	}
+}
+
+// A backend's extras are found by a type assertion: the local backend has
+// no StreamWaiter, so the program synchronizes the stream itself.
+func ExampleStreamWaiter() {
+	cs, err := local.NewGroup(1)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	c := cs[0]
+	defer c.Close()
+	s, err := c.Device().NewStream()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Destroy()
+	if w, ok := c.(comm.StreamWaiter); ok {
+		err = w.Wait(s)
+	} else {
+		err = s.Synchronize()
+	}
+	_, staged := c.(comm.Staging)
+	fmt.Println(err, staged)
+	// Output: <nil> false
 }

@@ -105,7 +105,7 @@ func makeGroup(devs []*devmem.Device, timeout time.Duration) []comm.Communicator
 		c := &Comm{g: g, rank: i, dev: d}
 		// The ranks of a group always meet, even for nothing: that is how
 		// it finds a count that differs between them.
-		c.Front = driver.NewFront(driver.FrontConfig{Backend: Name, Rank: i, Size: len(devs), Device: d}, c)
+		c.Front = driver.NewFront(driver.FrontConfig{Backend: Name, Rank: i, Size: len(devs), Device: d}, frontEngine{c})
 		cs[i] = c
 	}
 	return cs
@@ -160,21 +160,21 @@ func (c *Comm) Close() error {
 	return nil
 }
 
-// Usable refuses every call once the communicator is closed.
-func (c *Comm) Usable() error {
+// usable refuses every call once the communicator is closed.
+func (c *Comm) usable() error {
 	if c.closed.Load() {
 		return comm.ErrClosed
 	}
 	return nil
 }
 
-// Run runs a call Front checked: a collective as one round of the group,
+// dispatch runs a call Front checked: a collective as one round of the group,
 // transfers on the links between ranks.
-func (c *Comm) Run(call driver.Call) error { return c.RunFlight(call, driver.Flight{}) }
+func (c *Comm) dispatch(call driver.Call) error { return c.dispatchFlight(call, driver.Flight{}) }
 
-// RunFlight is Run reporting to the flight recorder when the call's stream
+// dispatchFlight is dispatch reporting to the flight recorder when the call's stream
 // reaches it and when it ends.
-func (c *Comm) RunFlight(call driver.Call, fl driver.Flight) error {
+func (c *Comm) dispatchFlight(call driver.Call, fl driver.Flight) error {
 	switch call.Operation {
 	case driver.OpSend, driver.OpRecv, driver.OpGroupP2P:
 		var one [1]comm.P2P
@@ -435,4 +435,15 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 		return nil, nil
 	}
 	return r.result.(result)[color][c.rank], nil
+}
+
+// frontEngine is the communicator as driver.Front's Engine: the methods Front
+// calls stay off the communicator's own exported API, so that no program
+// can run a call past Front's checks.
+type frontEngine struct{ c *Comm }
+
+func (e frontEngine) Usable() error              { return e.c.usable() }
+func (e frontEngine) Run(call driver.Call) error { return e.c.dispatch(call) }
+func (e frontEngine) RunFlight(call driver.Call, fl driver.Flight) error {
+	return e.c.dispatchFlight(call, fl)
 }

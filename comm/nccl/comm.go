@@ -65,7 +65,7 @@ func newComm(o comm.Options, lib library, b boot, eng engine, dev *devmem.Device
 		debug: o.Debug, timeout: o.Timeout, own: own, barrierBuf: bar, events: eventPool{dev: dev},
 		failCh: make(chan struct{}), abortDone: make(chan struct{}), watchdogEnd: make(chan struct{}),
 	}
-	c.Front = driver.NewFront(driver.FrontConfig{Backend: Name, Rank: c.rank, Size: c.size, Device: dev, SkipEmpty: !o.Debug}, c)
+	c.Front = driver.NewFront(driver.FrontConfig{Backend: Name, Rank: c.rank, Size: c.size, Device: dev, SkipEmpty: !o.Debug}, frontEngine{c})
 	c.dog = newWatchdog(o.Timeout, time.Now)
 	go c.watch()
 	return c, nil
@@ -89,23 +89,23 @@ func (c *Comm) errorf(op driver.Operation, sentinel error, format string, args .
 	return driver.Errorf(Name, op.String(), c.rank, sentinel, format, args...)
 }
 
-// Usable is Front's check that needs no lock; usableLocked checks again
+// usable is Front's check that needs no lock; usableLocked checks again
 // under c.mu.
-func (c *Comm) Usable() error {
+func (c *Comm) usable() error {
 	if c.closedFlag.Load() {
 		return comm.ErrClosed
 	}
 	return nil
 }
 
-// Run runs a call that Front checked.
-func (c *Comm) Run(call driver.Call) error { return c.RunFlight(call, driver.Flight{}) }
+// dispatch runs a call that Front checked.
+func (c *Comm) dispatch(call driver.Call) error { return c.dispatchFlight(call, driver.Flight{}) }
 
-// RunFlight is Run reporting to the flight recorder: with a timeout set,
+// dispatchFlight is dispatch reporting to the flight recorder: with a timeout set,
 // the watchdog sees a stream-ordered operation's start and end events and
 // reports them; without one no event is recorded (that would cost more
 // than the record is allowed to), so the record says "queued".
-func (c *Comm) RunFlight(call driver.Call, fl driver.Flight) error {
+func (c *Comm) dispatchFlight(call driver.Call, fl driver.Flight) error {
 	switch call.Operation {
 	case driver.OpAllReduce:
 		return c.allReduce(call, fl)
@@ -529,3 +529,17 @@ func (c *Comm) Close() error {
 	}
 	return nil
 }
+
+// frontEngine is the communicator as driver.Front's Engine: the methods Front
+// calls stay off the communicator's own exported API, so that no program
+// can run a call past Front's checks.
+type frontEngine struct{ c *Comm }
+
+func (e frontEngine) Usable() error              { return e.c.usable() }
+func (e frontEngine) Run(call driver.Call) error { return e.c.dispatch(call) }
+func (e frontEngine) RunFlight(call driver.Call, fl driver.Flight) error {
+	return e.c.dispatchFlight(call, fl)
+}
+
+// The extra programs find by type assertion (comm/extras.go).
+var _ comm.StreamWaiter = (*Comm)(nil)

@@ -261,7 +261,7 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	}
 	c.debug, c.announce, c.chunk = got.debug, got.announce, got.chunk
 	// Without Debug a collective of nothing needs no meeting: Front skips it.
-	c.Front = driver.NewFront(driver.FrontConfig{Backend: c.backend, Rank: c.rank, Size: c.size, Device: c.dev, SkipEmpty: !c.debug}, c)
+	c.Front = driver.NewFront(driver.FrontConfig{Backend: c.backend, Rank: c.rank, Size: c.size, Device: c.dev, SkipEmpty: !c.debug}, frontEngine{c})
 	if !got.nodeOff {
 		c.nodeMin = got.nodeMin
 	}
@@ -540,3 +540,10 @@ func saturatingByteSums(c *mpi.Comm) (bool, error) {
 	}
 	return false, nil
 }
+
+// The extras programs find by type assertion (comm/extras.go).
+var (
+	_ comm.Staging    = (*Comm)(nil)
+	_ comm.NodePath   = (*Comm)(nil)
+	_ comm.MPIThreads = (*Comm)(nil)
+)

@@ -40,10 +40,10 @@ func (c *Comm) wrap(operation driver.Operation, err error) error {
 	return driver.Wrap(c.backend, operation.String(), c.rank, err)
 }
 
-// Usable is Front's check before the arguments: a closed or broken
+// usable is Front's check before the arguments: a closed or broken
 // communicator takes no call. collectiveNow checks again under the lock it
 // takes its ticket with.
-func (c *Comm) Usable() error {
+func (c *Comm) usable() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.usableLocked()
@@ -60,8 +60,8 @@ func (c *Comm) usableLocked() error {
 	return nil
 }
 
-// Limit refuses what MPI cannot take in one call, as the strategy says.
-func (c *Comm) Limit(call driver.Call) error { return c.strat.limit(c, call) }
+// limit refuses what MPI cannot take in one call, as the strategy says.
+func (c *Comm) limit(call driver.Call) error { return c.strat.limit(c, call) }
 
 // limit is the direct strategy's Limit: device pointers go to MPI whole, and
 // MPI's counts are C ints.
@@ -83,14 +83,14 @@ func (directStrategy) limit(c *Comm, call driver.Call) error {
 	return nil
 }
 
-// Run runs a call that Front checked: a collective in ticket order, in
+// dispatch runs a call that Front checked: a collective in ticket order, in
 // Direct mode on device pointers where the call goes direct, else through
 // the host-staged pipeline; transfers numbered now, in call order.
-func (c *Comm) Run(call driver.Call) error { return c.RunFlight(call, driver.Flight{}) }
+func (c *Comm) dispatch(call driver.Call) error { return c.dispatchFlight(call, driver.Flight{}) }
 
-// RunFlight is Run reporting to the flight recorder when a stream-ordered
+// dispatchFlight is dispatch reporting to the flight recorder when a stream-ordered
 // call starts and ends (Front records a call on no stream itself).
-func (c *Comm) RunFlight(call driver.Call, fl driver.Flight) error {
+func (c *Comm) dispatchFlight(call driver.Call, fl driver.Flight) error {
 	switch call.Operation {
 	case driver.OpAllReduce:
 		return c.either(call, fl, (*Comm).directAllReduce, (*Comm).stagedAllReduce)
@@ -537,3 +537,15 @@ func (c *Comm) block(o *op, f func() error) error {
 		return fmt.Errorf("blocking MPI call still running after %v: %w", c.timeout, comm.ErrTimeout)
 	}
 }
+
+// frontEngine is the communicator as driver.Front's Engine: the methods Front
+// calls stay off the communicator's own exported API, so that no program
+// can run a call past Front's checks.
+type frontEngine struct{ c *Comm }
+
+func (e frontEngine) Usable() error              { return e.c.usable() }
+func (e frontEngine) Run(call driver.Call) error { return e.c.dispatch(call) }
+func (e frontEngine) RunFlight(call driver.Call, fl driver.Flight) error {
+	return e.c.dispatchFlight(call, fl)
+}
+func (e frontEngine) Limit(call driver.Call) error { return e.c.limit(call) }
