@@ -119,8 +119,7 @@ func (sh heatShape) grid(rows, cols int) (gx, gy int) {
 var (
 	heatDefault = heatShape{"", heatRows, heatBlockY, heatBlockX, ""}
 	heatShapes  = []heatShape{heatDefault, {"heat_step_f64", heatRows, 4, 32, ""}, {"heat_step_plain", heatRows, 4, 32, ""},
-		{"heat_step_r6", 6, heatBlockY, heatBlockX, ""}, {"heat_step_r2", 2, 8, heatBlockX, ""}, {"heat_step_r8", 8, 2, heatBlockX, ""},
-		{"heat_step_cs_%s", heatRows, heatBlockY, heatBlockX, "heat_cs.cu"}}
+		{"heat_step_r6", 6, heatBlockY, heatBlockX, ""}, {"heat_step_r2", 2, 8, heatBlockX, ""}, {"heat_step_r8", 8, 2, heatBlockX, ""}}
 )
 
 // both is whether the shape steps float32 as well as float64.
