@@ -353,7 +353,8 @@ func writeProbe(w io.Writer, p probeReport) {
 	fmt.Fprintf(w, "  verdict: %s\n\n", p.Verdict)
 }
 
-// runProbe probes the job, the placement and the operations on group.
+// runProbe probes the job, the placement, the operations on group, and
+// then what needs the node's ranks and its GPU topology (probeNode).
 func runProbe(p *probeReport, backend string, group []comm.Communicator, timeout time.Duration) {
 	if len(group) == 0 {
 		return
@@ -366,6 +367,7 @@ func runProbe(p *probeReport, backend string, group []comm.Communicator, timeout
 	}
 	p.Ops = probeGroup(group, bound)
 	p.Verdict = probeVerdict(backend, p.Ops)
+	probeNode(p, backend, group, bound)
 }
 
 // printProbeErrors is what a rank other than 0 (or any rank, when no
