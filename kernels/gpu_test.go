@@ -246,28 +246,7 @@ func BenchmarkHeatStepAgainstDeviceCopy(b *testing.B) {
 				if err := errors.Join(Fill(s, u, 1.0), Fill(s, v, 0.0)); err != nil {
 					b.Fatal(err)
 				}
-				const reps = 20
-				timeIt := func(f func() error) float64 {
-					if err := f(); err != nil { // warm up, and compile
-						b.Fatal(err)
-					}
-					if err := start.Record(s); err != nil {
-						b.Fatal(err)
-					}
-					for range reps {
-						if err := f(); err != nil {
-							b.Fatal(err)
-						}
-					}
-					if err := errors.Join(end.Record(s), end.Synchronize()); err != nil {
-						b.Fatal(err)
-					}
-					d, err := devmem.Elapsed(start, end)
-					if err != nil {
-						b.Fatal(err)
-					}
-					return d.Seconds() / reps
-				}
+				timeIt := func(f func() error) float64 { return timeByEvents(b, s, start, end, f) }
 				moved := float64(2 * 8 * (n - 2) * (n - 2)) // interior read once, written once
 				var heat, copyT float64
 				for b.Loop() {
@@ -324,28 +303,7 @@ func benchHeatKernels[T Float](b *testing.B, dev *devmem.Device, n int) {
 	if err := errors.Join(Fill(s, u, T(1)), Fill(s, v, T(0))); err != nil {
 		b.Fatal(err)
 	}
-	const reps = 20
-	timeIt := func(f func() error) float64 {
-		if err := f(); err != nil { // warm up, and compile
-			b.Fatal(err)
-		}
-		if err := start.Record(s); err != nil {
-			b.Fatal(err)
-		}
-		for range reps {
-			if err := f(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := errors.Join(end.Record(s), end.Synchronize()); err != nil {
-			b.Fatal(err)
-		}
-		d, err := devmem.Elapsed(start, end)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return d.Seconds() / reps
-	}
+	timeIt := func(f func() error) float64 { return timeByEvents(b, s, start, end, f) }
 	var size T
 	elem := int(unsafe.Sizeof(size))
 	moved := float64(2 * elem * (n - 2) * (n - 2))
@@ -363,4 +321,29 @@ func benchHeatKernels[T Float](b *testing.B, dev *devmem.Device, n int) {
 	b.ReportMetric(copyBW, "copy-GB/s")
 	b.ReportMetric(moved/step/1e9/copyBW, "step-ratio")
 	b.ReportMetric(moved/norm/1e9/copyBW, "norm-ratio")
+}
+
+// timeByEvents runs f once (warm-up, and the kernel's compile), then 20
+// times between two events on s, and returns the seconds one run took.
+func timeByEvents(b *testing.B, s *devmem.Stream, start, end *devmem.Event, f func() error) float64 {
+	const reps = 20
+	if err := f(); err != nil {
+		b.Fatal(err)
+	}
+	if err := start.Record(s); err != nil {
+		b.Fatal(err)
+	}
+	for range reps {
+		if err := f(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := errors.Join(end.Record(s), end.Synchronize()); err != nil {
+		b.Fatal(err)
+	}
+	d, err := devmem.Elapsed(start, end)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d.Seconds() / reps
 }
