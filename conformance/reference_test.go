@@ -152,3 +152,17 @@ func TestCheckReducedKnownValues(t *testing.T) {
 		t.Errorf("NaN accepted as a sum")
 	}
 }
+
+// A reduction or element type the reference has no case for fails the
+// check, naming it, instead of being compared with a Sum.
+func TestCheckReducedRefusesWhatItDoesNotKnow(t *testing.T) {
+	terms := [][]byte{make([]byte, 8), make([]byte, 8)}
+	for _, c := range []struct {
+		dt comm.DType
+		op comm.Op
+	}{{comm.Float32, comm.Op(99)}, {comm.DType(99), comm.Sum}} {
+		if bad := checkReduced(c.dt, c.op, terms, make([]byte, 8)); !strings.Contains(bad, "no case") {
+			t.Errorf("%v %v: %q; want a failure saying the reference has no case", c.dt, c.op, bad)
+		}
+	}
+}
