@@ -1,5 +1,0 @@
-//go:build !race
-
-package driver
-
-const raceEnabled = false
