@@ -246,21 +246,14 @@ func (c *Comm) runLocked(call driver.Call, fl driver.Flight, enqueue func(s *dev
 // with the communicator's failure when the watchdog finds one (c.mu is held
 // here, so a blocking wait could not be aborted).
 func (c *Comm) waitOwn(call driver.Call) error {
-	var b backoff
-	for {
-		done, err := c.own.Query()
-		if err != nil {
-			return c.errorf(call.Operation, nil, "%s: %w", call.Signature(), err)
-		}
-		if done {
-			return nil
-		}
-		if cause := c.failure(); cause != nil {
-			c.abort()
-			return c.errorf(call.Operation, nil, "%s: %w", call.Signature(), cause)
-		}
-		b.wait()
+	err := c.pollUntil(c.own.Query)
+	if err == nil {
+		return nil
 	}
+	if c.failure() != nil {
+		c.abort()
+	}
+	return c.errorf(call.Operation, nil, "%s: %w", call.Signature(), err)
 }
 
 // testHookAfterStart lets a GPU test stall a stream inside an operation's

@@ -289,15 +289,20 @@ func (c *Comm) inNCCL(m callMark, fn func() error) error {
 // waitFor polls p until it finishes, passes timeout (errExpired) or the
 // communicator fails (its failure).
 func (c *Comm) waitFor(p *pendingOp, timeout time.Duration) error {
+	return c.pollUntil(func() (bool, error) { return p.poll(c.dog.now(), timeout) })
+}
+
+// pollUntil calls poll until it says done or fails, yielding and then
+// sleeping longer between calls (backoff), and returns the communicator's
+// failure as soon as there is one.
+func (c *Comm) pollUntil(poll func() (bool, error)) error {
 	var b backoff
 	for {
-		if done, err := p.poll(c.dog.now(), timeout); done || err != nil {
+		if done, err := poll(); done || err != nil {
 			return err
 		}
-		select {
-		case <-c.failCh:
-			return c.failErr
-		default:
+		if cause := c.failure(); cause != nil {
+			return cause
 		}
 		b.wait()
 	}
