@@ -16,6 +16,9 @@ for p in comm/mpi comm/cudaaware comm/nccl internal/mpicomm internal/mpicomm/mpi
 done
 # bench's C baselines: the NCCL loop's GPU test (one-rank NCCL on the GPU, through gpucomm's loaders)
 go test -c -tags mpi -ldflags=-s\ -w -o "$out/bench_cbaseline.test" ./bench/cbaseline
+# the CLI's own GPU tests (the probe's topology findings) and the driver kit's benchmarks (the recorder's cost)
+go test -c -tags mpi -ldflags=-s\ -w -o "$out/cmd_gpucomm.test" ./cmd/gpucomm
+go test -c -ldflags=-s\ -w -o "$out/comm_driver.test" ./comm/driver
 go build -tags mpi -ldflags="-s -w" -o "$out/gpucomm" ./cmd/gpucomm
 for e in hybrid ipcshare heat ddp; do go build -tags mpi -ldflags="-s -w" -o "$out/ex-$e" ./examples/$e; done
 go build -tags mpi -ldflags="-s -w" -o "$out/pingpong" ./cmd/pingpong

@@ -48,6 +48,8 @@ tests() { # in order of what a change most often breaks: IPC, the backends, then
   step devmem 150 $B/devmem.test -test.run 'CUDA|IPC|NodeShared|PinnedShared|VMM|Overlap' -test.v
   export GPUCOMM_DEVICE=cuda
   step comm-nccl 200 $B/comm_nccl.test -test.v
+  step check-nccl-np1 60 mpirun $NB -np 1 $B/gpucomm check -backend nccl
+  step cli-gpu 60 $B/cmd_gpucomm.test -test.run OnGPU -test.v
   # the CUDA-aware Open MPI: the cudaaware backend, seed 000's scenario on it
   cuda_mpi
   local mark; mark=$(wc -l <"$LOG")
@@ -87,6 +89,14 @@ tests() { # in order of what a change most often breaks: IPC, the backends, then
 bench() { # gpucomm's figures on each backend, each with its C baseline in the same run
   export GPUCOMM_DEVICE=cuda
   step devmem-host-cost 60 $B/devmem.test -test.run XXX -test.bench StreamHostCost -test.benchtime 20000x
+  # an A/B build of devmem from another commit (build.sh copies .gpu-extra), interleaved with this one
+  if [ -x $B/devmem-before.test ]; then
+    for i in 1 2; do
+      step devmem-host-cost-before-$i 60 $B/devmem-before.test -test.run XXX -test.bench CUDAStreamHostCost -test.benchtime 20000x
+      step devmem-host-cost-after-$i 60 $B/devmem.test -test.run XXX -test.bench CUDAStreamHostCost -test.benchtime 20000x
+    done
+  fi
+  step recorder-cost 60 $B/comm_driver.test -test.run XXX -test.bench RecorderCost -test.benchtime 200000x
   step devmem-copies 60 $B/devmem.test -test.run XXX -test.bench CUDA -test.benchtime 20x
   step heat-kernel 90 $B/kernels.test -test.run XXX -test.bench 'HeatStepAgainstDeviceCopy|HeatKernelsAgainstDeviceCopy' -test.benchtime 3x
   step solver-steps 150 $B/solver.test -test.run XXX -test.bench 'StepOnAGPU/(16384|20480)' -test.benchtime 200x
