@@ -96,7 +96,7 @@ bench() { # gpucomm's figures on each backend, each with its C baseline in the s
       step devmem-host-cost-after-$i 60 $B/devmem.test -test.run XXX -test.bench CUDAStreamHostCost -test.benchtime 20000x
     done
   fi
-  step recorder-cost 60 $B/comm_driver.test -test.run XXX -test.bench RecorderCost -test.benchtime 200000x
+  step recorder-cost 60 $B/comm_driver.test -test.run XXX -test.bench RecorderCost -test.benchtime 3x
   step devmem-copies 60 $B/devmem.test -test.run XXX -test.bench CUDA -test.benchtime 20x
   step heat-kernel 90 $B/kernels.test -test.run XXX -test.bench 'HeatStepAgainstDeviceCopy|HeatKernelsAgainstDeviceCopy' -test.benchtime 3x
   step solver-steps 150 $B/solver.test -test.run XXX -test.bench 'StepOnAGPU/(16384|20480)' -test.benchtime 200x
