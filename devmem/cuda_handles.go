@@ -48,3 +48,21 @@ func (s *Stream) enqueue(fn func(handle uintptr) error) error {
 	}
 	return cs.issue(func(h cuda.Stream) error { return fn(uintptr(h)) }, nil)
 }
+
+// enqueueIn runs fn with the device's primary context and s's CUstream at
+// s's place in line, without making the context current: fn does that
+// itself, inside its own C call (internal/devhook.EnqueueIn).
+func (s *Stream) enqueueIn(fn func(ctx, handle uintptr) error) error {
+	if err := s.check(nil); err != nil {
+		return err
+	}
+	if s == nil {
+		return fn(0, 0)
+	}
+	cs, ok := s.impl.(*cudaStream)
+	if !ok {
+		return fn(0, 0)
+	}
+	ctx := uintptr(cs.c.ctx)
+	return cs.issueAs(func(h cuda.Stream) error { return fn(ctx, uintptr(h)) }, nil, false)
+}

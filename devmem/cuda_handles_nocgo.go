@@ -15,3 +15,10 @@ func (s *Stream) enqueue(fn func(handle uintptr) error) error {
 	}
 	return fn(0)
 }
+
+func (s *Stream) enqueueIn(fn func(ctx, handle uintptr) error) error {
+	if err := s.check(nil); err != nil {
+		return err
+	}
+	return fn(0, 0)
+}

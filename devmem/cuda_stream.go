@@ -88,6 +88,20 @@ func (c *cudaDriver) newStream() (streamImpl, error) {
 // ev, when not nil, is an event fn records: it counts as pending until fn
 // has been issued, so that waiting for it waits for the record.
 func (s *cudaStream) issue(fn func(h cuda.Stream) error, ev *cudaEvent) error {
+	return s.issueAs(fn, ev, true)
+}
+
+// issueAs is issue; with inCtx false fn makes the device's context current
+// itself, inside its own C call (cuda.EventRecordIn, NCCL's collectives
+// through internal/devhook.EnqueueIn), which saves cuda.WithContext's three
+// cgo calls and locked thread on every call.
+func (s *cudaStream) issueAs(fn func(h cuda.Stream) error, ev *cudaEvent, inCtx bool) error {
+	call := func() error {
+		if inCtx {
+			return s.c.do(func() error { return fn(s.h) })
+		}
+		return fn(s.h)
+	}
 	s.mu.Lock()
 	var seq uint64
 	if ev != nil {
@@ -95,7 +109,7 @@ func (s *cudaStream) issue(fn func(h cuda.Stream) error, ev *cudaEvent) error {
 	}
 	if !s.busyLocked() {
 		s.mu.Unlock()
-		err := s.c.do(func() error { return fn(s.h) })
+		err := call()
 		s.issued.Add(1) // after: idle must not count it as waited for before it is in CUDA
 		if ev != nil {
 			ev.recordIssued(seq)
@@ -103,7 +117,7 @@ func (s *cudaStream) issue(fn func(h cuda.Stream) error, ev *cudaEvent) error {
 		return err
 	}
 	s.pushLocked(work{run: func() error {
-		err := s.c.do(func() error { return fn(s.h) })
+		err := call()
 		s.issued.Add(1)
 		if ev != nil {
 			ev.recordIssued(seq)
@@ -609,10 +623,10 @@ func (e *cudaEvent) record(s streamImpl) error {
 	var err error
 	if s == nil {
 		seq := e.recordCalled()
-		err = e.c.do(func() error { return cuda.EventRecord(e.h, e.c.now) })
+		err = cuda.EventRecordIn(e.c.ctx, e.h, e.c.now)
 		e.recordIssued(seq)
 	} else {
-		err = s.(*cudaStream).issue(func(h cuda.Stream) error { return cuda.EventRecord(e.h, h) }, e)
+		err = s.(*cudaStream).issueAs(func(h cuda.Stream) error { return cuda.EventRecordIn(e.c.ctx, e.h, h) }, e, false)
 	}
 	if err != nil {
 		return fmt.Errorf("devmem: recording an event on %v: %w", e.c.dev, err)

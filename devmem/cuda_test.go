@@ -259,6 +259,9 @@ var contextFree = map[string]bool{
 	"DeviceCanAccessPeer": true, "PrimaryCtxRetain": true, "PrimaryCtxRelease": true,
 	"IsCode": true, "ErrorName": true, "ErrorString": true, "WithContext": true, "Arg": true,
 	"HasVMM": true,
+	// These make the context they are given current themselves, inside
+	// their own C call, or use none.
+	"EventRecordIn": true, "CtxFuncs": true, "ErrorOf": true,
 }
 
 // TestCUDACallsRunInsideTheContext enforces the threading rule on the

@@ -11,6 +11,7 @@ func init() {
 		HostWait:         (*Stream).hostWait,
 		HostFuncDeferred: (*Stream).hostFuncDeferred,
 		Enqueue:          (*Stream).enqueue,
+		EnqueueIn:        (*Stream).enqueueIn,
 		StreamHandle:     (*Stream).handle,
 		Context:          (*Device).context,
 		IsVMM:            Buffer.isVMM,

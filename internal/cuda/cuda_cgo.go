@@ -635,6 +635,49 @@ func EventCreate(flags uint32) (Event, error) {
 	return Event(e), result("cuEventCreate", r)
 }
 
+// EventRecordIn records e on s with ctx current on the calling thread for
+// the call, and what was current before put back, all in one C call: what
+// WithContext(ctx, func() error { return EventRecord(e, s) }) does, without
+// its two other cgo calls and its locked thread. An event is recorded on
+// every timed iteration of a benchmark and around every operation a
+// timeout watches, so the difference is measured (devmem's stream host cost).
+func EventRecordIn(ctx Context, e Event, s Stream) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	var stage C.int
+	r := C.gc_cuEventRecordIn(C.uintptr_t(ctx), C.uintptr_t(e), C.uintptr_t(s), &stage)
+	return result(stageCall(int(stage), "cuEventRecord"), r)
+}
+
+// ErrorOf is the *Error of a CUresult that C code of another package got
+// from call (internal/nccl's, which makes a context current itself); nil
+// for CUDA_SUCCESS.
+func ErrorOf(call string, code int) error { return result(call, C.CUresult(code)) }
+
+// stageCall names the call of gc_enter's stage that failed, or call.
+func stageCall(stage int, call string) string {
+	switch stage {
+	case 1:
+		return "cuCtxGetCurrent"
+	case 2:
+		return "cuCtxSetCurrent"
+	}
+	return call
+}
+
+// CtxFuncs returns the loaded cuCtxGetCurrent and cuCtxSetCurrent, for
+// another package's C code that makes a context current inside its own C
+// call (internal/nccl's collectives), as EventRecordIn does here.
+func CtxFuncs() (get, set uintptr, err error) {
+	if err := ready(); err != nil {
+		return 0, 0, err
+	}
+	var g, s C.uintptr_t
+	C.gc_ctxfns(&g, &s)
+	return uintptr(g), uintptr(s), nil
+}
+
 // EventRecord records e on s.
 func EventRecord(e Event, s Stream) error {
 	if err := ready(); err != nil {

@@ -64,6 +64,9 @@ func StreamQuery(s Stream) (done bool, err error)                          { ret
 func StreamWaitEvent(s Stream, e Event) error                              { return errNoCgo }
 func EventCreate(flags uint32) (Event, error)                              { return 0, errNoCgo }
 func EventRecord(e Event, s Stream) error                                  { return errNoCgo }
+func EventRecordIn(ctx Context, e Event, s Stream) error                   { return errNoCgo }
+func CtxFuncs() (get, set uintptr, err error)                              { return 0, 0, errNoCgo }
+func ErrorOf(call string, code int) error                                  { return errNoCgo }
 func EventSynchronize(e Event) error                                       { return errNoCgo }
 func EventQuery(e Event) (done bool, err error)                            { return false, errNoCgo }
 func EventElapsedTime(start, end Event) (time.Duration, error)             { return 0, errNoCgo }

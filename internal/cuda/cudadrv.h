@@ -117,6 +117,38 @@ static CUresult gc_cuCtxGetCurrent(uintptr_t* ctx) {
 	*ctx = (uintptr_t)c;
 	return r;
 }
+// gc_enter makes ctx current on this thread and leaves in *prev what was
+// current; gc_leave puts it back. Both run inside one C call of the caller's
+// (gc_cuEventRecordIn here; internal/nccl's collectives through the two
+// pointers gc_ctxfns hands out), so no Go thread switch can come between
+// them: one cgo call where cuda.WithContext makes three and locks the
+// goroutine to its thread. *stage says which call failed: 1 get, 2 set.
+static CUresult gc_enter(uintptr_t ctx, CUcontext* prev, int* stage) {
+	*stage = 1;
+	CUresult r = CU(cuCtxGetCurrent, (CUcontext*))(prev);
+	if (r != 0) return r;
+	if (*prev != H(CUcontext, ctx)) {
+		*stage = 2;
+		r = CU(cuCtxSetCurrent, (CUcontext))(H(CUcontext, ctx));
+	}
+	return r;
+}
+static void gc_leave(uintptr_t ctx, CUcontext prev) {
+	if (prev != H(CUcontext, ctx)) CU(cuCtxSetCurrent, (CUcontext))(prev);
+}
+static CUresult gc_cuEventRecordIn(uintptr_t ctx, uintptr_t e, uintptr_t s, int* stage) {
+	CUcontext prev = NULL;
+	CUresult r = gc_enter(ctx, &prev, stage);
+	if (r != 0) return r;
+	*stage = 3;
+	r = CU(cuEventRecord, (CUevent, CUstream))(H(CUevent, e), H(CUstream, s));
+	gc_leave(ctx, prev);
+	return r;
+}
+static void gc_ctxfns(uintptr_t* get, uintptr_t* set) {
+	*get = (uintptr_t)gpucomm_cu[F_cuCtxGetCurrent];
+	*set = (uintptr_t)gpucomm_cu[F_cuCtxSetCurrent];
+}
 static CUresult gc_cuCtxSynchronize(void) { return CU(cuCtxSynchronize, (void))(); }
 static CUresult gc_cuCtxEnablePeerAccess(uintptr_t peer, unsigned flags) { return CU(cuCtxEnablePeerAccess, (CUcontext, unsigned))(H(CUcontext, peer), flags); }
 

@@ -52,6 +52,8 @@ CUresult cuDeviceGetPCIBusId(char* id, int len, int d) { snprintf(id, len, "0000
 CUresult cuDeviceTotalMem_v2(size_t* n, int d) { *n = (size_t)80 << 30; return 0; }
 CUresult cuCtxSetCurrent(void* c) { current = c; return 0; }
 CUresult cuCtxGetCurrent(void** c) { *c = current; return 0; }
+// An event records only with the context of its own handle current.
+CUresult cuEventRecord(void* e, void* s) { return current == e ? 0 : 201; }
 CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) {
 	if (n > sizeof mem) return 2;
 	*p = BASE;
@@ -322,6 +324,40 @@ func TestCallsCarryArgumentsAndResults(t *testing.T) {
 	}
 	dev, err := MemAlloc(64)
 	check("MemAlloc", dev, DevicePtr(0x1000), err)
+
+	// EventRecordIn makes ctx current for the record and puts back what
+	// was current, on this thread (the fake's current is per thread).
+	runtime.LockOSThread()
+	if err := CtxSetCurrent(0x11); err != nil {
+		t.Fatal(err)
+	}
+	if err := EventRecord(0x99, s); !IsCode(err, 201) {
+		t.Errorf("EventRecord with another context current = %v, want the fake's refusal", err)
+	}
+	check("EventRecordIn(0x99)", true, true, EventRecordIn(0x99, 0x99, s))
+	now, err := CtxGetCurrent()
+	check("the context after EventRecordIn", now, Context(0x11), err)
+	if err := CtxSetCurrent(0x99); err != nil {
+		t.Fatal(err)
+	}
+	check("EventRecordIn with its context already current", true, true, EventRecordIn(0x99, 0x99, s))
+	now, err = CtxGetCurrent()
+	check("the context after that", now, Context(0x99), err)
+	err = EventRecordIn(0x98, 0x99, s)
+	if !IsCode(err, 201) || !strings.Contains(err.Error(), "cuEventRecord") {
+		t.Errorf("EventRecordIn with a context the record refuses = %v, want cuEventRecord's error", err)
+	}
+	now, err = CtxGetCurrent()
+	check("the context after a failed record", now, Context(0x99), err)
+	_ = CtxSetCurrent(0)
+	runtime.UnlockOSThread()
+	if e := ErrorOf("cuCtxSetCurrent", 201); !IsCode(e, 201) || !strings.Contains(e.Error(), "cuCtxSetCurrent") {
+		t.Errorf("ErrorOf = %v", e)
+	}
+	if ErrorOf("cuCtxSetCurrent", 0) != nil {
+		t.Error("ErrorOf(CUDA_SUCCESS) is an error")
+	}
+
 	err = LaunchKernel(f, Dim3{2, 3, 1}, Dim3{128, 1, 1}, 256, s, Arg(int32(-7)), Arg(2.5), Arg(dev), Arg(uint8(9)))
 	check("LaunchKernel", true, true, err)
 	err = LaunchKernel(f, Dim3{2, 3, 1}, Dim3{128, 1, 1}, 256, s, Arg(int32(-7)), Arg(2.5), Arg(dev), Arg(uint8(8)))

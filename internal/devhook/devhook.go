@@ -81,6 +81,15 @@ func Enqueue(s *devmem.Stream, fn func(handle uintptr) error) error {
 	return funcs.Enqueue(s, fn)
 }
 
+// EnqueueIn is Enqueue for fn that makes the context current itself,
+// inside its own C call (NCCL's collectives in internal/nccl take it as
+// their first argument): fn gets the device's primary context and s's
+// CUstream, and runs on whatever thread, with whatever context current,
+// the caller has; 0 and 0 for a nil stream or a stream of a host device.
+func EnqueueIn(s *devmem.Stream, fn func(ctx, handle uintptr) error) error {
+	return funcs.EnqueueIn(s, fn)
+}
+
 // StreamHandle is the CUstream under s, or 0 for a nil stream or a stream
 // of a host device (or a build without cgo). It stays valid until s is
 // destroyed.

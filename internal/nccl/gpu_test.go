@@ -1,7 +1,9 @@
 package nccl_test
 
 import (
+	"fmt"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 	"unsafe"
@@ -66,23 +68,46 @@ func TestGPUSingleRankCommunicator(t *testing.T) {
 			}
 			must(cuda.MemsetD8(recv, 0, 8*n))
 		}
-		must(nccl.AllReduce(send, recv, n, nccl.Float64, nccl.Sum, c, s))
+		// ctx 0: the context is current (WithContext); ctx itself: the
+		// same, with the check inside the call.
+		must(nccl.AllReduce(0, send, recv, n, nccl.Float64, nccl.Sum, c, s))
 		check("AllReduce")
-		must(nccl.Reduce(send, recv, n, nccl.Float64, nccl.Max, 0, c, s))
+		must(nccl.Reduce(ctx, send, recv, n, nccl.Float64, nccl.Max, 0, c, s))
 		check("Reduce")
-		must(nccl.Broadcast(send, recv, n, nccl.Float64, 0, c, s))
+		must(nccl.Broadcast(0, send, recv, n, nccl.Float64, 0, c, s))
 		check("Broadcast")
-		must(nccl.AllGather(send, recv, n, nccl.Float64, c, s))
+		must(nccl.AllGather(ctx, send, recv, n, nccl.Float64, c, s))
 		check("AllGather")
-		must(nccl.ReduceScatter(send, recv, n, nccl.Float64, nccl.Avg, c, s))
+		must(nccl.ReduceScatter(0, send, recv, n, nccl.Float64, nccl.Avg, c, s))
 		check("ReduceScatter")
+		// From a thread with no context current, the call makes ctx current
+		// for itself and leaves the thread as it found it.
+		errc := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			errc <- func() error {
+				if err := cuda.CtxSetCurrent(0); err != nil {
+					return err
+				}
+				if err := nccl.AllReduce(ctx, send, recv, n, nccl.Float64, nccl.Sum, c, s); err != nil {
+					return err
+				}
+				if now, err := cuda.CtxGetCurrent(); err != nil || now != 0 {
+					return fmt.Errorf("after AllReduce(ctx, ...) on a thread with no context, current = %#x, %v; want none", now, err)
+				}
+				return nil
+			}()
+		}()
+		must(<-errc)
+		check("AllReduce from a thread with no context")
 		must(nccl.GroupStart())
 		must(nccl.Send(send, 2*n, nccl.Float32, 0, c, s))
 		must(nccl.Recv(recv, 2*n, nccl.Float32, 0, c, s))
 		must(nccl.GroupEnd())
 		check("Send/Recv to self")
 
-		err = nccl.AllReduce(send, recv, n, nccl.DataType(77), nccl.Sum, c, s)
+		err = nccl.AllReduce(ctx, send, recv, n, nccl.DataType(77), nccl.Sum, c, s)
 		t.Logf("bad datatype: %v", err)
 		if !nccl.IsCode(err, nccl.InvalidArgument) {
 			t.Errorf("AllReduce with datatype 77 = %v, want ncclInvalidArgument", err)

@@ -146,7 +146,7 @@ func TestOptionalSymbolsReportUnsupported(t *testing.T) {
 		t.Errorf("CommInitRankConfig = %v, want ErrUnsupported", err)
 	}
 	// Without ncclGetLastError errors still name the call.
-	err := AllReduce(0x10, 0x20, 3, Float32, Avg, 0x1042, 0x5001)
+	err := AllReduce(0, 0x10, 0x20, 3, Float32, Avg, 0x1042, 0x5001)
 	if !IsCode(err, InvalidArgument) || strings.Contains(err.Error(), "fake:") {
 		t.Errorf("AllReduce = %v, want ncclInvalidArgument without detail", err)
 	}
@@ -187,10 +187,10 @@ func TestCallsCarryArgumentsAndResults(t *testing.T) {
 		}
 	}
 
-	if err := AllReduce(0x10, 0x20, 6, Float32, Avg, comm, cuda.Stream(0x5001)); err != nil {
+	if err := AllReduce(0, 0x10, 0x20, 6, Float32, Avg, comm, cuda.Stream(0x5001)); err != nil {
 		t.Errorf("AllReduce: %v", err)
 	}
-	err = AllReduce(0x10, 0x20, 3, Float32, Avg, comm, 0x5001)
+	err = AllReduce(0, 0x10, 0x20, 3, Float32, Avg, comm, 0x5001)
 	for _, want := range []string{"ncclAllReduce", "ncclInvalidArgument", "NCCL_DEBUG=WARN", "fake: odd count"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("AllReduce error %v lacks %q", err, want)
@@ -199,8 +199,16 @@ func TestCallsCarryArgumentsAndResults(t *testing.T) {
 	if !errors.Is(err, errs.ErrInvalidArgument) {
 		t.Errorf("AllReduce error does not wrap ErrInvalidArgument")
 	}
-	if err := AllReduce(0x10, 0x20, -1, Float32, Sum, comm, 0); !errors.Is(err, errs.ErrInvalidArgument) {
+	if err := AllReduce(0, 0x10, 0x20, -1, Float32, Sum, comm, 0); !errors.Is(err, errs.ErrInvalidArgument) {
 		t.Errorf("AllReduce(count -1) = %v", err)
+	}
+	// A context to make current needs CUDA's cuCtxGetCurrent/SetCurrent:
+	// without a CUDA library the call says so and NCCL is not called.
+	if cuda.Load() != nil {
+		err := AllReduce(0x77, 0x10, 0x20, 6, Float32, Avg, comm, 0x5001)
+		if err == nil || !strings.Contains(err.Error(), "making a CUDA context current") {
+			t.Errorf("AllReduce(ctx, ...) without CUDA = %v, want an error about the context", err)
+		}
 	}
 	if err := Send(0x10, 3, Bfloat16, 1, comm, 0); err != nil {
 		t.Errorf("Send: %v", err)
@@ -208,10 +216,10 @@ func TestCallsCarryArgumentsAndResults(t *testing.T) {
 	for name, err := range map[string]error{
 		"GroupStart": GroupStart(), "GroupEnd": GroupEnd(), "CommFinalize": CommFinalize(comm),
 		"CommDestroy": CommDestroy(comm), "CommAbort": CommAbort(comm),
-		"Reduce":        Reduce(1, 2, 3, Int8, Max, 0, comm, 0),
-		"Broadcast":     Broadcast(1, 2, 3, Int64, 0, comm, 0),
-		"AllGather":     AllGather(1, 2, 3, Uint8, comm, 0),
-		"ReduceScatter": ReduceScatter(1, 2, 3, Float16, Min, comm, 0),
+		"Reduce":        Reduce(0, 1, 2, 3, Int8, Max, 0, comm, 0),
+		"Broadcast":     Broadcast(0, 1, 2, 3, Int64, 0, comm, 0),
+		"AllGather":     AllGather(0, 1, 2, 3, Uint8, comm, 0),
+		"ReduceScatter": ReduceScatter(0, 1, 2, 3, Float16, Min, comm, 0),
 		"Recv":          Recv(2, 3, Int32, 0, comm, 0),
 	} {
 		if err != nil {

@@ -10,6 +10,8 @@ import "C"
 import (
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/gpucomm/gpucomm/internal/cuda"
@@ -130,6 +132,46 @@ func result(call string, r C.ncclResult_t, comm Comm) error {
 		e.Detail = C.GoString(s)
 	}
 	return e
+}
+
+// readyIn loads NCCL and, for a ctx that is not 0, hands the C side
+// internal/cuda's cuCtxGetCurrent and cuCtxSetCurrent (once).
+func readyIn(ctx cuda.Context) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	if ctx == 0 || ctxFns.Load() {
+		return nil
+	}
+	ctxFnsMu.Lock()
+	defer ctxFnsMu.Unlock()
+	if !ctxFns.Load() {
+		get, set, err := cuda.CtxFuncs()
+		if err != nil {
+			return fmt.Errorf("nccl: making a CUDA context current: %w", err)
+		}
+		C.gn_set_ctxfns(C.uintptr_t(get), C.uintptr_t(set))
+		ctxFns.Store(true)
+	}
+	return nil
+}
+
+var (
+	ctxFnsMu sync.Mutex
+	ctxFns   atomic.Bool
+)
+
+// resultIn is result for a collective's gn_ret: a failure to make the
+// context current (a CUDA error) or NCCL's result.
+func resultIn(call string, r C.gn_ret, comm Comm) error {
+	if r.cu != 0 {
+		what := "cuCtxGetCurrent"
+		if r.stage == 2 {
+			what = "cuCtxSetCurrent"
+		}
+		return fmt.Errorf("nccl: %s: %w", call, cuda.ErrorOf(what, int(r.cu)))
+	}
+	return result(call, r.r, comm)
 }
 
 func count(call string, n int) (C.size_t, error) {
@@ -271,70 +313,74 @@ func CommUserRank(c Comm) (int, error) {
 	return int(rank), result("ncclCommUserRank", r, c)
 }
 
+// The collectives below take the CUDA context to make current on the calling
+// thread around the NCCL call, inside the same C call (see readyIn); 0
+// leaves the thread's context as it is, for a caller that made it current.
+
 // AllReduce reduces n elements of send across c into recv on every rank.
-func AllReduce(send, recv cuda.DevicePtr, n int, dt DataType, op RedOp, c Comm, s cuda.Stream) error {
-	if err := ready(); err != nil {
+func AllReduce(ctx cuda.Context, send, recv cuda.DevicePtr, n int, dt DataType, op RedOp, c Comm, s cuda.Stream) error {
+	if err := readyIn(ctx); err != nil {
 		return err
 	}
 	cn, err := count("ncclAllReduce", n)
 	if err != nil {
 		return err
 	}
-	r := C.gn_ncclAllReduce(C.uintptr_t(send), C.uintptr_t(recv), cn, C.int(dt), C.int(op), C.uintptr_t(c), C.uintptr_t(s))
-	return result("ncclAllReduce", r, c)
+	r := C.gn_ncclAllReduce(C.uintptr_t(ctx), C.uintptr_t(send), C.uintptr_t(recv), cn, C.int(dt), C.int(op), C.uintptr_t(c), C.uintptr_t(s))
+	return resultIn("ncclAllReduce", r, c)
 }
 
 // Reduce reduces n elements of send across c into recv on root.
-func Reduce(send, recv cuda.DevicePtr, n int, dt DataType, op RedOp, root int, c Comm, s cuda.Stream) error {
-	if err := ready(); err != nil {
+func Reduce(ctx cuda.Context, send, recv cuda.DevicePtr, n int, dt DataType, op RedOp, root int, c Comm, s cuda.Stream) error {
+	if err := readyIn(ctx); err != nil {
 		return err
 	}
 	cn, err := count("ncclReduce", n)
 	if err != nil {
 		return err
 	}
-	r := C.gn_ncclReduce(C.uintptr_t(send), C.uintptr_t(recv), cn, C.int(dt), C.int(op), C.int(root), C.uintptr_t(c), C.uintptr_t(s))
-	return result("ncclReduce", r, c)
+	r := C.gn_ncclReduce(C.uintptr_t(ctx), C.uintptr_t(send), C.uintptr_t(recv), cn, C.int(dt), C.int(op), C.int(root), C.uintptr_t(c), C.uintptr_t(s))
+	return resultIn("ncclReduce", r, c)
 }
 
 // Broadcast copies n elements of root's send into recv on every rank.
-func Broadcast(send, recv cuda.DevicePtr, n int, dt DataType, root int, c Comm, s cuda.Stream) error {
-	if err := ready(); err != nil {
+func Broadcast(ctx cuda.Context, send, recv cuda.DevicePtr, n int, dt DataType, root int, c Comm, s cuda.Stream) error {
+	if err := readyIn(ctx); err != nil {
 		return err
 	}
 	cn, err := count("ncclBroadcast", n)
 	if err != nil {
 		return err
 	}
-	r := C.gn_ncclBroadcast(C.uintptr_t(send), C.uintptr_t(recv), cn, C.int(dt), C.int(root), C.uintptr_t(c), C.uintptr_t(s))
-	return result("ncclBroadcast", r, c)
+	r := C.gn_ncclBroadcast(C.uintptr_t(ctx), C.uintptr_t(send), C.uintptr_t(recv), cn, C.int(dt), C.int(root), C.uintptr_t(c), C.uintptr_t(s))
+	return resultIn("ncclBroadcast", r, c)
 }
 
 // AllGather gathers sendCount elements from every rank into recv, in rank order.
-func AllGather(send, recv cuda.DevicePtr, sendCount int, dt DataType, c Comm, s cuda.Stream) error {
-	if err := ready(); err != nil {
+func AllGather(ctx cuda.Context, send, recv cuda.DevicePtr, sendCount int, dt DataType, c Comm, s cuda.Stream) error {
+	if err := readyIn(ctx); err != nil {
 		return err
 	}
 	cn, err := count("ncclAllGather", sendCount)
 	if err != nil {
 		return err
 	}
-	r := C.gn_ncclAllGather(C.uintptr_t(send), C.uintptr_t(recv), cn, C.int(dt), C.uintptr_t(c), C.uintptr_t(s))
-	return result("ncclAllGather", r, c)
+	r := C.gn_ncclAllGather(C.uintptr_t(ctx), C.uintptr_t(send), C.uintptr_t(recv), cn, C.int(dt), C.uintptr_t(c), C.uintptr_t(s))
+	return resultIn("ncclAllGather", r, c)
 }
 
 // ReduceScatter reduces send across c and leaves block rank, of recvCount
 // elements, in recv on each rank.
-func ReduceScatter(send, recv cuda.DevicePtr, recvCount int, dt DataType, op RedOp, c Comm, s cuda.Stream) error {
-	if err := ready(); err != nil {
+func ReduceScatter(ctx cuda.Context, send, recv cuda.DevicePtr, recvCount int, dt DataType, op RedOp, c Comm, s cuda.Stream) error {
+	if err := readyIn(ctx); err != nil {
 		return err
 	}
 	cn, err := count("ncclReduceScatter", recvCount)
 	if err != nil {
 		return err
 	}
-	r := C.gn_ncclReduceScatter(C.uintptr_t(send), C.uintptr_t(recv), cn, C.int(dt), C.int(op), C.uintptr_t(c), C.uintptr_t(s))
-	return result("ncclReduceScatter", r, c)
+	r := C.gn_ncclReduceScatter(C.uintptr_t(ctx), C.uintptr_t(send), C.uintptr_t(recv), cn, C.int(dt), C.int(op), C.uintptr_t(c), C.uintptr_t(s))
+	return resultIn("ncclReduceScatter", r, c)
 }
 
 // Send sends n elements to peer; it pairs with the peer's Recv.

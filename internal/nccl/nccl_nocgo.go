@@ -28,19 +28,19 @@ func CommGetAsyncError(c Comm) (Result, error)       { return 0, errNoCgo }
 func CommCount(c Comm) (int, error)                  { return 0, errNoCgo }
 func CommCuDevice(c Comm) (int, error)               { return 0, errNoCgo }
 func CommUserRank(c Comm) (int, error)               { return 0, errNoCgo }
-func AllReduce(send, recv cuda.DevicePtr, n int, dt DataType, op RedOp, c Comm, s cuda.Stream) error {
+func AllReduce(ctx cuda.Context, send, recv cuda.DevicePtr, n int, dt DataType, op RedOp, c Comm, s cuda.Stream) error {
 	return errNoCgo
 }
-func Reduce(send, recv cuda.DevicePtr, n int, dt DataType, op RedOp, root int, c Comm, s cuda.Stream) error {
+func Reduce(ctx cuda.Context, send, recv cuda.DevicePtr, n int, dt DataType, op RedOp, root int, c Comm, s cuda.Stream) error {
 	return errNoCgo
 }
-func Broadcast(send, recv cuda.DevicePtr, n int, dt DataType, root int, c Comm, s cuda.Stream) error {
+func Broadcast(ctx cuda.Context, send, recv cuda.DevicePtr, n int, dt DataType, root int, c Comm, s cuda.Stream) error {
 	return errNoCgo
 }
-func AllGather(send, recv cuda.DevicePtr, sendCount int, dt DataType, c Comm, s cuda.Stream) error {
+func AllGather(ctx cuda.Context, send, recv cuda.DevicePtr, sendCount int, dt DataType, c Comm, s cuda.Stream) error {
 	return errNoCgo
 }
-func ReduceScatter(send, recv cuda.DevicePtr, recvCount int, dt DataType, op RedOp, c Comm, s cuda.Stream) error {
+func ReduceScatter(ctx cuda.Context, send, recv cuda.DevicePtr, recvCount int, dt DataType, op RedOp, c Comm, s cuda.Stream) error {
 	return errNoCgo
 }
 func Send(send cuda.DevicePtr, n int, dt DataType, peer int, c Comm, s cuda.Stream) error {

@@ -93,25 +93,53 @@ static ncclResult_t gn_ncclCommCount(uintptr_t comm, int* n) { return NC(ncclCom
 static ncclResult_t gn_ncclCommCuDevice(uintptr_t comm, int* d) { return NC(ncclCommCuDevice, (ncclComm_t, int*))(COMM(comm), d); }
 static ncclResult_t gn_ncclCommUserRank(uintptr_t comm, int* r) { return NC(ncclCommUserRank, (ncclComm_t, int*))(COMM(comm), r); }
 
-static ncclResult_t gn_ncclAllReduce(uintptr_t send, uintptr_t recv, size_t count, int dt, int op, uintptr_t comm, uintptr_t s) {
-	return NC(ncclAllReduce, (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t))(
-		BUF(send), BUF(recv), count, dt, op, COMM(comm), STREAM(s));
+// A collective may make a CUDA context current around itself, inside the
+// same C call (one cgo call where cuda.WithContext makes three and locks the
+// goroutine to its thread): cuCtxGetCurrent and cuCtxSetCurrent come from
+// internal/cuda's table (gn_set_ctxfns); ctx 0 leaves the thread as it is.
+// A CUDA failure is returned in cu (with stage 1 get, 2 set), NCCL's in r.
+typedef struct { ncclResult_t r; int cu; int stage; } gn_ret;
+static void* gn_ctxget;
+static void* gn_ctxset;
+static void gn_set_ctxfns(uintptr_t get, uintptr_t set) { gn_ctxget = (void*)get; gn_ctxset = (void*)set; }
+static int gn_enter(uintptr_t ctx, uintptr_t* prev, gn_ret* ret) {
+	*prev = ctx;
+	if (ctx == 0) return 1;
+	ret->stage = 1;
+	if (!gn_ctxget || !gn_ctxset) { ret->cu = 201; return 0; } // CUDA_ERROR_INVALID_CONTEXT
+	ret->cu = ((int (*)(uintptr_t*))gn_ctxget)(prev);
+	if (ret->cu != 0) return 0;
+	if (*prev != ctx) {
+		ret->stage = 2;
+		ret->cu = ((int (*)(uintptr_t))gn_ctxset)(ctx);
+	}
+	return ret->cu == 0;
 }
-static ncclResult_t gn_ncclReduce(uintptr_t send, uintptr_t recv, size_t count, int dt, int op, int root, uintptr_t comm, uintptr_t s) {
-	return NC(ncclReduce, (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, cudaStream_t))(
-		BUF(send), BUF(recv), count, dt, op, root, COMM(comm), STREAM(s));
+static void gn_leave(uintptr_t ctx, uintptr_t prev) {
+	if (prev != ctx) ((int (*)(uintptr_t))gn_ctxset)(prev);
 }
-static ncclResult_t gn_ncclBroadcast(uintptr_t send, uintptr_t recv, size_t count, int dt, int root, uintptr_t comm, uintptr_t s) {
-	return NC(ncclBroadcast, (const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))(
-		BUF(send), BUF(recv), count, dt, root, COMM(comm), STREAM(s));
+#define GN_IN(ctx, call) \
+	gn_ret ret = {0, 0, 0}; \
+	uintptr_t prev; \
+	if (!gn_enter(ctx, &prev, &ret)) return ret; \
+	ret.r = call; \
+	gn_leave(ctx, prev); \
+	return ret;
+
+static gn_ret gn_ncclAllReduce(uintptr_t ctx, uintptr_t send, uintptr_t recv, size_t count, int dt, int op, uintptr_t comm, uintptr_t s) {
+	GN_IN(ctx, NC(ncclAllReduce, (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t))( BUF(send), BUF(recv), count, dt, op, COMM(comm), STREAM(s)))
 }
-static ncclResult_t gn_ncclAllGather(uintptr_t send, uintptr_t recv, size_t sendcount, int dt, uintptr_t comm, uintptr_t s) {
-	return NC(ncclAllGather, (const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t))(
-		BUF(send), BUF(recv), sendcount, dt, COMM(comm), STREAM(s));
+static gn_ret gn_ncclReduce(uintptr_t ctx, uintptr_t send, uintptr_t recv, size_t count, int dt, int op, int root, uintptr_t comm, uintptr_t s) {
+	GN_IN(ctx, NC(ncclReduce, (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, int, ncclComm_t, cudaStream_t))( BUF(send), BUF(recv), count, dt, op, root, COMM(comm), STREAM(s)))
 }
-static ncclResult_t gn_ncclReduceScatter(uintptr_t send, uintptr_t recv, size_t recvcount, int dt, int op, uintptr_t comm, uintptr_t s) {
-	return NC(ncclReduceScatter, (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t))(
-		BUF(send), BUF(recv), recvcount, dt, op, COMM(comm), STREAM(s));
+static gn_ret gn_ncclBroadcast(uintptr_t ctx, uintptr_t send, uintptr_t recv, size_t count, int dt, int root, uintptr_t comm, uintptr_t s) {
+	GN_IN(ctx, NC(ncclBroadcast, (const void*, void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))( BUF(send), BUF(recv), count, dt, root, COMM(comm), STREAM(s)))
+}
+static gn_ret gn_ncclAllGather(uintptr_t ctx, uintptr_t send, uintptr_t recv, size_t sendcount, int dt, uintptr_t comm, uintptr_t s) {
+	GN_IN(ctx, NC(ncclAllGather, (const void*, void*, size_t, ncclDataType_t, ncclComm_t, cudaStream_t))( BUF(send), BUF(recv), sendcount, dt, COMM(comm), STREAM(s)))
+}
+static gn_ret gn_ncclReduceScatter(uintptr_t ctx, uintptr_t send, uintptr_t recv, size_t recvcount, int dt, int op, uintptr_t comm, uintptr_t s) {
+	GN_IN(ctx, NC(ncclReduceScatter, (const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t))( BUF(send), BUF(recv), recvcount, dt, op, COMM(comm), STREAM(s)))
 }
 static ncclResult_t gn_ncclSend(uintptr_t send, size_t count, int dt, int peer, uintptr_t comm, uintptr_t s) {
 	return NC(ncclSend, (const void*, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))(BUF(send), count, dt, peer, COMM(comm), STREAM(s));
