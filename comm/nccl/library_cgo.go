@@ -199,7 +199,9 @@ func (e *ncclEngine) allGather(send, recv devmem.Buffer, n int, dt comm.DType, s
 	if !ok {
 		return unmappedType(dt)
 	}
-	return e.onIn(s, func(ctx cuda.Context, h cuda.Stream) error { return nccl.AllGather(ctx, ptr(send), ptr(recv), n, t, e.h, h) })
+	return e.onIn(s, func(ctx cuda.Context, h cuda.Stream) error {
+		return nccl.AllGather(ctx, ptr(send), ptr(recv), n, t, e.h, h)
+	})
 }
 
 func (e *ncclEngine) reduceScatter(send, recv devmem.Buffer, n int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
