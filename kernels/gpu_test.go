@@ -265,6 +265,56 @@ func BenchmarkHeatStepAgainstDeviceCopy(b *testing.B) {
 	}
 }
 
+// BenchmarkHeatStepShapesAgainstDeviceCopy is BenchmarkHeatStepAgainstDeviceCopy
+// in float32 as well, for the shapes that step either type (the default
+// kernel first): which block and rows a thread bring float32 to the copy's
+// bandwidth (issue 23.1's 0.85).
+func BenchmarkHeatStepShapesAgainstDeviceCopy(b *testing.B) {
+	dev, err := devmem.Open("cuda:0", 0)
+	if err != nil {
+		b.Skipf("no usable CUDA device: %v", err)
+	}
+	for _, n := range []int{16384, 20480} {
+		for _, sh := range heatShapes {
+			if !sh.both() {
+				continue
+			}
+			name := fmt.Sprintf("%d/%s-rows%d-block%dx%d", n, sh.kernel, sh.rows, sh.blockX, sh.blockY)
+			b.Run(name+"/float32", func(b *testing.B) { benchShape[float32](b, dev, sh, n) })
+			b.Run(name+"/float64", func(b *testing.B) { benchShape[float64](b, dev, sh, n) })
+		}
+	}
+}
+
+func benchShape[T Float](b *testing.B, dev *devmem.Device, sh heatShape, n int) {
+	u, err1 := devmem.AllocSlice[T](dev, n*n)
+	v, err2 := devmem.AllocSlice[T](dev, n*n)
+	s, err3 := dev.NewStream()
+	start, err4 := dev.NewEvent()
+	end, err5 := dev.NewEvent()
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { errors.Join(u.Free(), v.Free(), s.Destroy(), start.Destroy(), end.Destroy()) }()
+	if err := errors.Join(Fill(s, u, T(1)), Fill(s, v, T(0))); err != nil {
+		b.Fatal(err)
+	}
+	var zero T
+	elem := int(unsafe.Sizeof(zero))
+	timeIt := func(f func() error) float64 { return timeByEvents(b, s, start, end, f) }
+	moved := float64(2 * elem * (n - 2) * (n - 2))
+	var heat, copyT float64
+	for b.Loop() {
+		heat = timeIt(func() error { return run(heatPlanShape(sh, s, v, u, nil, n, 1, n-1, 1, n-1, T(0.1))) })
+		copyT = timeIt(func() error { return devmem.CopyN(v.Buffer(), u.Buffer(), elem*n*n, s) })
+	}
+	heatBW := moved / heat / 1e9
+	copyBW := float64(2*elem*n*n) / copyT / 1e9
+	b.ReportMetric(heatBW, "stencil-GB/s")
+	b.ReportMetric(copyBW, "copy-GB/s")
+	b.ReportMetric(heatBW/copyBW, "ratio")
+}
+
 // BenchmarkHeatKernelsAgainstDeviceCopy times, per element type, the plain
 // step the solver takes between residuals (HeatStep) and the step that also
 // sums the residual (HeatStepNorm followed by SumBlocks of its partials)

@@ -115,6 +115,34 @@ extern "C" __global__ void heat_norm_f32(float *__restrict__ dst, const float *_
     heat_rows<4, true>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r, partial);
 }
 
+// Shapes for float32, measured against heat_step_f32 (kernels'
+// BenchmarkHeatStepShapesAgainstDeviceCopy): a float32 thread moves half
+// the bytes of a float64 one, so more rows a thread (more loads in flight)
+// or wider blocks may be what reaches the copy's bandwidth.
+extern "C" __global__ void heat_step_f64_r8x(double *__restrict__ dst, const double *__restrict__ src, long long nx,
+                                             int row_lo, int row_hi, int col_lo, int col_hi, double r)
+{
+    heat_rows<8, false>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r, (double *)0);
+}
+
+extern "C" __global__ void heat_step_f32_r8x(float *__restrict__ dst, const float *__restrict__ src, long long nx,
+                                             int row_lo, int row_hi, int col_lo, int col_hi, float r)
+{
+    heat_rows<8, false>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r, (double *)0);
+}
+
+extern "C" __global__ void heat_step_f64_r16x(double *__restrict__ dst, const double *__restrict__ src, long long nx,
+                                              int row_lo, int row_hi, int col_lo, int col_hi, double r)
+{
+    heat_rows<16, false>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r, (double *)0);
+}
+
+extern "C" __global__ void heat_step_f32_r16x(float *__restrict__ dst, const float *__restrict__ src, long long nx,
+                                              int row_lo, int row_hi, int col_lo, int col_hi, float r)
+{
+    heat_rows<16, false>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r, (double *)0);
+}
+
 extern "C" __global__ void heat_step_plain(double *dst, const double *src, long long nx,
                                            int row_lo, int row_hi, int col_lo, int col_hi, double r)
 {

@@ -119,7 +119,11 @@ func (sh heatShape) grid(rows, cols int) (gx, gy int) {
 var (
 	heatDefault = heatShape{"", heatRows, heatBlockY, heatBlockX, ""}
 	heatShapes  = []heatShape{heatDefault, {"heat_step_f64", heatRows, 4, 32, ""}, {"heat_step_plain", heatRows, 4, 32, ""},
-		{"heat_step_r6", 6, heatBlockY, heatBlockX, ""}, {"heat_step_r2", 2, 8, heatBlockX, ""}, {"heat_step_r8", 8, 2, heatBlockX, ""}}
+		{"heat_step_r6", 6, heatBlockY, heatBlockX, ""}, {"heat_step_r2", 2, 8, heatBlockX, ""}, {"heat_step_r8", 8, 2, heatBlockX, ""},
+		// either type: the default kernel in other blocks, and more rows a thread
+		{"heat_step_%s", heatRows, 1, 128, ""}, {"heat_step_%s", heatRows, 2, 128, ""}, {"heat_step_%s", heatRows, 4, 64, ""},
+		{"heat_step_%s", heatRows, 1, 256, ""}, {"heat_step_%s_r8x", 8, 2, heatBlockX, ""}, {"heat_step_%s_r8x", 8, 1, 128, ""},
+		{"heat_step_%s_r16x", 16, 1, 128, ""}}
 )
 
 // both is whether the shape steps float32 as well as float64.

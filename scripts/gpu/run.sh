@@ -99,6 +99,7 @@ bench() { # gpucomm's figures on each backend, each with its C baseline in the s
   step recorder-cost 60 $B/comm_driver.test -test.run XXX -test.bench RecorderCost -test.benchtime 3x
   step devmem-copies 60 $B/devmem.test -test.run XXX -test.bench CUDA -test.benchtime 20x
   step heat-kernel 90 $B/kernels.test -test.run XXX -test.bench 'HeatStepAgainstDeviceCopy|HeatKernelsAgainstDeviceCopy' -test.benchtime 3x
+  step heat-shapes 120 $B/kernels.test -test.run XXX -test.bench HeatStepShapesAgainstDeviceCopy -test.benchtime 3x
   step solver-steps 150 $B/solver.test -test.run XXX -test.bench 'StepOnAGPU/(16384|20480)' -test.benchtime 200x
   for np in 2 4; do
     step bench-mpi-np$np 120 mpirun $NB -np $np $B/gpucomm bench -backend mpi -op pingpong,allreduce,allgather,alltoall -b 8 -e 64M -f 8 -noprogress
