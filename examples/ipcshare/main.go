@@ -1,15 +1,22 @@
-// Command ipcshare shows the reliable way for the ranks of one node to fill
-// one GPU input buffer: each rank writes its own slice of two vectors, u and
-// v, straight into buffers on the node root's device (devmem.NodeShared,
-// through IPC handles), and the root computes u·v over all of it and checks
-// it against the value the formula gives.
+// Command ipcshare shows the reliable way for the ranks of a node to fill
+// one GPU input buffer, on any number of nodes: on each node, the node's
+// root (its local rank 0) allocates the node's buffers for two vectors, u
+// and v, and every rank of the node writes its own slice straight into them
+// (devmem.NodeShared, through IPC handles sent within the node). Each
+// node's root computes its part of u·v and checks every element and the
+// product against the formula; the node roots then add their parts over a
+// communicator of their own, and the first of them checks the global u·v.
 //
-//	go run ./examples/ipcshare            # comm.Open("auto"), GPUCOMM_BACKEND picks
-//	go run ./examples/ipcshare -np 4      # 4 in-process ranks (local backend)
-//	mpirun -np 4 ./ipcshare               # one rank a process, once an MPI backend is in
+//	go run ./examples/ipcshare                 # comm.Open("auto"), GPUCOMM_BACKEND picks
+//	go run ./examples/ipcshare -np 4           # 4 in-process ranks (local backend)
+//	go run ./examples/ipcshare -np 6 -nodes 3  # the same, split into 3 simulated nodes
+//	mpirun -np 8 --host a:4,b:4 ./ipcshare     # one rank a process, one buffer a node
 //
-// Rank r contributes n+37r elements, so every rank's part has another size.
-// It prints one line and exits 0 when the product matches, 1 otherwise.
+// Nodes are the ranks whose host names agree (comm.SplitNode); -nodes K
+// groups consecutive ranks into K nodes instead, to try the multi-node path
+// on one host. Rank r contributes n+37r elements, so every rank's part has
+// another size. It prints a line per node and one for the job, and exits 0
+// when every node and the global product match, 1 otherwise.
 package main
 
 import (
@@ -33,14 +40,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	np := fs.Int("np", 0, "run this many in-process ranks (local backend) instead of comm.Open(\"auto\")")
 	n := fs.Int("n", 1000, "elements rank 0 contributes; rank r adds 37r more")
+	nodes := fs.Int("nodes", 0, "group consecutive ranks into this many simulated nodes (0: nodes are the ranks' hosts)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // -h asked for the usage: that is no failure
 			return 0
 		}
 		return 2
 	}
-	if *n < 0 || *np < 0 {
-		fmt.Fprintln(stderr, "ipcshare: -n and -np must not be negative")
+	if *n < 0 || *np < 0 || *nodes < 0 {
+		fmt.Fprintln(stderr, "ipcshare: -n, -np and -nodes must not be negative")
+		return 2
+	}
+	if *np > 0 && *nodes > *np {
+		fmt.Fprintf(stderr, "ipcshare: -nodes %d: more nodes than the %d ranks\n", *nodes, *np)
 		return 2
 	}
 	var comms []comm.Communicator
@@ -58,8 +70,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	errs := make([]error, len(comms))
 	var wg sync.WaitGroup
+	out := &lockedWriter{w: stdout}
 	for i, c := range comms {
-		wg.Go(func() { errs[i] = errors.Join(rank(c, *n, stdout), c.Close()) })
+		wg.Go(func() { errs[i] = errors.Join(rank(c, *n, *nodes, out), c.Close()) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -69,7 +82,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// errMismatch is the root's verdict when u·v is not the expected value.
+// lockedWriter keeps the lines of in-process node roots whole.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+// errMismatch is a root's verdict when u·v or an element is not the
+// expected value.
 var errMismatch = errors.New("u·v does not match")
 
 // uAt and vAt are element g of u and v: small multiples of 1/4, so that
@@ -77,13 +103,64 @@ var errMismatch = errors.New("u·v does not match")
 func uAt(g int64) float64 { return float64(g%7 + 1) }
 func vAt(g int64) float64 { return float64(g%5+1) / 4 }
 
-// rank is one rank's part: write its slices, meet, and on the root compute.
-func rank(c comm.Communicator, n int, stdout io.Writer) (err error) {
-	if c.LocalSize() != c.Size() {
-		return fmt.Errorf("rank %d: the %d ranks span several nodes; ipcshare shares a buffer within one node", c.Rank(), c.Size())
+// countOf is how many elements rank r contributes; firstOf is the global
+// index of its first element: the sum of countOf over the ranks before r.
+func countOf(n, r int) int   { return n + 37*r }
+func firstOf(n, r int) int64 { return int64(r)*int64(n) + 37*int64(r)*int64(r-1)/2 }
+
+// dotOf is the expected u·v over global elements [from, to).
+func dotOf(from, to int64) float64 {
+	var d float64
+	for g := from; g < to; g++ {
+		d += uAt(g) * vAt(g)
 	}
-	count := n + 37*c.Rank()
-	nc := comm.NodeComm(c)
+	return d
+}
+
+// splitNodes makes this rank's node communicator: its host's ranks, or,
+// with nodes > 0, its group of consecutive ranks.
+func splitNodes(c comm.Communicator, nodes int) (comm.Communicator, string, error) {
+	if nodes > 0 {
+		if nodes > c.Size() {
+			return nil, "", fmt.Errorf("-nodes %d: more nodes than the %d ranks", nodes, c.Size())
+		}
+		k := c.Rank() * nodes / c.Size()
+		node, err := c.Split(k, c.Rank())
+		return node, fmt.Sprintf("simulated node %d", k), err
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return nil, "", err
+	}
+	node, err := comm.SplitNode(c)
+	if err != nil {
+		return nil, "", err
+	}
+	// The launcher's idea of a node and the host names must agree, or the
+	// root that allocates would not be local rank 0.
+	if node.Size() != c.LocalSize() || node.Rank() != c.LocalRank() {
+		err = fmt.Errorf("rank %d on %s: %d ranks share this host name as rank %d of them, but the launcher says local rank %d of %d",
+			c.Rank(), host, node.Size(), node.Rank(), c.LocalRank(), c.LocalSize())
+		return nil, "", errors.Join(err, node.Close())
+	}
+	return node, host, nil
+}
+
+// rank is one rank's part: find its node, write its slices into the node's
+// buffers, meet, check on the node's root, and add up over the node roots.
+func rank(c comm.Communicator, n, nodes int, stdout io.Writer) (err error) {
+	node, name, err := splitNodes(c, nodes)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, node.Close()) }()
+	nc := comm.NodeComm(node)
+	// The node's root needs each node rank's global rank to know what it wrote.
+	globals, err := nc.AllGatherInt64(int64(c.Rank()))
+	if err != nil {
+		return err
+	}
+	count := countOf(n, c.Rank())
 	u, err := devmem.NewNodeSharedSlice[float64](nc, count)
 	if err != nil {
 		return err
@@ -95,53 +172,126 @@ func rank(c comm.Communicator, n int, stdout io.Writer) (err error) {
 	}
 	defer func() { err = errors.Join(err, v.Close()) }()
 
+	first := firstOf(n, c.Rank())
 	mineU, mineV := make([]float64, count), make([]float64, count)
 	for i := range count {
-		g := int64(u.Offset() + i)
-		mineU[i], mineV[i] = uAt(g), vAt(g)
+		mineU[i], mineV[i] = uAt(first+int64(i)), vAt(first+int64(i))
 	}
-	// Each rank's writes go straight into the root's buffers.
+	// Each rank's writes go straight into the node root's buffers.
 	writeErr := errors.Join(u.Mine().CopyFrom(mineU, nil), v.Mine().CopyFrom(mineV, nil))
 	// Every rank meets the barrier even after a failed write, so none waits.
 	if err := errors.Join(writeErr, u.Barrier()); err != nil {
 		return err
 	}
+	var part partial
 	var verdict error
-	if c.Rank() == 0 {
-		verdict = check(u, v, c.Size(), stdout)
+	if node.Rank() == 0 {
+		part, verdict = checkNode(u, v, globals, n, name, stdout)
 	}
 	// The others must not close (and so let the root free) before it has read.
-	return errors.Join(verdict, u.Barrier())
+	if err := u.Barrier(); err != nil {
+		return errors.Join(verdict, err)
+	}
+	return errors.Join(verdict, addUp(c, node.Rank() == 0, part, n, stdout))
 }
 
-// check reads the whole of u and v on the root, computes u·v, and compares
-// it with the formula's value.
-func check(u, v *devmem.NodeSharedSlice[float64], ranks int, stdout io.Writer) error {
+// partial is a node root's contribution to the global check.
+type partial struct {
+	dot, elements, wrong, failed float64
+}
+
+// checkNode reads the whole of the node's u and v on its root, compares
+// every element with what its rank should have written, and u·v with the
+// formula's value.
+func checkNode(u, v *devmem.NodeSharedSlice[float64], globals []int64, n int, name string, stdout io.Writer) (partial, error) {
 	us, err := u.All().ToHost(nil)
 	if err != nil {
-		return err
+		return partial{failed: 1}, err
 	}
 	vs, err := v.All().ToHost(nil)
 	if err != nil {
-		return err
+		return partial{failed: 1}, err
 	}
-	var dot, want float64
-	wrong := 0 // elements that are not what their rank should have written
-	for i := range us {
-		dot += us[i] * vs[i]
-		want += uAt(int64(i)) * vAt(int64(i))
-		if us[i] != uAt(int64(i)) || vs[i] != vAt(int64(i)) {
-			wrong++
+	var p partial
+	var want float64
+	counts := u.Counts()
+	j := 0
+	for k, cnt := range counts {
+		first := firstOf(n, int(globals[k]))
+		want += dotOf(first, first+cnt)
+		for i := range cnt {
+			g := first + i
+			p.dot += us[j] * vs[j]
+			if us[j] != uAt(g) || vs[j] != vAt(g) {
+				p.wrong++
+			}
+			j++
 		}
 	}
+	p.elements = float64(len(us))
 	verdict := "matches"
-	if dot != want || wrong > 0 {
-		verdict = fmt.Sprintf("MISMATCH (%d wrong elements)", wrong)
+	if p.dot != want || p.wrong > 0 || j != len(us) {
+		verdict = fmt.Sprintf("MISMATCH (%g wrong elements)", p.wrong)
+		p.failed = 1
 	}
-	fmt.Fprintf(stdout, "ipcshare: %d rank(s) wrote %d elements (counts %v) into one buffer on %v: u·v = %g, expected %g: %s\n",
-		ranks, len(us), u.Counts(), u.All().Device(), dot, want, verdict)
-	if dot != want || wrong > 0 {
-		return errMismatch
+	fmt.Fprintf(stdout, "ipcshare: %s: %d rank(s) wrote %d elements (ranks %v, counts %v) into one buffer on %v: u·v = %g, expected %g: %s\n",
+		name, len(counts), len(us), globals, counts, u.All().Device(), p.dot, want, verdict)
+	if p.failed > 0 {
+		return p, fmt.Errorf("%s: %w", name, errMismatch)
+	}
+	return p, nil
+}
+
+// addUp sums the node roots' partials over a communicator of the node
+// roots; the first root checks the sum against the formula over all ranks.
+func addUp(c comm.Communicator, root bool, p partial, n int, stdout io.Writer) (err error) {
+	color := comm.Undefined
+	if root {
+		color = 0
+	}
+	roots, err := c.Split(color, c.Rank())
+	if err != nil || roots == nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, roots.Close()) }()
+	dev := roots.Device()
+	send, err := devmem.AllocSlice[float64](dev, 4)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, send.Free()) }()
+	recv, err := devmem.AllocSlice[float64](dev, 4)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, recv.Free()) }()
+	if err := send.CopyFrom([]float64{p.dot, p.elements, p.wrong, p.failed}, nil); err != nil {
+		return err
+	}
+	if err := recv.CopyFrom([]float64{-1, -1, -1, -1}, nil); err != nil { // poisoned
+		return err
+	}
+	if err := comm.AllReduce(roots, send, recv, comm.Sum, nil); err != nil {
+		return err
+	}
+	sum, err := recv.ToHost(nil)
+	if err != nil {
+		return err
+	}
+	if roots.Rank() != 0 {
+		return nil
+	}
+	total := firstOf(n, c.Size())
+	want := dotOf(0, total)
+	ok := sum[0] == want && sum[1] == float64(total) && sum[2] == 0 && sum[3] == 0
+	verdict := "matches"
+	if !ok {
+		verdict = fmt.Sprintf("MISMATCH (%g wrong elements, %g failed node(s))", sum[2], sum[3])
+	}
+	fmt.Fprintf(stdout, "ipcshare: job: %d node(s), %d rank(s), %g of %d elements: u·v = %g, expected %g: %s\n",
+		roots.Size(), c.Size(), sum[1], total, sum[0], want, verdict)
+	if !ok {
+		return fmt.Errorf("job: %w", errMismatch)
 	}
 	return nil
 }

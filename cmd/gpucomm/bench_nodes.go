@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gpucomm/gpucomm/comm/local"
+	"github.com/gpucomm/gpucomm/internal/launcher"
+	"github.com/gpucomm/gpucomm/internal/mpi"
+)
+
+// nodeLayout is where the ranks of a bench run are: the host name of each
+// rank, in rank order.
+type nodeLayout struct {
+	hosts []string
+}
+
+// Nodes of the layout: each host with its ranks, in order of first rank.
+type benchNode struct {
+	Host  string `json:"host"`
+	Ranks []int  `json:"ranks"`
+}
+
+// benchPair is the pair the point-to-point tests (pingpong, bw) run on.
+type benchPair struct {
+	Ranks     [2]int    `json:"ranks"`
+	Hosts     [2]string `json:"hosts"`
+	InterNode bool      `json:"inter_node"`
+}
+
+// benchPlacement is what -json adds to bench's report.
+type benchPlacement struct {
+	Nodes []benchNode `json:"nodes"`
+	// Pair is the point-to-point pair; absent with fewer than 2 ranks.
+	Pair *benchPair `json:"p2p_pair,omitempty"`
+	// InterNodeCollectives: the collectives' ranks span more than one node.
+	InterNodeCollectives bool `json:"inter_node_collectives"`
+}
+
+func (l nodeLayout) placement() benchPlacement {
+	var p benchPlacement
+	for r, h := range l.hosts {
+		i := slices.IndexFunc(p.Nodes, func(n benchNode) bool { return n.Host == h })
+		if i < 0 {
+			p.Nodes = append(p.Nodes, benchNode{Host: h})
+			i = len(p.Nodes) - 1
+		}
+		p.Nodes[i].Ranks = append(p.Nodes[i].Ranks, r)
+	}
+	if len(l.hosts) >= 2 {
+		p.Pair = &benchPair{Ranks: [2]int{0, 1}, Hosts: [2]string{l.hosts[0], l.hosts[1]}, InterNode: l.hosts[0] != l.hosts[1]}
+	}
+	p.InterNodeCollectives = len(p.Nodes) > 1
+	return p
+}
+
+// where says intra-node or inter-node.
+func where(inter bool) string {
+	if inter {
+		return "inter-node"
+	}
+	return "intra-node"
+}
+
+// header is the table's lines on the layout, each starting with "#" as
+// bench's own header lines do.
+func (l nodeLayout) header() string {
+	p := l.placement()
+	var b strings.Builder
+	nodes := make([]string, len(p.Nodes))
+	for i, n := range p.Nodes {
+		nodes[i] = fmt.Sprintf("%s (ranks %s)", n.Host, rankRanges(n.Ranks))
+	}
+	fmt.Fprintf(&b, "# nodes: %d: %s\n", len(p.Nodes), strings.Join(nodes, ", "))
+	if p.Pair != nil {
+		fmt.Fprintf(&b, "# pingpong, bw: ranks 0 (%s) and 1 (%s): %s\n", p.Pair.Hosts[0], p.Pair.Hosts[1], where(p.Pair.InterNode))
+	}
+	fmt.Fprintf(&b, "# collectives: %d ranks on %d node(s): %s\n", len(l.hosts), len(p.Nodes), where(p.InterNodeCollectives))
+	return b.String()
+}
+
+// rankRanges writes ranks as ranges: 0-3,8,10-11.
+func rankRanges(ranks []int) string {
+	var parts []string
+	for i := 0; i < len(ranks); {
+		j := i
+		for j+1 < len(ranks) && ranks[j+1] == ranks[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", ranks[i], ranks[j]))
+		} else {
+			parts = append(parts, strconv.Itoa(ranks[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
+}
+
+// annotate adds the layout to bench's output: header lines before the
+// table, a "placement" member in the JSON report; CSV, which has no place
+// for it, is left as it is.
+func (l nodeLayout) annotate(out []byte, format string) []byte {
+	switch format {
+	case "csv":
+		return out
+	case "json":
+		trimmed := bytes.TrimLeft(out, " \t\r\n")
+		if len(trimmed) == 0 || trimmed[0] != '{' {
+			return out
+		}
+		member, err := json.MarshalIndent(l.placement(), "  ", "  ")
+		if err != nil {
+			return out
+		}
+		joined := append([]byte("{\n  \"placement\": "), member...)
+		joined = append(joined, ',')
+		joined = append(joined, trimmed[1:]...)
+		if !json.Valid(joined) { // an empty report ({}), say: leave it whole
+			return out
+		}
+		return joined
+	}
+	return append([]byte(l.header()), out...)
+}
+
+// benchFormat is the output format the arguments ask for: "json", "csv" or
+// "table". Bench itself refuses both at once.
+func benchFormat(args []string) string {
+	switch {
+	case flagSet(args, "json"):
+		return "json"
+	case flagSet(args, "csv"):
+		return "csv"
+	}
+	return "table"
+}
+
+// benchWantsHelp reports whether the arguments ask for the usage.
+func benchWantsHelp(args []string) bool {
+	return flagSet(args, "h") || flagSet(args, "help")
+}
+
+// flagSet reports whether the boolean flag name is given true in args
+// (-name, --name, -name=true). (Bench takes no arguments but flags, so
+// every argument that starts with "-" is one.)
+func flagSet(args []string, name string) bool {
+	set := false
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		f := strings.TrimLeft(a, "-")
+		k, v, hasV := strings.Cut(f, "=")
+		if k != name {
+			continue
+		}
+		set = !hasV
+		if hasV {
+			set, _ = strconv.ParseBool(v)
+		}
+	}
+	return set
+}
+
+// flagValue is the last value args give the flag name (-name V or
+// -name=V), or def.
+func flagValue(args []string, name, def string) string {
+	for i := 0; i < len(args); i++ {
+		if args[i] == "--" {
+			break
+		}
+		if !strings.HasPrefix(args[i], "-") {
+			continue
+		}
+		f := strings.TrimLeft(args[i], "-")
+		k, v, hasV := strings.Cut(f, "=")
+		if k != name {
+			continue
+		}
+		if hasV {
+			def = v
+		} else if i+1 < len(args) {
+			def = args[i+1]
+			i++
+		}
+	}
+	return def
+}
+
+// gatherLayout learns every rank's host: with the local backend, all of
+// this process's -np ranks are on this host; under a launcher with MPI
+// built in, the ranks gather their host names over MPI_COMM_WORLD (MPI then
+// stays up for the benchmark, and main's Finalize ends it). It reports
+// false where it cannot tell (bench then runs as it would, without the
+// layout, and says what is wrong itself).
+func gatherLayout(args []string) (nodeLayout, bool) {
+	host, err := os.Hostname()
+	if err != nil {
+		return nodeLayout{}, false
+	}
+	backend := flagValue(args, "backend", local.Name)
+	if env := os.Getenv("GPUCOMM_BACKEND"); env != "" {
+		backend = env
+	}
+	job, launched := launcher.FromEnv()
+	multi := launched && job.MultiRank()
+	if backend == local.Name {
+		np, err := strconv.Atoi(flagValue(args, "np", "4"))
+		if err != nil || np < 1 || multi {
+			return nodeLayout{}, false
+		}
+		return nodeLayout{hosts: slices.Repeat([]string{host}, np)}, true
+	}
+	if !multi {
+		return nodeLayout{hosts: []string{host}}, true
+	}
+	if !mpi.Built() || mpi.Init() != nil {
+		return nodeLayout{}, false
+	}
+	all, err := mpi.AllgatherBytes(mpi.World(), []byte(host))
+	if err != nil {
+		return nodeLayout{}, false
+	}
+	l := nodeLayout{hosts: make([]string, len(all))}
+	for r, b := range all {
+		l.hosts[r] = string(b)
+	}
+	return l, true
+}
