@@ -53,6 +53,21 @@ trap 'rm -rf "$bin"' EXIT
 export GPUCOMM_MULTINODE=1
 failed=()
 
+# sweep takes down the nodes of test processes that were killed before their
+# cleanup ran (internal/multinode names each set after its process:
+# /run/gpucomm-multinode-PID-N).
+sweep() {
+  local d pid
+  for d in /run/gpucomm-multinode-[0-9]*-[0-9]*; do
+    [[ -d $d ]] || continue
+    pid=${d#/run/gpucomm-multinode-}
+    pid=${pid%-*}
+    kill -0 "$pid" 2>/dev/null && continue
+    echo "   taking down $d, left by killed test process $pid"
+    GPUCOMM_MULTINODE_DIR=$d scripts/multinode/nodes.sh down >/dev/null || true
+  done
+}
+
 # run NAME LIMIT_S DIR CMD...: CMD in DIR (a package's directory, as go test
 # runs it), killed after LIMIT_S; its output goes to a log, shown in full
 # when it fails.
@@ -60,6 +75,7 @@ run() {
   local name=$1 limit=$2 dir=$3 t0=$SECONDS rc=0
   shift 3
   (cd "$dir" && timeout -k 15 "$limit" "$@") >"$bin/log" 2>&1 || rc=$?
+  sweep
   if ((rc == 0)); then
     echo "   ok    $name ($((SECONDS - t0)) s)"
     grep -E '^(--- |    --- )(PASS|SKIP)' "$bin/log" | sed 's/^/         /' || true
@@ -93,13 +109,13 @@ for family in "${families[@]}"; do
   go build -tags "$tag" -o "$bin/$family-gpucomm" ./cmd/gpucomm
   echo "   built in $((SECONDS - t0)) s"
   phase "$family: 2 nodes x 2 ranks"
-  run "$family: conformance + solver on mpi" 480 comm/mpi \
-    "$bin/$family-mpi.test" -test.run '^TestMultinode' -test.v -test.count=1 -test.timeout=450s "${short[@]}"
-  run "$family: conformance + solver on cudaaware" 480 comm/cudaaware \
-    "$bin/$family-cudaaware.test" -test.run '^TestMultinode' -test.v -test.count=1 -test.timeout=450s "${short[@]}"
+  run "$family: conformance + solver on mpi" 660 comm/mpi \
+    "$bin/$family-mpi.test" -test.run '^TestMultinode' -test.v -test.count=1 -test.timeout=620s "${short[@]}"
+  run "$family: conformance + solver on cudaaware" 660 comm/cudaaware \
+    "$bin/$family-cudaaware.test" -test.run '^TestMultinode' -test.v -test.count=1 -test.timeout=620s "${short[@]}"
   GPUCOMM_MULTINODE_GPUCOMM=$bin/$family-gpucomm \
-    run "$family: gpucomm check and heat" 480 cmd/gpucomm \
-    "$bin/$family-gpucomm.test" -test.run '^TestMultinode' -test.v -test.count=1 -test.timeout=450s -test.short
+    run "$family: gpucomm check and heat" 660 cmd/gpucomm \
+    "$bin/$family-gpucomm.test" -test.run '^TestMultinode' -test.v -test.count=1 -test.timeout=620s -test.short
 done
 
 if ((${#failed[@]})); then

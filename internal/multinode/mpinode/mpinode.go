@@ -28,6 +28,11 @@ const (
 	PerNode = 2
 )
 
+// Limit bounds the ranks' tests of one job across the nodes. Open MPI's job
+// takes about 1.5 minutes on an idle 2-core machine; the bound leaves room
+// for a loaded one.
+const Limit = 9 * time.Minute
+
 // UnderLauncher brings Nodes nodes up and runs, PerNode ranks a node, this
 // test binary's TestRankConformance (the whole conformance suite on
 // backend), TestRankSolver (the heat solver's field bit for bit against one
@@ -44,7 +49,7 @@ func UnderLauncher(t *testing.T, backend string) {
 	nodes := multinode.Up(t, Nodes)
 	nodes.UseForMPITests(t, mpi.Family())
 	np := Nodes * PerNode
-	j := mpitest.RunRanks(t, np, "^TestRank(Conformance|Solver|OnItsNode)$", 6*time.Minute,
+	j := mpitest.RunRanks(t, np, "^TestRank(Conformance|Solver|OnItsNode)$", Limit,
 		PerNodeEnv+"="+strconv.Itoa(PerNode))
 	mpitest.ExpectPass(t, np, j)
 	t.Logf("%s across %d nodes × %d ranks passed in %v", backend, Nodes, PerNode, j.Elapsed.Round(time.Millisecond))
