@@ -78,7 +78,8 @@ run() {
   sweep
   if ((rc == 0)); then
     echo "   ok    $name ($((SECONDS - t0)) s)"
-    grep -E '^(--- |    --- )(PASS|SKIP)' "$bin/log" | sed 's/^/         /' || true
+    # The verdicts, and the jobs ended after their work (MPICH's finalize).
+    grep -E '^(--- |    --- )(PASS|SKIP)|was still running .* after its work was done|left MPI_Finalize before' "$bin/log" | sed 's/^ *//; s/^/         /' || true
   else
     [[ $rc == 124 || $rc == 137 ]] && echo "   FAIL  $name: still running after $limit s, killed" || echo "   FAIL  $name: exit $rc ($((SECONDS - t0)) s)"
     sed 's/^/         /' "$bin/log"
