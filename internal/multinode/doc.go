@@ -13,8 +13,16 @@
 //	j := nodes.Launch(t, "openmpi", 2, time.Minute, env, exe, args...)
 //	// j.Output: every rank's output; j.Err: the launcher's exit error
 //	out, err := nodes.Exec(t, "nodeB", "hostname")  // one command on a node
-//	nodes.UseForMPITests(t)  // mpitest.RunRanks and friends launch across
-//	                         // the nodes (np/N ranks a node, nodeA first)
+//	j = nodes.LaunchUntil(t, "mpich", 2, time.Minute, done, env, argv...)
+//	// as Launch, but the job is ended FinalizeGrace after done(output) is
+//	// true, with j.Lingered set: MPICH 4.0.2 + UCX's finalize hang
+//	nodes.UseForMPITests(t, family) // mpitest.RunRanks and friends launch
+//	                                // across the nodes (np/N ranks a node,
+//	                                // nodeA first)
+//
+// Subpackage mpinode runs a backend's TestRank... tests across the nodes
+// (mpinode.UnderLauncher) and checks from inside a rank that the job spans
+// them (mpinode.OnItsNode).
 //
 // Families are "openmpi" and "mpich", the values of internal/mpi.Family().
 // Every Up makes its own set of nodes in its own state directory, so tests in

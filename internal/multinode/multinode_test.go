@@ -169,3 +169,28 @@ func TestWithoutRootTheScriptSaysWhyAndSkips(t *testing.T) {
 		}
 	}
 }
+
+// A job whose work is done but which does not end is ended FinalizeGrace
+// later, on every node, and says so; one that ends by itself is left alone.
+func TestLaunchUntilEndsAJobThatLingersAfterItsWork(t *testing.T) {
+	nodes := Up(t, 2)
+	defer func(g time.Duration) { finalizeGrace = g }(finalizeGrace)
+	finalizeGrace = 2 * time.Second
+	done := func(out string) bool { return strings.Count(out, "work done") == 2 }
+	for _, family := range []string{OpenMPI, MPICH} {
+		t.Run(family, func(t *testing.T) {
+			j := nodes.LaunchUntil(t, family, 1, time.Minute, done, nil, "sh", "-c", "echo work done; exec sleep 300")
+			if !j.Lingered || j.Err == nil || j.Elapsed > 40*time.Second || strings.Count(j.Output, "work done") != 2 {
+				t.Errorf("lingering job: Lingered %v, Err %v, after %v; want it ended soon after its work, with an error\n%s", j.Lingered, j.Err, j.Elapsed, j.Output)
+			}
+			time.Sleep(time.Second)
+			if out, _ := nodes.script("status").CombinedOutput(); !strings.Contains(string(out), "processes in the nodes: 0") {
+				t.Errorf("processes left in the nodes after the job was ended:\n%s", out)
+			}
+			j = nodes.LaunchUntil(t, family, 1, time.Minute, done, nil, "sh", "-c", "echo work done")
+			if j.Lingered || j.Err != nil {
+				t.Errorf("a job that ends: Lingered %v, Err %v\n%s", j.Lingered, j.Err, j.Output)
+			}
+		})
+	}
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpucomm/gpucomm/internal/mpi"
+	"github.com/gpucomm/gpucomm/internal/mpicomm/mpitest"
+	"github.com/gpucomm/gpucomm/internal/multinode"
+)
+
+// The gpucomm command across 2 simulated nodes × 2 ranks (GPUCOMM_MULTINODE=1,
+// root; scripts/multinode/ci.sh runs these). GPUCOMM_MULTINODE_GPUCOMM names
+// a gpucomm built for this binary's MPI family, else the test builds one.
+
+const multinodeNodes, multinodePerNode = 2, 2
+
+// multinodeCommand brings the nodes up and returns them with the gpucomm
+// command to launch on them; it skips t where either is not possible.
+func multinodeCommand(t *testing.T) (*multinode.Nodes, string) {
+	t.Helper()
+	if mpitest.InRanks() {
+		t.Skip("a rank of a launched job")
+	}
+	if !mpiBuiltForTest {
+		t.Skip("MPI is not built in: build with -tags mpi or -tags mpich")
+	}
+	nodes := multinode.Up(t, multinodeNodes)
+	if bin := os.Getenv("GPUCOMM_MULTINODE_GPUCOMM"); bin != "" {
+		return nodes, bin
+	}
+	return nodes, mpitest.BuildCommand(t)
+}
+
+// finalizeWatch is, under MPICH, the watchdog for its known finalize hang
+// (multinode.LaunchUntil): the job's work is done once its output holds
+// last, the start of the last line rank 0 prints. Under Open MPI: none.
+func finalizeWatch(last string) func(string) bool {
+	if mpi.Family() != multinode.MPICH {
+		return nil
+	}
+	return func(out string) bool { return strings.Contains(out, last) }
+}
+
+// gpucomm check passes every case on both MPI backends across the nodes,
+// and its IPC probe shares a buffer among one node's ranks only.
+func TestMultinodeCheckPasses(t *testing.T) {
+	nodes, bin := multinodeCommand(t)
+	for _, backend := range []string{"mpi", "cudaaware"} {
+		t.Run(backend, func(t *testing.T) {
+			args := []string{bin, "check", "-backend", backend}
+			if testing.Short() || mpi.Family() == "mpich" {
+				args = append(args, "-short")
+			}
+			j := nodes.LaunchUntil(t, mpi.Family(), multinodePerNode, 5*time.Minute, finalizeWatch("\nPASS: "), []string{"GPUCOMM_DEVICE=host"}, args...)
+			if (j.Err != nil && !j.Lingered) || !strings.Contains(j.Output, "PASS") || strings.Contains(j.Output, "FAIL") {
+				t.Fatalf("gpucomm check -backend %s across %d nodes × %d ranks: %v; output:\n%s", backend, multinodeNodes, multinodePerNode, j.Err, j.Output)
+			}
+			for _, want := range []string{
+				"agree: rank 0 of 4",
+				"buffer opened by the node's 2 ranks through IPC handles", // one node's ranks, not all 4
+			} {
+				if !strings.Contains(j.Output, want) {
+					t.Errorf("gpucomm check -backend %s across nodes does not say %q; output:\n%s", backend, want, j.Output)
+				}
+			}
+		})
+	}
+}
+
+// gpucomm heat across the nodes ends with the residual that one in-process
+// rank computes, for row slabs and for a 2-D split of the grid.
+func TestMultinodeHeatMatchesOneRank(t *testing.T) {
+	nodes, bin := multinodeCommand(t)
+	for _, c := range []struct {
+		backend string
+		args    []string
+	}{
+		{"mpi", []string{"-n", "96", "-m", "80", "-steps", "60", "-k", "10", "-seed", "5"}},
+		{"mpi", []string{"-n", "96", "-m", "80", "-steps", "60", "-k", "10", "-seed", "5", "-decomp", "2d", "-dtype", "float32"}},
+		{"cudaaware", []string{"-n", "70", "-steps", "40", "-k", "4", "-seed", "9", "-overlap=false"}},
+	} {
+		t.Run(c.backend+"/"+strings.Join(c.args, " "), func(t *testing.T) {
+			code, one, errOut := runCLI(t, append([]string{"heat", "-backend", "local", "-np", "1", "-noprogress"}, c.args...)...)
+			if code != exitOK {
+				t.Fatalf("heat on one local rank: exit %d\n%s%s", code, one, errOut)
+			}
+			j := nodes.LaunchUntil(t, mpi.Family(), multinodePerNode, 3*time.Minute, finalizeWatch("\nresidual: "), []string{"GPUCOMM_DEVICE=host"},
+				append([]string{bin, "heat", "-backend", c.backend, "-noprogress"}, c.args...)...)
+			if j.Err != nil && !j.Lingered {
+				t.Fatalf("heat across nodes: %v\n%s", j.Err, j.Output)
+			}
+			if h := lineWith(t, j.Output, "heat: "); !strings.Contains(h, "4 ranks on "+c.backend) {
+				t.Errorf("header %q; want 4 ranks on %s", h, c.backend)
+			}
+			for _, prefix := range []string{"steps: ", "residual: "} {
+				if got, want := lineWith(t, j.Output, prefix), lineWith(t, one, prefix); got != want {
+					t.Errorf("across nodes %q, on one rank %q", got, want)
+				}
+			}
+		})
+	}
+}
