@@ -447,7 +447,10 @@ func (c *Comm) takeTags(ps []comm.P2P, tags []int, turns []nodepath.Turn) ([]int
 	c.peerMu.Lock()
 	defer c.peerMu.Unlock()
 	for _, p := range ps {
-		t, _ := c.nodeTurnFor(p.Peer, p.Kind == comm.SendKind, false, p.Count*p.DType.Size())
+		var t nodepath.Turn
+		if bytes := p.Count * p.DType.Size(); !c.ipcFor(p.Peer, bytes) { // the IPC path needs no turn
+			t, _ = c.nodeTurnFor(p.Peer, p.Kind == comm.SendKind, false, bytes)
+		}
 		turns = append(turns, t)
 		seq := &c.recvSeq[p.Peer]
 		if p.Kind == comm.SendKind {
