@@ -30,6 +30,12 @@ func TestIPCPathUnderLauncher(t *testing.T) {
 			mpitest.ExpectPass(t, np, mpitest.RunRanks(t, np, "^TestRank(IPCPath|NodePath|StreamOrderedP2P)$", 3*time.Minute))
 		})
 	}
+	// Every message and collective of one byte or more between the ranks
+	// takes the IPC path: the whole conformance suite, reductions of every
+	// element type and Op included, against the host reference.
+	t.Run("ConformanceThroughIPC", func(t *testing.T) {
+		mpitest.ExpectPass(t, 3, mpitest.RunRanks(t, 3, "^TestRank(Conformance|IPCCollectives)$", 6*time.Minute, "GPUCOMM_NODE_BYTES=1"))
+	})
 	t.Run("OffOnOneRank", func(t *testing.T) {
 		mpitest.ExpectPass(t, 3, mpitest.RunRanks(t, 3, "^TestRankIPCPath$", 3*time.Minute, ipcOffRankEnv+"=2"))
 	})
@@ -305,4 +311,55 @@ func b2i(b bool) int64 {
 		return 1
 	}
 	return 0
+}
+
+// TestRankIPCCollectives: run with GPUCOMM_NODE_BYTES=1, every reduction
+// and broadcast of a job on one node goes through the IPC path (its counter
+// says so), with the results of the host reference checked by the
+// conformance suite run beside it; here the counter, in place and not.
+func TestRankIPCCollectives(t *testing.T) {
+	mpitest.RankOnly(t)
+	c, err := comm.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mc := c.(*mpicomm.Comm)
+	if !mc.IPCAll() {
+		t.Fatalf("IPCAll false on a job of one node with GPUCOMM_NODE_BYTES=%q", os.Getenv("GPUCOMM_NODE_BYTES"))
+	}
+	dev := c.Device()
+	p, r := c.Size(), c.Rank()
+	const n = 1001 // not a multiple of the ranks: parts of different sizes
+	x := ipcUpload(t, dev, ipcValues(r, n))
+	y := ipcUpload(t, dev, slices.Repeat([]float64{ipcPoison}, n))
+	before := mc.IPCCollectives()
+	if err := comm.AllReduce(c, x, y, comm.Sum, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float64, n)
+	for q := range p {
+		for i, v := range ipcValues(q, n) {
+			want[i] += v
+		}
+	}
+	ipcExpect(t, "AllReduce", y, want)
+	if err := comm.AllReduce(c, x, x, comm.Sum, nil); err != nil { // in place
+		t.Fatal(err)
+	}
+	ipcExpect(t, "AllReduce in place", x, want)
+	if err := comm.Broadcast(c, x, y, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	ipcExpect(t, "Broadcast", y, want)
+	if got := mc.IPCCollectives() - before; got != 3 {
+		t.Errorf("%d collectives through the IPC path, want 3", got)
+	}
+	x.Free()
+	y.Free()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := dev.Stats(); st.Opened != 0 || st.Buffers != 0 || st.Pinned != 0 {
+		t.Errorf("left after Close: %+v", st)
+	}
 }

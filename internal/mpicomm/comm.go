@@ -103,7 +103,8 @@ type Comm struct {
 	nodeSent, nodeGot atomic.Int64   // messages that went the node path (ring or IPC)
 	// The IPC path (ipcpath.go): which pairs of the node it serves, and
 	// what it needs (nil cache: it serves none here).
-	ipc ipcPath
+	ipc    ipcPath
+	ipcAll bool // every rank is on this node and every pair reaches: collectives may take the IPC path
 }
 
 var _ comm.Communicator = (*Comm)(nil)
@@ -260,7 +261,8 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	// reductions (each off on every rank if off on one, else the largest
 	// threshold); one Allreduce(max) settles them all (agreement).
 	want := agreement{failed: localErr != nil, debug: o.Debug, announce: o.Timeout > 0, chunk: chunk,
-		nodeOff: nodeMin <= 0, nodeMin: max(nodeMin, 0), stageOff: stage <= 0, stage: max(stage, 0), ipc: reach != nil}
+		nodeOff: nodeMin <= 0, nodeMin: max(nodeMin, 0), stageOff: stage <= 0, stage: max(stage, 0), ipc: reach != nil,
+		ipcPartial: !reachesAll(reach, c.rank)}
 	if parent != nil {
 		want.debug, want.announce, want.chunk = parent.debug, parent.announce, parent.chunk
 	}
@@ -288,6 +290,7 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 		if err := c.setUpIPC(reach); err != nil {
 			return c, err
 		}
+		c.ipcAll = !got.ipcPartial
 	}
 	c.eng.Pool = pipeline.NewPool(c.dev, c.policy().PoolBase())
 	c.timeout = o.Timeout
@@ -322,17 +325,19 @@ type agreement struct {
 	stageOff bool // some rank has staged reductions off
 	stage    int
 	ipc      bool // some rank reaches a peer through the IPC path
+	// some rank does not reach every other (or is on another node)
+	ipcPartial bool
 }
 
 // settle is one Allreduce(max) of the agreement over ctl.
 func (a agreement) settle(ctl *mpi.Comm) (agreement, error) {
 	v := []int64{b2i(a.failed), b2i(a.debug), b2i(a.announce), -int64(a.chunk),
-		b2i(a.nodeOff), int64(a.nodeMin), b2i(a.stageOff), int64(a.stage), b2i(a.ipc)}
+		b2i(a.nodeOff), int64(a.nodeMin), b2i(a.stageOff), int64(a.stage), b2i(a.ipc), b2i(a.ipcPartial)}
 	if err := mpi.AllreduceInt64s(ctl, v, mpi.Max); err != nil {
 		return agreement{}, err
 	}
 	return agreement{failed: v[0] != 0, debug: v[1] != 0, announce: v[2] != 0, chunk: int(-v[3]),
-		nodeOff: v[4] != 0, nodeMin: int(v[5]), stageOff: v[6] != 0, stage: int(v[7]), ipc: v[8] != 0}, nil
+		nodeOff: v[4] != 0, nodeMin: int(v[5]), stageOff: v[6] != 0, stage: int(v[7]), ipc: v[8] != 0, ipcPartial: v[9] != 0}, nil
 }
 
 func b2i(b bool) int64 {

@@ -96,7 +96,9 @@ type ipcPath struct {
 	free   []devmem.Buffer // pinned cells: room bytes, then the acknowledgement
 	all    []devmem.Buffer
 
-	sent, got, staged atomic.Int64 // messages through the path; those that fell back to the pipeline
+	sent, got, staged atomic.Int64  // messages through the path; those that fell back to the pipeline
+	collectives       atomic.Int64  // reductions and broadcasts through the path (ipcpath_reduce.go)
+	scratch           devmem.Buffer // reductions' parts, which the peers read
 }
 
 // ipcFor reports whether a message of bytes bytes to or from peer takes the
@@ -119,6 +121,16 @@ func (c *Comm) ackOn(on *mpi.Comm) *mpi.Comm {
 func (c *Comm) IPCMessages() (sent, received, staged int64) {
 	return c.ipc.sent.Load(), c.ipc.got.Load(), c.ipc.staged.Load()
 }
+
+// IPCCollectives counts the reductions and broadcasts this rank ran
+// through the IPC path; IPCAll reports whether they can (every rank of the
+// communicator on one node, every pair reaching).
+func (c *Comm) IPCCollectives() int64 { return c.ipc.collectives.Load() }
+
+// IPCAll reports whether collectives go through the IPC path (from nodeMin
+// bytes): every rank of the communicator is on this node and reaches every
+// other, as the ranks agreed.
+func (c *Comm) IPCAll() bool { return c.ipcAll }
 
 // IPCCache is the counters of the cache of peer buffers opened; the zero
 // Stats when the IPC path is off.
@@ -260,6 +272,9 @@ func (c *Comm) closeIPC() error {
 	c.ipc.cellMu.Unlock()
 	if c.ipc.cache != nil {
 		errs = append(errs, c.ipc.cache.Close())
+	}
+	if !c.ipc.scratch.IsZero() {
+		errs = append(errs, c.ipc.scratch.Free())
 	}
 	if c.ipc.copies != nil {
 		errs = append(errs, c.ipc.copies.Destroy())
@@ -514,4 +529,17 @@ func (c *Comm) refuseControl(o *op, t transfer, ctl []byte) error {
 // message.
 func isControl(b []byte, got int) bool {
 	return got == ctlLen && len(b) >= ctlLen && binary.LittleEndian.Uint64(b) == ctlMagic
+}
+
+// reachesAll reports whether reach holds every rank but me.
+func reachesAll(reach []bool, me int) bool {
+	if reach == nil {
+		return false
+	}
+	for q, ok := range reach {
+		if q != me && !ok {
+			return false
+		}
+	}
+	return true
 }

@@ -93,15 +93,15 @@ func (c *Comm) dispatch(call driver.Call) error { return c.dispatchFlight(call, 
 func (c *Comm) dispatchFlight(call driver.Call, fl driver.Flight) error {
 	switch call.Operation {
 	case driver.OpAllReduce:
-		return c.either(call, fl, (*Comm).directAllReduce, (*Comm).stagedAllReduce)
+		return c.either(call, fl, (*Comm).directAllReduce, (*Comm).nodeAllReduce)
 	case driver.OpReduce:
-		return c.either(call, fl, (*Comm).directReduce, (*Comm).stagedReduce)
+		return c.either(call, fl, (*Comm).directReduce, (*Comm).nodeReduce)
 	case driver.OpBroadcast:
-		return c.either(call, fl, (*Comm).directBroadcast, (*Comm).stagedBroadcast)
+		return c.either(call, fl, (*Comm).directBroadcast, (*Comm).nodeBroadcast)
 	case driver.OpAllGather:
 		return c.either(call, fl, (*Comm).directAllGather, (*Comm).stagedBlocks)
 	case driver.OpReduceScatter:
-		return c.either(call, fl, (*Comm).directReduceScatter, (*Comm).stagedReduceScatter)
+		return c.either(call, fl, (*Comm).directReduceScatter, (*Comm).nodeReduceScatter)
 	case driver.OpAllToAll:
 		return c.either(call, fl, (*Comm).directAllToAll, (*Comm).stagedBlocks)
 	case driver.OpGather:
