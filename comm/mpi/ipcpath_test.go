@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -113,6 +114,22 @@ func TestRankIPCPath(t *testing.T) {
 		want := q != r && r != offRank && q != offRank
 		if got := q < len(peers) && peers[q]; got != want {
 			t.Fatalf("rank %d reaches rank %d through the IPC path: %v, want %v (off on rank %d)", r, q, got, want, offRank)
+		}
+	}
+	// gpucomm info's lines: the IPC path or the ring, and why.
+	routes := mc.NodeRoutes()
+	if len(routes) != p-1 {
+		t.Fatalf("%d routes for %d other ranks: %q", len(routes), p-1, routes)
+	}
+	for _, line := range routes {
+		var q int
+		fmt.Sscanf(line, "rank %d:", &q)
+		want := fmt.Sprintf("rank %d: IPC from %d bytes", q, nodeMin)
+		if q == offRank || r == offRank {
+			want = fmt.Sprintf("rank %d: pinned ring from %d bytes: no IPC: ", q, nodeMin)
+		}
+		if !strings.HasPrefix(line, want) || (r == offRank && !strings.Contains(line, mpicomm.IPCEnv+"=off on this rank")) {
+			t.Errorf("route %q, want it to start %q", line, want)
 		}
 	}
 	// With the path off on a rank, its ring neighbours use the ring.

@@ -45,9 +45,12 @@ type Limits struct {
 }
 
 // Defaults: UCX keeps unbounded; these keep a few large buffers per peer.
+// An entry of memory its exporter has freed holds that memory (a GPU's
+// driver frees it when the last mapping goes) until it is evicted, so the
+// byte bound is well below a GPU's memory.
 const (
 	DefaultEntries = 256
-	DefaultBytes   = 64 << 30
+	DefaultBytes   = 16 << 30
 )
 
 // Stats are a cache's counters.

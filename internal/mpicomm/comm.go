@@ -235,6 +235,9 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 		// Every rank of the node takes part, wanted or not.
 		if reach, err = c.probeIPC(node, mates, localErr == nil && nodeMin > 0 && ipcOn); err != nil {
 			reach = nil
+			c.ipc.why = fmt.Sprintf("the probe of the node's devices failed (%v)", err)
+		} else if !ipcOn {
+			c.ipc.why = IPCEnv + "=off on this rank"
 		}
 	} else {
 		nodeMin = 0

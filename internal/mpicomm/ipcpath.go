@@ -99,6 +99,8 @@ type ipcPath struct {
 	sent, got, staged atomic.Int64  // messages through the path; those that fell back to the pipeline
 	collectives       atomic.Int64  // reductions and broadcasts through the path (ipcpath_reduce.go)
 	scratch           devmem.Buffer // reductions' parts, which the peers read
+	scratchWas        int           // the size of the last scratch
+	why               string        // why this rank reaches no one, when it does not
 }
 
 // ipcFor reports whether a message of bytes bytes to or from peer takes the
@@ -542,4 +544,32 @@ func reachesAll(reach []bool, me int) bool {
 		}
 	}
 	return true
+}
+
+// NodeRoutes says, for every other rank, which way a message of NodeBytes
+// or more to it goes and why: for gpucomm info.
+func (c *Comm) NodeRoutes() []string {
+	var out []string
+	for q := range c.size {
+		if q == c.rank {
+			continue
+		}
+		var how string
+		switch {
+		case c.onNode == nil || !c.onNode[q]:
+			how = "MPI (host-staged): another node"
+		case c.nodeMin <= 0:
+			how = "MPI (host-staged): the node path is off (GPUCOMM_NODE_BYTES=off on some rank, or the ranks cannot map each other's pinned memory)"
+		case c.ipcFor(q, c.nodeMin):
+			how = fmt.Sprintf("IPC from %d bytes: one device copy, the devices reach each other (same device, peer access or shared memory)", c.nodeMin)
+		default:
+			why := c.ipc.why
+			if why == "" {
+				why = "the devices cannot open each other's memory (different GPUs without peer access), or " + IPCEnv + "=off on that rank"
+			}
+			how = fmt.Sprintf("pinned ring from %d bytes: no IPC: %s", c.nodeMin, why)
+		}
+		out = append(out, fmt.Sprintf("rank %d: %s", q, how))
+	}
+	return out
 }

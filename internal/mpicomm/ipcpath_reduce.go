@@ -84,17 +84,20 @@ func (c *Comm) scratchFor(n int) (devmem.Buffer, error) {
 		return c.ipc.scratch.Slice(0, n)
 	}
 	if !c.ipc.scratch.IsZero() {
+		c.ipc.scratchWas = c.ipc.scratch.Len()
 		if err := c.ipc.scratch.Free(); err != nil {
 			return devmem.Buffer{}, err
 		}
 		c.ipc.scratch = devmem.Buffer{}
 	}
-	b, err := c.dev.Alloc(n)
+	// Twice what it was at least: each scratch freed stays mapped in the
+	// peers' caches until evicted, so few sizes are better than many.
+	b, err := c.dev.Alloc(max(n, 2*c.ipc.scratchWas))
 	if err != nil {
 		return b, err
 	}
-	c.ipc.scratch = b
-	return b, nil
+	c.ipc.scratch, c.ipc.scratchWas = b, b.Len()
+	return b.Slice(0, n)
 }
 
 // part is the element range [lo, hi) of rank q's part of count elements.
