@@ -229,9 +229,6 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 		if envErr != nil && localErr == nil {
 			localErr = envErr
 		}
-		if parent != nil {
-			ipcOn = parent.ipc.ackP2P != nil
-		}
 		// Every rank of the node takes part, wanted or not.
 		if reach, err = c.probeIPC(node, mates, localErr == nil && nodeMin > 0 && ipcOn); err != nil {
 			reach = nil
