@@ -330,19 +330,20 @@ func b2i(b bool) int64 {
 	return 0
 }
 
-// TestRankIPCCollectives: run with GPUCOMM_NODE_BYTES=1, every reduction
+// TestRankIPCCollectives: with a node path from one byte, every reduction
 // and broadcast of a job on one node goes through the IPC path (its counter
-// says so), with the results of the host reference checked by the
-// conformance suite run beside it; here the counter, in place and not.
+// says so); the conformance suite, run beside it with GPUCOMM_NODE_BYTES=1,
+// checks every element type and Op against the host reference; here the
+// counter, in place and not.
 func TestRankIPCCollectives(t *testing.T) {
 	mpitest.RankOnly(t)
-	c, err := comm.Open(name)
+	c, err := comm.Open(name, comm.WithNodeBytes(1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	mc := c.(*mpicomm.Comm)
 	if !mc.IPCAll() {
-		t.Fatalf("IPCAll false on a job of one node with GPUCOMM_NODE_BYTES=%q", os.Getenv("GPUCOMM_NODE_BYTES"))
+		t.Fatal("IPCAll false on a job of one node")
 	}
 	dev := c.Device()
 	p, r := c.Size(), c.Rank()
