@@ -284,8 +284,23 @@ func pattern(seed uint64) []byte {
 	return b
 }
 
+// deviceEnv names the device the child and the parent of the reallocation
+// test use: the host device unless a GPU test says "cuda:0".
+const deviceEnv = "GPUCOMM_IPCCACHE_DEVICE"
+
+func testDevice() (*devmem.Device, error) {
+	spec := os.Getenv(deviceEnv)
+	if spec == "" {
+		return devmem.NewHostDevice(), nil
+	}
+	return devmem.Open(spec, 0)
+}
+
 func reallocChild() error {
-	dev := devmem.NewHostDevice()
+	dev, err := testDevice()
+	if err != nil {
+		return err
+	}
 	in := bufio.NewScanner(os.Stdin)
 	alloc := func(seed uint64) (devmem.Buffer, error) {
 		b, err := dev.Alloc(reallocBytes)
@@ -342,7 +357,19 @@ func reallocChild() error {
 // allocates another at the same address (on the host device, even under the
 // same descriptor number). The cache must open the new memory, not serve
 // the old mapping.
-func TestReallocationAtTheSameAddressIsANewEntry(t *testing.T) {
+func TestReallocationAtTheSameAddressIsANewEntry(t *testing.T) { reallocation(t, "") }
+
+// The same on a GPU (GPUCOMM_GPU_TESTS=1): legacy CUDA IPC handles, whose
+// driver bytes differ for a new allocation at the same address.
+func TestReallocationAtTheSameAddressOnAGPU(t *testing.T) {
+	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
+		t.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU")
+	}
+	reallocation(t, "cuda:0")
+}
+
+func reallocation(t *testing.T, spec string) {
+	t.Setenv(deviceEnv, spec)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=realloc")
 	cmd.Stderr = os.Stderr
@@ -379,7 +406,10 @@ func TestReallocationAtTheSameAddressIsANewEntry(t *testing.T) {
 		}
 		return h, addr
 	}
-	dev := devmem.NewHostDevice()
+	dev, err := testDevice()
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := newCache(t, dev, Limits{})
 	ha, addrA := read()
 	ra, err := c.Open(ha)
