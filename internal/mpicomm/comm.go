@@ -100,7 +100,11 @@ type Comm struct {
 	nodeMin           int
 	onNode            []bool
 	nodes             nodepath.Table // the links made so far, under peerMu
-	nodeSent, nodeGot atomic.Int64   // messages that went the node path
+	nodeSent, nodeGot atomic.Int64   // messages that went the node path (ring or IPC)
+	// The IPC path (ipcpath.go): which pairs of the node it serves, and
+	// what it needs (nil cache: it serves none here).
+	ipc    ipcPath
+	ipcAll bool // every rank is on this node and every pair reaches: collectives may take the IPC path
 }
 
 var _ comm.Communicator = (*Comm)(nil)
@@ -216,9 +220,21 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	// Whether the ranks of the node can map each other's pinned memory:
 	// every rank of the node takes part (the condition is the same on all
 	// of them), set up or not, node path wanted or not.
+	var reach []bool // the ranks this rank reaches through the IPC path
 	if c.strat.nodePath() && c.localSize > 1 && (parent == nil || parent.nodeMin > 0) {
 		if err := c.probeNode(node, localErr == nil && nodeMin > 0); err != nil {
 			nodeMin = 0
+		}
+		ipcOn, envErr := ipcWanted()
+		if envErr != nil && localErr == nil {
+			localErr = envErr
+		}
+		// Every rank of the node takes part, wanted or not.
+		if reach, err = c.probeIPC(node, mates, localErr == nil && nodeMin > 0 && ipcOn); err != nil {
+			reach = nil
+			c.ipc.why = fmt.Sprintf("the probe of the node's devices failed (%v)", err)
+		} else if !ipcOn {
+			c.ipc.why = IPCEnv + "=off on this rank"
 		}
 	} else {
 		nodeMin = 0
@@ -245,7 +261,8 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	// reductions (each off on every rank if off on one, else the largest
 	// threshold); one Allreduce(max) settles them all (agreement).
 	want := agreement{failed: localErr != nil, debug: o.Debug, announce: o.Timeout > 0, chunk: chunk,
-		nodeOff: nodeMin <= 0, nodeMin: max(nodeMin, 0), stageOff: stage <= 0, stage: max(stage, 0)}
+		nodeOff: nodeMin <= 0, nodeMin: max(nodeMin, 0), stageOff: stage <= 0, stage: max(stage, 0), ipc: reach != nil,
+		ipcPartial: !reachesAll(reach, c.rank)}
 	if parent != nil {
 		want.debug, want.announce, want.chunk = parent.debug, parent.announce, parent.chunk
 	}
@@ -267,6 +284,13 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	}
 	if !got.stageOff {
 		c.stageReduce = got.stage
+	}
+	if c.nodeMin > 0 && got.ipc {
+		// Some pair has the IPC path: every rank makes its communicators.
+		if err := c.setUpIPC(reach); err != nil {
+			return c, err
+		}
+		c.ipcAll = !got.ipcPartial
 	}
 	c.eng.Pool = pipeline.NewPool(c.dev, c.policy().PoolBase())
 	c.timeout = o.Timeout
@@ -300,17 +324,20 @@ type agreement struct {
 	nodeMin  int
 	stageOff bool // some rank has staged reductions off
 	stage    int
+	ipc      bool // some rank reaches a peer through the IPC path
+	// some rank does not reach every other (or is on another node)
+	ipcPartial bool
 }
 
 // settle is one Allreduce(max) of the agreement over ctl.
 func (a agreement) settle(ctl *mpi.Comm) (agreement, error) {
 	v := []int64{b2i(a.failed), b2i(a.debug), b2i(a.announce), -int64(a.chunk),
-		b2i(a.nodeOff), int64(a.nodeMin), b2i(a.stageOff), int64(a.stage)}
+		b2i(a.nodeOff), int64(a.nodeMin), b2i(a.stageOff), int64(a.stage), b2i(a.ipc), b2i(a.ipcPartial)}
 	if err := mpi.AllreduceInt64s(ctl, v, mpi.Max); err != nil {
 		return agreement{}, err
 	}
 	return agreement{failed: v[0] != 0, debug: v[1] != 0, announce: v[2] != 0, chunk: int(-v[3]),
-		nodeOff: v[4] != 0, nodeMin: int(v[5]), stageOff: v[6] != 0, stage: int(v[7])}, nil
+		nodeOff: v[4] != 0, nodeMin: int(v[5]), stageOff: v[6] != 0, stage: int(v[7]), ipc: v[8] != 0, ipcPartial: v[9] != 0}, nil
 }
 
 func b2i(b bool) int64 {
@@ -364,6 +391,7 @@ func (c *Comm) teardown(failed bool) error {
 		errs = append(errs, c.ann.stop())
 	}
 	errs = append(errs, c.nodes.Close())
+	errs = append(errs, c.closeIPC())
 	if c.eng.Pool != nil {
 		errs = append(errs, c.eng.Pool.Close())
 	}

@@ -93,15 +93,15 @@ func (c *Comm) dispatch(call driver.Call) error { return c.dispatchFlight(call, 
 func (c *Comm) dispatchFlight(call driver.Call, fl driver.Flight) error {
 	switch call.Operation {
 	case driver.OpAllReduce:
-		return c.either(call, fl, (*Comm).directAllReduce, (*Comm).stagedAllReduce)
+		return c.either(call, fl, (*Comm).directAllReduce, (*Comm).nodeAllReduce)
 	case driver.OpReduce:
-		return c.either(call, fl, (*Comm).directReduce, (*Comm).stagedReduce)
+		return c.either(call, fl, (*Comm).directReduce, (*Comm).nodeReduce)
 	case driver.OpBroadcast:
-		return c.either(call, fl, (*Comm).directBroadcast, (*Comm).stagedBroadcast)
+		return c.either(call, fl, (*Comm).directBroadcast, (*Comm).nodeBroadcast)
 	case driver.OpAllGather:
 		return c.either(call, fl, (*Comm).directAllGather, (*Comm).stagedBlocks)
 	case driver.OpReduceScatter:
-		return c.either(call, fl, (*Comm).directReduceScatter, (*Comm).stagedReduceScatter)
+		return c.either(call, fl, (*Comm).directReduceScatter, (*Comm).nodeReduceScatter)
 	case driver.OpAllToAll:
 		return c.either(call, fl, (*Comm).directAllToAll, (*Comm).stagedBlocks)
 	case driver.OpGather:
@@ -447,7 +447,10 @@ func (c *Comm) takeTags(ps []comm.P2P, tags []int, turns []nodepath.Turn) ([]int
 	c.peerMu.Lock()
 	defer c.peerMu.Unlock()
 	for _, p := range ps {
-		t, _ := c.nodeTurnFor(p.Peer, p.Kind == comm.SendKind, false, p.Count*p.DType.Size())
+		var t nodepath.Turn
+		if bytes := p.Count * p.DType.Size(); !c.ipcFor(p.Peer, bytes) { // the IPC path needs no turn
+			t, _ = c.nodeTurnFor(p.Peer, p.Kind == comm.SendKind, false, bytes)
+		}
 		turns = append(turns, t)
 		seq := &c.recvSeq[p.Peer]
 		if p.Kind == comm.SendKind {

@@ -212,6 +212,8 @@ type transfer struct {
 	// as the pair's message ticket.
 	link   *nodepath.Link
 	ticket uint64
+	// ipc moves the message through the IPC path (ipcpath.go).
+	ipc bool
 }
 
 func (t transfer) String() string {
@@ -243,9 +245,17 @@ func (c *Comm) move(o *op, ts []transfer) error {
 }
 
 func (c *Comm) moveOne(o *op, t transfer) error {
+	if t.ipc {
+		return c.ipcMove(o, t)
+	}
 	if t.link != nil {
 		return c.explainTimeout(o, t, c.nodeMove(o, t))
 	}
+	return c.explainTimeout(o, t, c.stagedMove(o, t))
+}
+
+// stagedMove runs one transfer through the chunk pipeline.
+func (c *Comm) stagedMove(o *op, t transfer) error {
 	p := c.cut(t.bytes, t.dt.Size())
 	p.AtLeastOne = true
 	if t.send {
@@ -267,15 +277,23 @@ func (c *Comm) moveOne(o *op, t transfer) error {
 		// (its count differs): the first chunk's receive has room for the
 		// header, which is then told from data by its length and magic.
 		header := c.nodeMin > 0 && t.on == c.p2p && c.onNode[t.peers[0]]
+		// From a rank the IPC path serves, it may be an IPC control message.
+		hdrLen := nodepath.HdrLen
+		if header && c.ipc.cache != nil && c.ipc.reach[t.peers[0]] {
+			hdrLen = max(hdrLen, ctlLen)
+		}
 		p.Start = func(s *slot, off, n int) ([]*mpi.Request, error) {
 			room := n
-			if header && off == 0 && s.Buf.Len() >= nodepath.HdrLen {
-				room = max(n, nodepath.HdrLen)
+			if header && off == 0 && s.Buf.Len() >= hdrLen {
+				room = max(n, hdrLen)
 			}
 			return one(t.on.Irecv(s.Buf.Addr(), room, mpi.Byte, t.peers[0], t.tag))
 		}
 		p.Check = func(s *slot, off, n int, reqs []*mpi.Request) error {
 			got := reqs[0].Status().Count
+			if header && off == 0 && hdrLen > nodepath.HdrLen && isControl(s.Bytes(min(got, hdrLen)), got) {
+				return c.refuseControl(o, t, s.Bytes(ctlLen))
+			}
 			if header && off == 0 && got == nodepath.HdrLen && nodepath.IsHeader(s.Bytes(nodepath.HdrLen)) {
 				err := fmt.Errorf("%v: rank %d sent %d bytes through the node path; the sender's count differs: %w",
 					t, t.peers[0], nodepath.HeaderBytes(s.Bytes(nodepath.HdrLen)), comm.ErrMismatch)
@@ -314,8 +332,9 @@ func (c *Comm) explainTimeout(o *op, t transfer, err error) error {
 func (c *Comm) stagedP2P(o *op, ps []comm.P2P, tags []int, tickets []nodepath.Turn) error {
 	ts := make([]transfer, len(ps))
 	for i, p := range ps {
-		ts[i] = transfer{send: p.Kind == comm.SendKind, peers: []int{p.Peer}, buf: p.Buf, bytes: p.Count * p.DType.Size(), dt: p.DType, on: c.p2p, tag: tags[i],
-			link: tickets[i].Link, ticket: tickets[i].Ticket}
+		bytes := p.Count * p.DType.Size()
+		ts[i] = transfer{send: p.Kind == comm.SendKind, peers: []int{p.Peer}, buf: p.Buf, bytes: bytes, dt: p.DType, on: c.p2p, tag: tags[i],
+			link: tickets[i].Link, ticket: tickets[i].Ticket, ipc: c.ipcFor(p.Peer, bytes)}
 	}
 	return c.move(o, ts)
 }
@@ -412,6 +431,12 @@ func (c *Comm) nodeBlocks(ts []transfer) []transfer {
 	for _, t := range ts {
 		var rest []int
 		for _, peer := range t.peers {
+			if c.ipcFor(peer, t.bytes) {
+				one := t
+				one.peers, one.ipc = []int{peer}, true
+				out = append(out, one)
+				continue
+			}
 			turn, ok := c.nodeTurnFor(peer, t.send, true, t.bytes)
 			if !ok {
 				rest = append(rest, peer)

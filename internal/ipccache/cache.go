@@ -1,0 +1,271 @@
+package ipccache
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/gpucomm/gpucomm/devmem"
+)
+
+// Key is an allocation's identity across processes: a marshalled
+// devmem.IPCHandle with its range (offset and size) and checksum zeroed. What
+// is left names the exporting device, process and node and the driver's
+// bytes for the allocation (a legacy CUDA IPC handle, a VMM allocation's id
+// and its exporter's token, or a memfd's pid, descriptor, inode and device).
+type Key [devmem.HandleSize]byte
+
+// The bytes of a marshalled handle that say which part of the allocation
+// it names, and its checksum (devmem/ipc.go's layout, version 2): they are
+// not part of the allocation's identity. TestKeyIsTheAllocation checks the
+// layout still holds.
+const (
+	rangeLo, rangeHi = 16, 32
+	crcLo            = 192
+)
+
+// KeyOf is the identity of the allocation h names.
+func KeyOf(h devmem.IPCHandle) (Key, error) {
+	var k Key
+	b, err := h.MarshalBinary()
+	if err != nil {
+		return k, err
+	}
+	copy(k[:], b)
+	clear(k[rangeLo:rangeHi])
+	clear(k[crcLo:])
+	return k, nil
+}
+
+// Limits bound a cache. A zero field takes its default.
+type Limits struct {
+	Entries int   // allocations kept open at once
+	Bytes   int64 // their bytes, as far as the views opened reach
+}
+
+// Defaults: UCX keeps unbounded; these keep a few large buffers per peer.
+// An entry of memory its exporter has freed holds that memory (a GPU's
+// driver frees it when the last mapping goes) until it is evicted, so the
+// byte bound is well below a GPU's memory.
+const (
+	DefaultEntries = 256
+	DefaultBytes   = 16 << 30
+)
+
+// Stats are a cache's counters.
+type Stats struct {
+	Hits      int64 // Opens served by a view already open
+	Misses    int64 // Opens that opened a view
+	Evictions int64 // entries closed to stay within the limits
+	Entries   int   // allocations open now
+	Views     int   // views open now (an allocation may have several ranges open)
+	Bytes     int64 // the bytes the open views reach
+	InUse     int   // entries with a Ref not yet released
+}
+
+// Cache is a process's opened IPC handles on one device. It is safe for
+// concurrent use.
+type Cache struct {
+	dev    *devmem.Device
+	limits Limits
+
+	mu      sync.Mutex
+	entries map[Key]*entry
+	lru     list.List // of *entry, most recently used at the front
+	bytes   int64
+	views   int
+	inUse   int
+	closed  bool
+	errs    []error // closing views at a release after Close
+
+	hits, misses, evictions int64
+}
+
+// entry is one allocation: the views opened of it, each a range of it.
+type entry struct {
+	key   Key
+	views []view
+	reach int64 // the end of the furthest view: a lower bound of the mapping's size
+	refs  int
+	elem  *list.Element
+}
+
+type view struct {
+	buf       devmem.Buffer // as OpenIPC returned it
+	off, size int           // its range in the allocation
+}
+
+// New makes an empty cache of handles opened on dev.
+func New(dev *devmem.Device, l Limits) (*Cache, error) {
+	if dev == nil {
+		return nil, fmt.Errorf("ipccache: no device: %w", devmem.ErrInvalidArgument)
+	}
+	if l.Entries < 0 || l.Bytes < 0 {
+		return nil, fmt.Errorf("ipccache: limits %d entries, %d bytes: want 0 (default) or more: %w", l.Entries, l.Bytes, devmem.ErrInvalidArgument)
+	}
+	if l.Entries == 0 {
+		l.Entries = DefaultEntries
+	}
+	if l.Bytes == 0 {
+		l.Bytes = DefaultBytes
+	}
+	return &Cache{dev: dev, limits: l, entries: map[Key]*entry{}}, nil
+}
+
+// Ref is a peer buffer opened through the cache. Its Buf is valid until
+// Release.
+type Ref struct {
+	Buf devmem.Buffer
+	Hit bool // served by a view already open
+	c   *Cache
+	e   *entry
+}
+
+// Open returns the memory h names, opening it unless an open view of the
+// same allocation already covers its range.
+func (c *Cache) Open(h devmem.IPCHandle) (*Ref, error) {
+	key, err := KeyOf(h)
+	if err != nil {
+		return nil, err
+	}
+	off, n := h.Offset(), h.Size()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, fmt.Errorf("ipccache: Open after Close: %w", devmem.ErrInvalidArgument)
+	}
+	e := c.entries[key]
+	if e != nil {
+		for _, v := range e.views {
+			if off >= v.off && off+n <= v.off+v.size {
+				buf, err := v.buf.Slice(off-v.off, n)
+				if err != nil {
+					return nil, err
+				}
+				c.hits++
+				return c.take(e, buf, true), nil
+			}
+		}
+	}
+	// Opened under the lock: an open is rare next to the hits, and one lock
+	// keeps an allocation in one entry.
+	buf, err := c.dev.OpenIPC(h)
+	if err != nil {
+		return nil, err
+	}
+	c.misses++
+	if e == nil {
+		e = &entry{key: key}
+		e.elem = c.lru.PushFront(e)
+		c.entries[key] = e
+	}
+	e.views = append(e.views, view{buf: buf, off: off, size: n})
+	c.views++
+	if end := int64(off + n); end > e.reach {
+		c.bytes += end - e.reach
+		e.reach = end
+	}
+	r := c.take(e, buf, false)
+	c.evictLocked()
+	return r, nil
+}
+
+// take pins e for a new Ref, with c.mu held.
+func (c *Cache) take(e *entry, buf devmem.Buffer, hit bool) *Ref {
+	if e.refs == 0 {
+		c.inUse++
+	}
+	e.refs++
+	c.lru.MoveToFront(e.elem)
+	return &Ref{Buf: buf, Hit: hit, c: c, e: e}
+}
+
+// Release gives the Ref back; its Buf must not be used after. Releasing
+// twice is an error.
+func (r *Ref) Release() error {
+	if r == nil || r.c == nil {
+		return fmt.Errorf("ipccache: Release of a Ref released already: %w", devmem.ErrInvalidArgument)
+	}
+	c, e := r.c, r.e
+	r.c, r.e, r.Buf = nil, nil, devmem.Buffer{}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e.refs--
+	if e.refs > 0 {
+		return nil
+	}
+	c.inUse--
+	if c.closed {
+		return c.dropLocked(e)
+	}
+	c.evictLocked()
+	return nil
+}
+
+// evictLocked closes least recently used idle entries until the cache is
+// within its limits or only entries in use are left.
+func (c *Cache) evictLocked() {
+	for el := c.lru.Back(); el != nil && c.over(); {
+		e := el.Value.(*entry)
+		el = el.Prev()
+		if e.refs > 0 {
+			continue
+		}
+		c.evictions++
+		if err := c.dropLocked(e); err != nil {
+			c.errs = append(c.errs, err)
+		}
+	}
+}
+
+func (c *Cache) over() bool {
+	return len(c.entries) > c.limits.Entries || c.bytes > c.limits.Bytes
+}
+
+// dropLocked closes e's views and forgets it.
+func (c *Cache) dropLocked(e *entry) error {
+	var errs []error
+	for _, v := range e.views {
+		errs = append(errs, v.buf.CloseIPC())
+	}
+	c.views -= len(e.views)
+	c.bytes -= e.reach
+	c.lru.Remove(e.elem)
+	delete(c.entries, e.key)
+	e.views = nil
+	return errors.Join(errs...)
+}
+
+// Stats returns the counters.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Stats{Hits: c.hits, Misses: c.misses, Evictions: c.evictions, Entries: len(c.entries),
+		Views: c.views, Bytes: c.bytes, InUse: c.inUse}
+}
+
+// Close closes every idle entry now and each entry in use at its last
+// Release; it fails, naming how many, when some are in use, and with any
+// error closing a view met since the cache was made. Open fails after it.
+func (c *Cache) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return fmt.Errorf("ipccache: closed twice: %w", devmem.ErrInvalidArgument)
+	}
+	c.closed = true
+	errs := c.errs
+	c.errs = nil
+	for el := c.lru.Front(); el != nil; {
+		e := el.Value.(*entry)
+		el = el.Next()
+		if e.refs == 0 {
+			errs = append(errs, c.dropLocked(e))
+		}
+	}
+	if c.inUse > 0 {
+		errs = append(errs, fmt.Errorf("ipccache: Close with %d entries in use: each closes at its last Release: %w", c.inUse, devmem.ErrInvalidArgument))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,22 @@
+// Package ipccache keeps the IPC handles a process has opened (devmem
+// OpenIPC) so that the next message from the same peer buffer costs no open:
+// the cache UCX's cuda_ipc transport keeps, without its known faults.
+//
+//   - Keyed by the allocation's identity, not its address: the handle's
+//     bytes less the range (Key). A buffer freed and another allocated at
+//     the same address get different keys (on a GPU the driver's handle of
+//     a new allocation differs; on the host device the memfd's inode
+//     differs), so the old mapping is never served for the new memory; it
+//     stays until least-recently-used eviction closes it.
+//   - Reference-counted: Open returns a Ref that pins its entry until
+//     Release; an entry in use is never evicted or closed.
+//   - Bounded in entries and bytes, evicting the least recently used idle
+//     entry first; a cache whose every entry is in use goes over its bound
+//     until releases bring it back.
+//   - Close closes every idle entry, and each entry in use at its last
+//     Release.
+//   - Stats counts hits, misses, evictions and what is open now.
+//
+// It must not copy data or know about MPI: internal/mpicomm's IPC path
+// (ipcpath.go) uses it for the peer buffers it reads.
+package ipccache

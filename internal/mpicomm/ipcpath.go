@@ -1,0 +1,575 @@
+package mpicomm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/ipccache"
+	"github.com/gpucomm/gpucomm/internal/mpi"
+	"github.com/gpucomm/gpucomm/internal/nodepath"
+)
+
+// The IPC path (issue 22): in Staged mode, a message of at least nodeMin
+// bytes between two ranks of a node whose devices reach each other (the
+// same GPU, GPUs with peer access, or the host device's shared memory)
+// moves in one device copy. The sender exports its buffer (devmem Export)
+// and sends a small control message over MPI, on the message's own
+// communicator and tag; the receiver opens the handle through its cache of
+// opened handles (internal/ipccache), copies the sender's bytes into its own
+// buffer and answers with an acknowledgement, on a communicator of its own
+// (ackP2P, ackColl), with the same tag. MPI carries only those two small
+// messages.
+//
+// Stream order: both sides run in stream order on their call's stream
+// (HostFunc), so the sender's earlier work on its stream is complete before
+// it sends the control message, and the receiver's before it copies; the
+// sender's call completes with the acknowledgement, after the copy is
+// complete, so the sender may then reuse its buffer.
+//
+// Where a side cannot (a buffer that cannot be exported, such as pinned
+// memory from AllocPinned; a handle that does not open), the control
+// message or the acknowledgement says so and that message goes through the
+// host-staged pipeline instead, with the same tag. The pair's path is the
+// same on both sides: whether the pair reaches (probeIPC, at Open) and
+// whether the message is of nodeMin bytes or more; counts that differ
+// across that size are ErrMismatch, as on the ring.
+//
+// It takes the place of the node path's ring (node.go) for the pairs it
+// serves. GPUCOMM_NODE_BYTES=off turns both off; GPUCOMM_NODE_IPC=off this
+// one only (pairs then take the ring).
+
+// IPCEnv turns the IPC path off ("off", "0", "false") on the rank that
+// sets it, and so for every pair that rank is part of.
+const IPCEnv = "GPUCOMM_NODE_IPC"
+
+// ipcWanted reads IPCEnv.
+func ipcWanted() (bool, error) {
+	switch v := strings.ToLower(strings.TrimSpace(os.Getenv(IPCEnv))); v {
+	case "", "on", "1", "true":
+		return true, nil
+	case "off", "0", "false":
+		return false, nil
+	default:
+		return false, fmt.Errorf("%s=%q: want on or off: %w", IPCEnv, v, comm.ErrInvalidArgument)
+	}
+}
+
+// The control message, little-endian: magic, the message's bytes, flags,
+// and the handle (zero when ctlStaged).
+const (
+	ctlMagic  = 0x6763495043746c31 // "gcIPCtl1"
+	ctlLen    = 256                // never nodepath.HdrLen: the two are told apart by length
+	ctlStaged = 1                  // no handle: the data follows through the pipeline
+	ackLen    = 8
+)
+
+// The receiver's answers.
+const (
+	ackCopied   = 1 // the bytes are in the receiver's buffer
+	ackStage    = 2 // send them through the pipeline: the handle did not open here
+	ackMismatch = 3 // the receiver expected another count: nothing more comes
+)
+
+func init() {
+	if ctlLen == nodepath.HdrLen || 24+devmem.HandleSize > ctlLen {
+		panic("mpicomm: the IPC control message's length must differ from the node path header's and hold a handle")
+	}
+}
+
+// ipcPath is a Comm's IPC state.
+type ipcPath struct {
+	reach   []bool // by rank: the pair reaches each other (both sides agree)
+	cache   *ipccache.Cache
+	copies  *devmem.Stream // the receiver's copies
+	ackP2P  *mpi.Comm      // acknowledgements of the user's messages (dup of p2p)
+	ackColl *mpi.Comm      // and of collectives' blocks (dup of coll)
+	room    int            // bytes a control cell receives into
+
+	cellMu sync.Mutex
+	free   []devmem.Buffer // pinned cells: room bytes, then the acknowledgement
+	all    []devmem.Buffer
+
+	sent, got, staged atomic.Int64  // messages through the path; those that fell back to the pipeline
+	collectives       atomic.Int64  // reductions and broadcasts through the path (ipcpath_reduce.go)
+	scratch           devmem.Buffer // reductions' parts, which the peers read
+	scratchWas        int           // the size of the last scratch
+	why               string        // why this rank reaches no one, when it does not
+}
+
+// ipcFor reports whether a message of bytes bytes to or from peer takes the
+// IPC path. Both sides of a pair answer alike for the same size.
+func (c *Comm) ipcFor(peer, bytes int) bool {
+	return c.ipc.cache != nil && c.nodeMin > 0 && bytes >= c.nodeMin && peer != c.rank && c.ipc.reach[peer]
+}
+
+// ackOn is the communicator of on's acknowledgements.
+func (c *Comm) ackOn(on *mpi.Comm) *mpi.Comm {
+	if on == c.p2p {
+		return c.ipc.ackP2P
+	}
+	return c.ipc.ackColl
+}
+
+// IPCMessages counts the messages this rank sent and received through the
+// IPC path, and those of them that went through the pipeline after all (a
+// buffer that could not be exported or opened).
+func (c *Comm) IPCMessages() (sent, received, staged int64) {
+	return c.ipc.sent.Load(), c.ipc.got.Load(), c.ipc.staged.Load()
+}
+
+// IPCCollectives counts the reductions and broadcasts this rank ran
+// through the IPC path; IPCAll reports whether they can (every rank of the
+// communicator on one node, every pair reaching).
+func (c *Comm) IPCCollectives() int64 { return c.ipc.collectives.Load() }
+
+// IPCAll reports whether collectives go through the IPC path (from nodeMin
+// bytes): every rank of the communicator is on this node and reaches every
+// other, as the ranks agreed.
+func (c *Comm) IPCAll() bool { return c.ipcAll }
+
+// IPCCache is the counters of the cache of peer buffers opened; the zero
+// Stats when the IPC path is off.
+func (c *Comm) IPCCache() ipccache.Stats {
+	if c.ipc.cache == nil {
+		return ipccache.Stats{}
+	}
+	return c.ipc.cache.Stats()
+}
+
+// IPCPeers reports, by rank, which ranks this rank reaches through the IPC
+// path (nil when it is off): for gpucomm info.
+func (c *Comm) IPCPeers() []bool {
+	if c.ipc.cache == nil {
+		return nil
+	}
+	return append([]bool(nil), c.ipc.reach...)
+}
+
+// probeIPC finds, once at Open, which ranks of the node reach each other's
+// device memory: each exports a small buffer of its device holding a
+// pattern, and opens and reads every other's. A pair reaches when both
+// sides read the other's; the rows are gathered, so both sides agree.
+// mates maps node ranks to ranks. Every rank of node calls it; one that
+// does not want the path takes part with no buffer. It returns nil when
+// this rank reaches no one.
+func (c *Comm) probeIPC(node *mpi.Comm, mates []int64, want bool) ([]bool, error) {
+	me := node.Rank()
+	var mine []byte
+	var buf devmem.Buffer
+	if want {
+		var err error
+		if buf, err = c.dev.Alloc(8); err == nil {
+			if err = devmem.CopyFromHost(buf, probePattern(me), nil); err == nil {
+				var h devmem.IPCHandle
+				if h, err = buf.Export(); err == nil {
+					mine, _ = h.MarshalBinary()
+				}
+			}
+		}
+		if err != nil && !buf.IsZero() {
+			buf.Free()
+			buf = devmem.Buffer{}
+		}
+	}
+	all, err := mpi.AllgatherBytes(node, mine)
+	row := make([]byte, node.Size())
+	if err == nil && mine != nil {
+		for r, raw := range all {
+			if r != me && len(raw) > 0 && c.probeRead(raw, r) == nil {
+				row[r] = 1
+			}
+		}
+	}
+	var rows [][]byte
+	if err == nil {
+		rows, err = mpi.AllgatherBytes(node, row)
+	}
+	// No rank frees its buffer before every rank has read the others'.
+	err = errors.Join(err, node.Barrier())
+	if !buf.IsZero() {
+		err = errors.Join(err, buf.Free())
+	}
+	if err != nil {
+		return nil, err
+	}
+	var reach []bool
+	for q := range rows {
+		if q != me && len(rows[q]) > me && rows[me][q] == 1 && rows[q][me] == 1 {
+			if reach == nil {
+				reach = make([]bool, c.size)
+			}
+			reach[mates[q]] = true
+		}
+	}
+	return reach, nil
+}
+
+func probePattern(r int) []byte {
+	b := make([]byte, 8)
+	binary.LittleEndian.PutUint64(b, 0x1b0e_5a5a_0000_0000|uint64(r))
+	return b
+}
+
+func (c *Comm) probeRead(raw []byte, r int) error {
+	var h devmem.IPCHandle
+	if err := h.UnmarshalBinary(raw); err != nil {
+		return err
+	}
+	v, err := c.dev.OpenIPC(h)
+	if err != nil {
+		return err
+	}
+	got := make([]byte, 8)
+	err = devmem.CopyToHost(got, v, nil)
+	if cerr := v.CloseIPC(); err == nil {
+		err = cerr
+	}
+	if err == nil && string(got) != string(probePattern(r)) {
+		err = fmt.Errorf("local rank %d's buffer reads %x", r, got)
+	}
+	return err
+}
+
+// setUpIPC makes what the path needs once the ranks agreed some pair has
+// it: every rank of c calls it (the dups are collective).
+func (c *Comm) setUpIPC(reach []bool) error {
+	var err error
+	if c.ipc.ackP2P, err = c.p2p.Dup(); err != nil {
+		return err
+	}
+	if c.ipc.ackColl, err = c.coll.Dup(); err != nil {
+		return err
+	}
+	if reach == nil {
+		return nil // this rank reaches no one: ipcFor stays false
+	}
+	if c.ipc.copies, err = c.dev.NewStream(); err != nil {
+		return err
+	}
+	if c.ipc.cache, err = ipccache.New(c.dev, ipccache.Limits{}); err != nil {
+		return err
+	}
+	c.ipc.reach = reach
+	// A control cell also takes the first chunk a sender below nodeMin
+	// sends instead (its count differs), so that it is told apart whole.
+	c.ipc.room = max(ctlLen, nodepath.HdrLen+1, min(c.nodeMin, c.chunk))
+	return nil
+}
+
+// closeIPC releases the path's cells, cache, stream and communicators.
+func (c *Comm) closeIPC() error {
+	var errs []error
+	c.ipc.cellMu.Lock()
+	for _, b := range c.ipc.all {
+		errs = append(errs, b.Free())
+	}
+	c.ipc.all, c.ipc.free = nil, nil
+	c.ipc.cellMu.Unlock()
+	if c.ipc.cache != nil {
+		errs = append(errs, c.ipc.cache.Close())
+	}
+	if !c.ipc.scratch.IsZero() {
+		errs = append(errs, c.ipc.scratch.Free())
+	}
+	if c.ipc.copies != nil {
+		errs = append(errs, c.ipc.copies.Destroy())
+	}
+	for _, m := range []*mpi.Comm{c.ipc.ackP2P, c.ipc.ackColl} {
+		if m != nil {
+			errs = append(errs, m.Free())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// cell is a pinned control cell: room bytes for the control message, then
+// the acknowledgement.
+func (c *Comm) cell() (devmem.Buffer, error) {
+	c.ipc.cellMu.Lock()
+	defer c.ipc.cellMu.Unlock()
+	if n := len(c.ipc.free); n > 0 {
+		b := c.ipc.free[n-1]
+		c.ipc.free = c.ipc.free[:n-1]
+		return b, nil
+	}
+	b, err := c.dev.AllocPinned(c.ipc.room + ackLen)
+	if err != nil {
+		return b, err
+	}
+	c.ipc.all = append(c.ipc.all, b)
+	return b, nil
+}
+
+// putCell gives a cell back; a cell MPI may still write into (a request
+// left pending) is never given back.
+func (c *Comm) putCell(b devmem.Buffer) {
+	c.ipc.cellMu.Lock()
+	c.ipc.free = append(c.ipc.free, b)
+	c.ipc.cellMu.Unlock()
+}
+
+func cellBytes(b devmem.Buffer, off, n int) []byte {
+	all, _ := b.Bytes()
+	return all[off : off+n]
+}
+
+// ipcMove runs one transfer through the IPC path.
+func (c *Comm) ipcMove(o *op, t transfer) error {
+	cell, err := c.cell()
+	if err != nil {
+		return err
+	}
+	var keep bool // a request still pending writes into the cell
+	defer func() {
+		if !keep {
+			c.putCell(cell)
+		}
+	}()
+	if t.send {
+		keep, err = c.ipcSend(o, t, cell)
+	} else {
+		keep, err = c.ipcRecv(o, t, cell)
+	}
+	return c.explainTimeout(o, t, err)
+}
+
+// settled waits for reqs; on a failure with requests still pending the
+// ranks are out of step and the cell stays MPI's.
+func (c *Comm) settled(o *op, t transfer, reqs []*mpi.Request) (bool, error) {
+	err := c.wait(o, reqs)
+	if err == nil {
+		return false, nil
+	}
+	if done, terr := mpi.Testall(reqs); terr == nil && done {
+		return false, err
+	}
+	c.setBroken(fmt.Errorf("%v stopped half way through the IPC path: %w", t, err))
+	return true, err
+}
+
+func (c *Comm) ipcSend(o *op, t transfer, cell devmem.Buffer) (keep bool, err error) {
+	peer := t.peers[0]
+	ctl := cellBytes(cell, 0, ctlLen)
+	clear(ctl)
+	binary.LittleEndian.PutUint64(ctl[0:], ctlMagic)
+	binary.LittleEndian.PutUint64(ctl[8:], uint64(t.bytes))
+	if h, err := c.exportRange(t.buf, t.bytes); err == nil {
+		raw, _ := h.MarshalBinary()
+		copy(ctl[24:], raw)
+	} else {
+		binary.LittleEndian.PutUint64(ctl[16:], ctlStaged)
+	}
+	ack := cellBytes(cell, c.ipc.room, ackLen)
+	clear(ack)
+	ackReq, err := c.ackOn(t.on).Irecv(cell.Addr()+uintptr(c.ipc.room), ackLen, mpi.Byte, peer, t.tag)
+	if err != nil {
+		return false, err
+	}
+	ctlReq, err := t.on.Isend(cell.Addr(), ctlLen, mpi.Byte, peer, t.tag)
+	if err != nil {
+		ackReq.Cancel()
+		keep, _ := c.settled(o, t, []*mpi.Request{ackReq})
+		return keep, err
+	}
+	reqs := []*mpi.Request{ctlReq, ackReq}
+	if binary.LittleEndian.Uint64(ctl[16:]) == ctlStaged {
+		c.ipc.staged.Add(1)
+		if err := c.stagedMove(o, t); err != nil {
+			c.setBroken(fmt.Errorf("%v stopped half way through the IPC path's fallback: %w", t, err))
+			return true, err
+		}
+	}
+	if keep, err := c.settled(o, t, reqs); err != nil {
+		return keep, err
+	}
+	switch a := binary.LittleEndian.Uint64(ack); a {
+	case ackCopied:
+	case ackMismatch:
+		return false, nil // as with MPI, the send completes; the receive says why
+	case ackStage:
+		c.ipc.staged.Add(1)
+		if err := c.stagedMove(o, t); err != nil {
+			return false, err
+		}
+	default:
+		err := fmt.Errorf("%v: rank %d answered %d to the IPC control message: %w", t, peer, a, comm.ErrMismatch)
+		c.setBroken(err)
+		return false, err
+	}
+	c.ipc.sent.Add(1)
+	c.nodeSent.Add(1)
+	return false, nil
+}
+
+// exportRange exports the first n bytes of b.
+func (c *Comm) exportRange(b devmem.Buffer, n int) (devmem.IPCHandle, error) {
+	v, err := b.Slice(0, n)
+	if err != nil {
+		return devmem.IPCHandle{}, err
+	}
+	return v.Export()
+}
+
+func (c *Comm) ipcRecv(o *op, t transfer, cell devmem.Buffer) (keep bool, err error) {
+	peer := t.peers[0]
+	req, err := t.on.Irecv(cell.Addr(), c.ipc.room, mpi.Byte, peer, t.tag)
+	if err != nil {
+		return false, err
+	}
+	if keep, err := c.settled(o, t, []*mpi.Request{req}); err != nil {
+		return keep, err
+	}
+	got := req.Status().Count
+	ctl := cellBytes(cell, 0, min(got, c.ipc.room))
+	if got != ctlLen || binary.LittleEndian.Uint64(ctl) != ctlMagic {
+		// The sender sent below nodeMin, through the pipeline: its first
+		// chunk is here, and the rest (if any) will never be received.
+		if got >= c.chunk {
+			c.setBroken(fmt.Errorf("%v: rank %d sent chunks through MPI that no receive takes", t, peer))
+		}
+		return false, fmt.Errorf("%v: rank %d sent a message of %d bytes through MPI, not through the node path; the sender's count differs: %w",
+			t, peer, got, comm.ErrMismatch)
+	}
+	bytes := int(binary.LittleEndian.Uint64(ctl[8:]))
+	staged := binary.LittleEndian.Uint64(ctl[16:]) == ctlStaged
+	if bytes != t.bytes {
+		err := fmt.Errorf("%v: rank %d sent %d bytes through the node path; the sender's count differs: %w", t, peer, bytes, comm.ErrMismatch)
+		if staged {
+			c.setBroken(err) // its chunks come through MPI, with no receive for them
+			return false, err
+		}
+		if keep, aerr := c.answer(o, t, cell, ackMismatch); aerr != nil {
+			return keep, errors.Join(err, aerr)
+		}
+		return false, err
+	}
+	if staged {
+		c.ipc.staged.Add(1)
+		if err := c.stagedMove(o, t); err != nil {
+			return false, err
+		}
+		return c.answer(o, t, cell, ackCopied)
+	}
+	if err := c.ipcCopy(t, ctl[24:24+devmem.HandleSize]); err != nil {
+		// The handle did not open here, or the copy failed: the sender
+		// sends the bytes again through the pipeline.
+		c.ipc.staged.Add(1)
+		if keep, aerr := c.answer(o, t, cell, ackStage); aerr != nil {
+			return keep, errors.Join(err, aerr)
+		}
+		if err := c.stagedMove(o, t); err != nil {
+			return false, err
+		}
+		c.ipc.got.Add(1)
+		c.nodeGot.Add(1)
+		return false, nil
+	}
+	c.ipc.got.Add(1)
+	c.nodeGot.Add(1)
+	return c.answer(o, t, cell, ackCopied)
+}
+
+// ipcCopy opens the sender's buffer through the cache and copies it into
+// t's, waiting for the copy.
+func (c *Comm) ipcCopy(t transfer, raw []byte) error {
+	var h devmem.IPCHandle
+	if err := h.UnmarshalBinary(raw); err != nil {
+		return err
+	}
+	if h.Size() != t.bytes {
+		return fmt.Errorf("%v: the handle names %d bytes: %w", t, h.Size(), comm.ErrMismatch)
+	}
+	ref, err := c.ipc.cache.Open(h)
+	if err != nil {
+		return err
+	}
+	err = devmem.CopyN(t.buf, ref.Buf, t.bytes, c.ipc.copies)
+	if err == nil {
+		err = c.ipc.copies.Synchronize()
+	}
+	return errors.Join(err, ref.Release())
+}
+
+// answer sends the receiver's acknowledgement and waits for it to go.
+func (c *Comm) answer(o *op, t transfer, cell devmem.Buffer, a uint64) (bool, error) {
+	binary.LittleEndian.PutUint64(cellBytes(cell, c.ipc.room, ackLen), a)
+	r, err := c.ackOn(t.on).Isend(cell.Addr()+uintptr(c.ipc.room), ackLen, mpi.Byte, t.peers[0], t.tag)
+	if err != nil {
+		return false, err
+	}
+	return c.settled(o, t, []*mpi.Request{r})
+}
+
+// refuseControl is a staged receive's answer to an IPC control message (the
+// sender's count was above nodeMin, this receive's below): the sender is
+// told, so that its call completes, and the communicator is broken, as when
+// the ring path's counts differ.
+func (c *Comm) refuseControl(o *op, t transfer, ctl []byte) error {
+	bytes := binary.LittleEndian.Uint64(ctl[8:])
+	err := fmt.Errorf("%v: rank %d sent %d bytes through the node path; the sender's count differs: %w", t, t.peers[0], bytes, comm.ErrMismatch)
+	if binary.LittleEndian.Uint64(ctl[16:]) != ctlStaged {
+		if cell, cerr := c.cell(); cerr == nil {
+			keep, aerr := c.answer(o, t, cell, ackMismatch)
+			if !keep {
+				c.putCell(cell)
+			}
+			err = errors.Join(err, aerr)
+		}
+	}
+	c.setBroken(err)
+	return err
+}
+
+// isControl reports whether b, a message of got bytes, is an IPC control
+// message.
+func isControl(b []byte, got int) bool {
+	return got == ctlLen && len(b) >= ctlLen && binary.LittleEndian.Uint64(b) == ctlMagic
+}
+
+// reachesAll reports whether reach holds every rank but me.
+func reachesAll(reach []bool, me int) bool {
+	if reach == nil {
+		return false
+	}
+	for q, ok := range reach {
+		if q != me && !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// NodeRoutes says, for every other rank, which way a message of NodeBytes
+// or more to it goes and why: for gpucomm info.
+func (c *Comm) NodeRoutes() []string {
+	var out []string
+	for q := range c.size {
+		if q == c.rank {
+			continue
+		}
+		var how string
+		switch {
+		case c.onNode == nil || !c.onNode[q]:
+			how = "MPI (host-staged): another node"
+		case c.nodeMin <= 0:
+			how = "MPI (host-staged): the node path is off (GPUCOMM_NODE_BYTES=off on some rank, or the ranks cannot map each other's pinned memory)"
+		case c.ipcFor(q, c.nodeMin):
+			how = fmt.Sprintf("IPC from %d bytes: one device copy, the devices reach each other (same device, peer access or shared memory)", c.nodeMin)
+		default:
+			why := c.ipc.why
+			if why == "" {
+				why = "the devices cannot open each other's memory (different GPUs without peer access), or " + IPCEnv + "=off on that rank"
+			}
+			how = fmt.Sprintf("pinned ring from %d bytes: no IPC: %s", c.nodeMin, why)
+		}
+		out = append(out, fmt.Sprintf("rank %d: %s", q, how))
+	}
+	return out
+}

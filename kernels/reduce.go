@@ -1,0 +1,86 @@
+package kernels
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gpucomm/gpucomm/devmem"
+)
+
+// FoldTypes are the element types of Fold and Divide, by the suffix of
+// their kernels in reduce.cu: 8-, 32- and 64-bit integers, IEEE binary16,
+// bfloat16, float32 and float64.
+var FoldTypes = []string{"i8", "u8", "i32", "u32", "i64", "u64", "f16", "bf16", "f32", "f64"}
+
+// FoldOps are Fold's reductions (Avg is a sum finished by Divide).
+var FoldOps = []string{"sum", "prod", "min", "max"}
+
+func foldSize(typ string) int {
+	switch typ {
+	case "i8", "u8":
+		return 1
+	case "f16", "bf16":
+		return 2
+	case "i32", "u32", "f32":
+		return 4
+	}
+	return 8
+}
+
+// Fold combines n elements of src into acc (acc[i] = acc[i] op src[i]), in
+// stream order on s, on a CUDA device: the kernels of reduce.cu, which
+// match comm/driver's ReduceInto bit for bit. kernels sits below comm, so
+// that Go reference is not here: on the host device Fold refuses with
+// ErrUnsupported and callers fold with ReduceInto. src may be memory of
+// another process opened through IPC.
+func Fold(s *devmem.Stream, typ, op string, acc, src devmem.Buffer, n int) error {
+	if !slices.Contains(FoldTypes, typ) || !slices.Contains(FoldOps, op) {
+		return invalid("Fold", "no fold of %q with %q (types %v, ops %v)", typ, op, FoldTypes, FoldOps)
+	}
+	if n < 0 {
+		return invalid("Fold", "%d elements", n)
+	}
+	bytes := n * foldSize(typ)
+	dev, err := target("Fold", s, arg{"acc", acc, bytes}, arg{"src", src, bytes})
+	if err != nil || n == 0 {
+		return err
+	}
+	return runDevice(dev, s, foldLaunch(typ, op, acc, src, n))
+}
+
+// foldLaunch is fold_<typ>_<op>(T *acc, const T *src, long long n) of the
+// FOLD macros of reduce.cu.
+func foldLaunch(typ, op string, acc, src devmem.Buffer, n int) launch {
+	return launch{file: "reduce.cu", kernel: "fold_" + typ + "_" + op,
+		grid: flatGrid(n), block: [3]uint32{flatThreads, 1, 1}, args: []any{acc, src, int64(n)}}
+}
+
+// divideLaunch is divide_<typ>(T *acc, long long n, long long by) of the
+// DIVIDE macros of reduce.cu.
+func divideLaunch(typ string, acc devmem.Buffer, n, by int) launch {
+	return launch{file: "reduce.cu", kernel: "divide_" + typ,
+		grid: flatGrid(n), block: [3]uint32{flatThreads, 1, 1}, args: []any{acc, int64(n), int64(by)}}
+}
+
+// Divide divides n elements of acc by by, finishing an average, in stream
+// order on s on a CUDA device (integers truncate, in 64 bits; 16-bit floats
+// in float32), as comm/driver's DivideInto does; on the host device it
+// refuses with ErrUnsupported, as Fold does.
+func Divide(s *devmem.Stream, typ string, acc devmem.Buffer, n, by int) error {
+	if !slices.Contains(FoldTypes, typ) || by <= 0 || n < 0 {
+		return invalid("Divide", "%d elements of %q by %d", n, typ, by)
+	}
+	dev, err := target("Divide", s, arg{"acc", acc, n * foldSize(typ)})
+	if err != nil || n == 0 {
+		return err
+	}
+	return runDevice(dev, s, divideLaunch(typ, acc, n, by))
+}
+
+// runDevice launches l on a CUDA device and refuses any other.
+func runDevice(dev *devmem.Device, s *devmem.Stream, l launch) error {
+	if dev.Kind() != devmem.CUDA {
+		return fmt.Errorf("kernels: %s on %v: device kernels only; the host device folds with comm/driver's ReduceInto: %w", l.kernel, dev, devmem.ErrUnsupported)
+	}
+	return defaultRuntime.launch(dev, s, l)
+}
