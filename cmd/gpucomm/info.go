@@ -49,7 +49,8 @@ and rank 0 prints.`
 // harness's own (GPUCOMM_GPU_TESTS, GPUCOMM_MPIRUN) are listed last.
 var knobs = []string{"GPUCOMM_BACKEND", "GPUCOMM_DEVICE", "GPUCOMM_TIMEOUT", "GPUCOMM_DEBUG", "GPUCOMM_CHUNK_BYTES", "GPUCOMM_NODE_BYTES", "GPUCOMM_STAGE_REDUCE_BYTES",
 	"GPUCOMM_CUDA_AWARE", "GPUCOMM_MPI_THREAD_LEVEL", "GPUCOMM_IPC", "GPUCOMM_TRACE_PIPELINE", "GPUCOMM_CACHE_DIR",
-	"GPUCOMM_CUDA_LIB", "GPUCOMM_NVRTC_LIB", "GPUCOMM_NCCL_LIB", "GPUCOMM_GPU_TESTS", "GPUCOMM_MPIRUN"}
+	"GPUCOMM_CUDA_LIB", "GPUCOMM_NVRTC_LIB", "GPUCOMM_NCCL_LIB", "GPUCOMM_GPU_TESTS", "GPUCOMM_MPIRUN",
+	"GPUCOMM_NODE_IPC", "GPUCOMM_MULTINODE", "GPUCOMM_MULTINODE_DIR", "GPUCOMM_MULTINODE_SCRIPTS", "GPUCOMM_MULTINODE_PER_NODE"}
 
 // otherKnobs describes the knobs comm.DefaultOptions does not read: what
 // unset means, what a value does (%s is the value), and, for those read as
@@ -70,6 +71,15 @@ var otherKnobs = map[string]struct {
 		"single, funneled, serialized or multiple", func(v string) bool {
 			return slices.Contains([]string{"single", "funneled", "serialized", "multiple"}, v)
 		}},
+	"GPUCOMM_NODE_IPC": {"mpi: messages of GPUCOMM_NODE_BYTES or more between ranks of a node whose devices reach each other move in one device copy through CUDA IPC (shared memory on the host device)",
+		"mpi's IPC path between the ranks of a node: %s (off: this rank's pairs use the shared pinned ring instead)",
+		"on or off", func(v string) bool {
+			return slices.Contains([]string{"", "on", "1", "true", "off", "0", "false"}, strings.ToLower(strings.TrimSpace(v)))
+		}},
+	"GPUCOMM_MULTINODE":          {"the simulated-node tests skip", "the simulated-node tests run when this is 1 (now %s; as root, scripts/multinode)", "", nil},
+	"GPUCOMM_MULTINODE_DIR":      {"simulated nodes keep their state in /run/gpucomm-multinode", "simulated nodes keep their state in %s", "", nil},
+	"GPUCOMM_MULTINODE_SCRIPTS":  {"the simulated-node tests use scripts/multinode", "the simulated-node tests use the scripts in %s", "", nil},
+	"GPUCOMM_MULTINODE_PER_NODE": {"set by the simulated-node tests for their ranks", "simulated-node test ranks: %s a node", "", nil},
 	"GPUCOMM_IPC": {"node-shared GPU memory is VMM where the GPU supports it, else legacy CUDA IPC", "node-shared GPU memory: %s",
 		"auto, vmm or legacy", func(v string) bool {
 			return slices.Contains([]string{"auto", "vmm", "legacy"}, strings.ToLower(strings.TrimSpace(v)))

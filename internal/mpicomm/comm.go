@@ -221,6 +221,7 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	// every rank of the node takes part (the condition is the same on all
 	// of them), set up or not, node path wanted or not.
 	var reach []bool // the ranks this rank reaches through the IPC path
+	alone := false   // no other rank on this node: no vote on the node path
 	if c.strat.nodePath() && c.localSize > 1 && (parent == nil || parent.nodeMin > 0) {
 		if err := c.probeNode(node, localErr == nil && nodeMin > 0); err != nil {
 			nodeMin = 0
@@ -237,6 +238,10 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 			c.ipc.why = IPCEnv + "=off on this rank"
 		}
 	} else {
+		// A rank alone on its node has no pair to take the node path with:
+		// it abstains, where a vote to turn it off would turn it off for
+		// the nodes that do have several ranks (2 nodes with 2 and 1 ranks).
+		alone = c.strat.nodePath() && c.localSize <= 1 && (parent == nil || parent.nodeMin > 0) && nodeMin > 0
 		nodeMin = 0
 	}
 	if err := node.Free(); err != nil {
@@ -261,7 +266,7 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	// reductions (each off on every rank if off on one, else the largest
 	// threshold); one Allreduce(max) settles them all (agreement).
 	want := agreement{failed: localErr != nil, debug: o.Debug, announce: o.Timeout > 0, chunk: chunk,
-		nodeOff: nodeMin <= 0, nodeMin: max(nodeMin, 0), stageOff: stage <= 0, stage: max(stage, 0), ipc: reach != nil,
+		nodeOff: nodeMin <= 0 && !alone, nodeMin: max(nodeMin, 0), stageOff: stage <= 0, stage: max(stage, 0), ipc: reach != nil,
 		ipcPartial: !reachesAll(reach, c.rank)}
 	if parent != nil {
 		want.debug, want.announce, want.chunk = parent.debug, parent.announce, parent.chunk

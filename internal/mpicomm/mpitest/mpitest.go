@@ -405,11 +405,14 @@ func UnderLauncher(t *testing.T, backend string, np int, recvGap string) {
 		ExpectPass(t, 2, RunRanks(t, 2, "^TestRankSendThenClose$", time.Minute, NoInitEnv+"=1"))
 	})
 	if backend == "mpi" {
+		// These two are about the pinned ring, which buffers a message the
+		// receiver has not asked for; the IPC path delivers it before Send
+		// returns (as MPI's rendezvous), so it is turned off for them.
 		t.Run("UnreceivedNodeMessageFailsClose", func(t *testing.T) {
-			ExpectPass(t, 2, RunRanks(t, 2, "^TestRankUnreceivedSendFailsClose$", time.Minute, ScenarioEnv+"=unreceived"))
+			ExpectPass(t, 2, RunRanks(t, 2, "^TestRankUnreceivedSendFailsClose$", time.Minute, ScenarioEnv+"=unreceived", "GPUCOMM_NODE_IPC=off"))
 		})
 		t.Run("SentMessageOutlivesFinalize", func(t *testing.T) {
-			ExpectPass(t, 2, RunRanks(t, 2, "^TestRankSendThenFinalize$", time.Minute, NoInitEnv+"=1", ScenarioEnv+"=finalize"))
+			ExpectPass(t, 2, RunRanks(t, 2, "^TestRankSendThenFinalize$", time.Minute, NoInitEnv+"=1", ScenarioEnv+"=finalize", "GPUCOMM_NODE_IPC=off"))
 		})
 	}
 	t.Run("CollectiveTimeoutNamesTheMissingRank", func(t *testing.T) {

@@ -479,3 +479,14 @@ func TestRankNodeIPCHandleFromAnotherNodeIsRefused(t *testing.T) {
 		}
 	})
 }
+
+// TestMultinodeNodePathWithARankAloneOnItsNode: 3 ranks, 2 on nodeA and 1
+// on nodeB. The rank alone on nodeB has no pair for the node path, and its
+// vote turned the path off on every rank (NodeBytes 0 everywhere, so
+// nodeA's pair went through MPI); it now abstains, and nodeA's pair takes
+// the path while every pair across the nodes goes through MPI.
+func TestMultinodeNodePathWithARankAloneOnItsNode(t *testing.T) {
+	upNodes(t)
+	j := mpitest.RunRanks(t, 3, "^TestRankNodePathOnlyBetweenRanksOfOneNode$", time.Minute, "GPUCOMM_DEVICE=host", "GPUCOMM_BACKEND=")
+	mpitest.ExpectPass(t, 3, j)
+}
