@@ -34,6 +34,17 @@ func (c *Comm) ipcCollective(call driver.Call) bool {
 	if !c.ipcAll || c.nodeMin <= 0 {
 		return false
 	}
+	if c.dev.Kind() == devmem.CUDA {
+		// Not on a GPU yet: on the H200 (2026-12-04) a rank opening a
+		// peer's send buffer and scratch, or two views of one allocation,
+		// got CUDA_ERROR_ALREADY_MAPPED from the second cuIpcOpenMemHandle
+		// (legacy IPC maps an allocation once a process), and the
+		// conformance suite failed there. Reductions and Broadcast on a
+		// GPU take the staged path until the cache maps an allocation
+		// once; point-to-point and the block collectives keep the IPC path
+		// (they passed there).
+		return false
+	}
 	n := call.Count * call.DType.Size()
 	if call.Operation == driver.OpReduceScatter {
 		n *= c.size

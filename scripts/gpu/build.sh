@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 export CGO_CFLAGS=-Wno-deprecated-declarations
 out=.gpu
 rm -rf "$out" && mkdir -p "$out"
-for p in internal/cuda internal/nvrtc internal/nccl devmem kernels solver; do
+for p in internal/cuda internal/nvrtc internal/nccl internal/ipccache devmem kernels solver; do
   go test -c -ldflags=-s\ -w -o "$out/$(basename $p).test" ./$p
 done
 for p in comm/mpi comm/cudaaware comm/nccl internal/mpicomm internal/mpicomm/mpitest; do

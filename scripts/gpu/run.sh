@@ -7,6 +7,8 @@
 #   bash .gpupack/run.sh bench    # gpucomm's figures, each backend beside its C baseline
 #   bash .gpupack/run.sh pingpong # cmd/pingpong: the MPI backends beside MPI from Go, side by side
 #   bash .gpupack/run.sh compare  # public peers (carried in .peers) beside gpucomm
+#   bash .gpupack/run.sh ipc      # the mpi backend's IPC path: its GPU tests, then its figures
+#                                 # beside the ring, cudaaware and the device copy
 #
 # Each step has its own time limit; its output goes to $OUT/log-PART.txt and
 # one line per step (name, exit code, seconds) to $OUT/summary-PART.txt.
@@ -124,6 +126,26 @@ pingpong() { # cmd/pingpong on two ranks of the GPU: each way of moving the same
   cuda_mpi
   step pingpong-cudaaware 200 mpirun $NB $X -np 2 $B/pingpong -cudaaware -rounds 5 -budget 64M -sizes 8,4K,64K,4M,64M
   sys_mpi
+}
+
+ipc() { # issue 22: the mpi backend's IPC path inside a node, under the machine's own Open MPI
+  export GPUCOMM_DEVICE=cuda
+  step fold-kernels 60 $B/kernels.test -test.run FoldKernelsMatchTheHostReferenceOnAGPU -test.v
+  step ipccache-realloc 60 env GPUCOMM_IPCCACHE_DEVICE=cuda $B/ipccache.test -test.run ReallocationAtTheSameAddress -test.v
+  step comm-mpi-ipc 240 $B/comm_mpi.test -test.run 'TestIPCPathUnderLauncher|TestUnderLauncher$' -test.v
+  step devmem-copies 60 $B/devmem.test -test.run XXX -test.bench CUDA -test.benchtime 20x
+  local ops=pingpong,bw,allreduce,allgather,alltoall
+  for np in 2 4; do
+    step bench-mpi-ipc-np$np 120 mpirun $NB -np $np $B/gpucomm bench -backend mpi -op $ops -b 8 -e 64M -f 8 -noprogress
+    step bench-mpi-ring-np$np 120 mpirun $NB -x GPUCOMM_NODE_IPC=off -np $np $B/gpucomm bench -backend mpi -op $ops -b 8 -e 64M -f 8 -noprogress
+  done
+  cuda_mpi
+  for np in 2 4; do
+    step bench-cudaaware-np$np 120 mpirun $NB $X -np $np $B/gpucomm bench -backend cudaaware -op $ops -b 8 -e 64M -f 8 -noprogress
+  done
+  sys_mpi
+  step bench-nccl-np1 60 mpirun $NB -np 1 $B/gpucomm bench -backend nccl -op allreduce,allgather -b 8 -e 256M -f 8 -noprogress
+  step bench-nccl-np1-nostream 60 mpirun $NB -np 1 $B/gpucomm bench -backend nccl -op allreduce -b 8 -e 256M -f 8 -nostream -noprogress
 }
 
 compare() { # public peers, built here from the sources carried in .peers (never committed)
