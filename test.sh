@@ -61,4 +61,6 @@ if why=$(has_family mpich); then
 else
   phase "MPICH skipped: $why (.ci/run installs it)"
 fi
+phase "multi-node: 2 simulated nodes x 2 ranks (Open MPI, MPICH; as root)"
+scripts/multinode/ci.sh
 phase "all passed"
