@@ -234,32 +234,7 @@ func BenchmarkHeatStepAgainstDeviceCopy(b *testing.B) {
 	for _, n := range []int{8192, 16384} {
 		for _, sh := range heatShapes {
 			b.Run(fmt.Sprintf("%d/%s-rows%d-block%dx%d", n, sh.kernel, sh.rows, sh.blockX, sh.blockY), func(b *testing.B) {
-				u, err1 := devmem.AllocSlice[float64](dev, n*n)
-				v, err2 := devmem.AllocSlice[float64](dev, n*n)
-				s, err3 := dev.NewStream()
-				start, err4 := dev.NewEvent()
-				end, err5 := dev.NewEvent()
-				if err := errors.Join(err1, err2, err3, err4, err5); err != nil {
-					b.Fatal(err)
-				}
-				defer func() { errors.Join(u.Free(), v.Free(), s.Destroy(), start.Destroy(), end.Destroy()) }()
-				if err := errors.Join(Fill(s, u, 1.0), Fill(s, v, 0.0)); err != nil {
-					b.Fatal(err)
-				}
-				timeIt := func(f func() error) float64 { return timeByEvents(b, s, start, end, f) }
-				moved := float64(2 * 8 * (n - 2) * (n - 2)) // interior read once, written once
-				var heat, copyT float64
-				for b.Loop() {
-					heat = timeIt(func() error {
-						return run(heatPlanShape(sh, s, v, u, nil, n, 1, n-1, 1, n-1, 0.1))
-					})
-					copyT = timeIt(func() error { return devmem.CopyN(v.Buffer(), u.Buffer(), 8*n*n, s) })
-				}
-				heatBW := moved / heat / 1e9
-				copyBW := float64(2*8*n*n) / copyT / 1e9
-				b.ReportMetric(heatBW, "stencil-GB/s")
-				b.ReportMetric(copyBW, "copy-GB/s")
-				b.ReportMetric(heatBW/copyBW, "ratio")
+				benchShape[float64](b, dev, sh, n)
 			})
 		}
 	}
