@@ -124,7 +124,7 @@ func (f *Front) Do(call Call) error {
 // nil stream) or fails to enqueue; an engine that is a FlightRunner
 // reports a stream-ordered call's start and end itself.
 func (f *Front) doRecorded(call Call) error {
-	fl := f.rec.queue(call)
+	fl := f.rec.queue(&call)
 	if f.skipEmpty && Empty(call) {
 		f.rec.skip(fl.seq)
 		return nil

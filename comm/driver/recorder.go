@@ -105,29 +105,13 @@ func (f Flight) Ended(err error) {
 	}
 }
 
-// traceBase is the origin of recorded times: reading the monotonic clock
-// alone (time.Since) costs a third of time.Now on a virtual machine's
-// clock, and a recorded time is made a Unix time only when written out.
-var traceBase = time.Now()
-
-// now is the time since traceBase, never 0 (0 means "not reached").
-func now() int64 { return int64(time.Since(traceBase)) + 1 }
-
-// unixTime is a recorded time as Unix nanoseconds, 0 for 0.
-func unixTime(t int64) int64 {
-	if t == 0 {
-		return 0
-	}
-	return traceBase.UnixNano() + t - 1
-}
-
 // streamID is a stream's identity in the record (0: none).
 func streamID(s *devmem.Stream) uintptr { return uintptr(unsafe.Pointer(s)) }
 
 // queue records a call Front is about to hand to the engine; a nil-stream
 // call starts at once. Each entry is written in place, under the lock: on
 // an uncontended lock that costs less than the atomics of a lock-free ring.
-func (r *Recorder) queue(call Call) Flight {
+func (r *Recorder) queue(call *Call) Flight {
 	t := now()
 	r.mu.Lock()
 	r.next++
@@ -270,6 +254,7 @@ func (r *Recorder) Snapshot(reason string) TraceFile {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	f.Operations, f.Collectives = r.next, r.collective
+	conv := toNanos()
 	first := uint64(1)
 	if r.next > uint64(len(r.ring)) {
 		first = r.next - uint64(len(r.ring)) + 1
@@ -278,7 +263,7 @@ func (r *Recorder) Snapshot(reason string) TraceFile {
 		e := &r.ring[seq%uint64(len(r.ring))]
 		ended, started := e.ended, e.started
 		te := TraceEntry{Seq: seq, Coll: e.coll, Op: e.op.String(), Count: e.count, Transfers: e.transfers,
-			Queued: unixTime(e.queued), Started: unixTime(started), Ended: unixTime(ended)}
+			Queued: unixTime(e.queued, conv), Started: unixTime(started, conv), Ended: unixTime(ended, conv)}
 		if e.op != OpBarrier && e.op != OpGroupP2P {
 			te.DType = e.dtype.String()
 		}
