@@ -399,3 +399,142 @@ func BenchmarkRecorderCost(b *testing.B) {
 	b.ReportMetric(float64(bestOff), "off-ns/op")
 	b.ReportMetric(float64(clock), "clock-read-ns")
 }
+
+// An operation's end is one lock-free word in its ring slot: a late end of
+// an operation whose slot the ring has since given to a later one must
+// neither end the later one nor undo its end; an end too far from the
+// queueing for the word, or with an error, goes through the lock with the
+// same result.
+func TestLateEndsDoNotTouchTheSlotsNextOperation(t *testing.T) {
+	traceOn(t)
+	dev, a, b := hostBufs(t, 64)
+	eng := &flightEngine{}
+	f := NewFront(FrontConfig{Backend: "fake", Rank: 0, Size: 2, Device: dev}, eng)
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	state := func(seq uint64) string {
+		for _, e := range f.Recorder().Snapshot("").Entries {
+			if e.Seq == seq {
+				return e.State
+			}
+		}
+		return "gone"
+	}
+	if err := f.AllGather(a, b, 4, Int32, s); err != nil {
+		t.Fatal(err)
+	}
+	first := eng.last // seq 1, never ended yet
+	for range TraceDepth - 1 {
+		if err := f.AllReduce(a, b, 4, Int32, Sum, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.AllGather(a, b, 4, Int32, s); err != nil { // seq 1+TraceDepth takes seq 1's slot
+		t.Fatal(err)
+	}
+	next := eng.last
+	if next.Seq() != 1+TraceDepth {
+		t.Fatalf("seq %d, want %d", next.Seq(), 1+TraceDepth)
+	}
+	first.Ended(nil) // late: its slot is next's now
+	if got := state(next.Seq()); got != StateQueued {
+		t.Fatalf("a late end of seq 1 made seq %d %s, want queued", next.Seq(), got)
+	}
+	next.Ended(nil)
+	if got := state(next.Seq()); got != StateDone {
+		t.Fatalf("seq %d %s after its end, want done", next.Seq(), got)
+	}
+	first.Ended(nil) // lock-free, after next's end
+	first.Ended(errors.New("later still"))
+	if got := state(next.Seq()); got != StateDone {
+		t.Fatalf("a late failure of seq 1 made seq %d %s, want done", next.Seq(), got)
+	}
+
+	// An end later than the word holds: kept exactly, under the lock.
+	if err := f.AllGather(a, b, 4, Int32, s); err != nil {
+		t.Fatal(err)
+	}
+	long := eng.last
+	r := f.Recorder()
+	r.mu.Lock()
+	e := r.slot(long.Seq())
+	e.queued -= endLong + 5 // queued long ago
+	queued := e.queued
+	r.mu.Unlock()
+	long.queued = queued
+	long.Ended(nil)
+	r.mu.Lock()
+	w := e.end.Load()
+	end := e.endOf(long.Seq(), w)
+	r.mu.Unlock()
+	if w&endTimeMask != endLong || end-queued < endLong {
+		t.Errorf("an end %d units after queueing: word %#x, end at +%d", endLong+5, w, end-queued)
+	}
+	if got := state(long.Seq()); got != StateDone {
+		t.Errorf("the long operation is %s, want done", got)
+	}
+
+	// A failure's error is kept with its end; the first end stays.
+	if err := f.AllGather(a, b, 4, Int32, s); err != nil {
+		t.Fatal(err)
+	}
+	failed := eng.last
+	failed.Ended(errors.New("boom"))
+	failed.Ended(nil)
+	entries := r.Snapshot("").Entries
+	if e := entries[len(entries)-1]; e.State != StateFailed || e.Error != "boom" || e.Ended < e.Started || e.Started < e.Queued {
+		t.Errorf("failed operation recorded as %+v", e)
+	}
+}
+
+// Ends from many goroutines at once, some lock-free and some through the
+// lock: each operation ends once, with the first end's outcome.
+func TestConcurrentEndsEndEachOperationOnce(t *testing.T) {
+	traceOn(t)
+	dev, a, b := hostBufs(t, 64)
+	eng := &flightEngine{}
+	f := NewFront(FrontConfig{Backend: "fake", Rank: 0, Size: 2, Device: dev}, eng)
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	const n = 200
+	flights := make([]Flight, n)
+	for i := range flights {
+		if err := f.AllGather(a, b, 4, Int32, s); err != nil {
+			t.Fatal(err)
+		}
+		flights[i] = eng.last
+	}
+	done := make(chan struct{})
+	for g := range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for i, fl := range flights {
+				if (i+g)%2 == 0 {
+					fl.Ended(nil)
+				} else {
+					fl.Ended(fmt.Errorf("op %d", i))
+				}
+			}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	for _, e := range f.Recorder().Snapshot("").Entries {
+		if e.State != StateDone && e.State != StateFailed {
+			t.Fatalf("seq %d: %s after every goroutine ended it", e.Seq, e.State)
+		}
+		if e.State == StateFailed && e.Error != fmt.Sprintf("op %d", e.Seq-1) {
+			t.Fatalf("seq %d failed with %q", e.Seq, e.Error)
+		}
+		if e.Ended < e.Started || e.Started < e.Queued {
+			t.Fatalf("seq %d: queued %d started %d ended %d", e.Seq, e.Queued, e.Started, e.Ended)
+		}
+	}
+}
