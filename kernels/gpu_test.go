@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -126,6 +127,15 @@ func TestCompiledKernelsMatchTheGoReferenceOnAGPU(t *testing.T) {
 		if sh.both() {
 			cases = append(cases, m(name+" f32")(heatPlanShape(sh, nil, a32, c32, nil, nx, 1, ny-1, 1, nx-1, float32(0.23))),
 				m(name+" f32 rect")(heatPlanShape(sh, nil, c32, a32, nil, nx, 5, 8, 2, nx-3, float32(0.31))))
+		}
+		if strings.Contains(sh.kernel, "_pair") {
+			// An even width: every row's pairs aligned (nx odd above
+			// aligns every other row); odd and even first columns.
+			const ex = nx - 1
+			cases = append(cases, m(name+" even width")(heatPlanShape(sh, nil, a, c, nil, ex, 1, ny-1, 1, ex-1, 0.23)),
+				m(name+" even width, even first column")(heatPlanShape(sh, nil, b, c, nil, ex, 3, 300, 2, ex-5, 0.29)),
+				m(name+" f32 even width")(heatPlanShape(sh, nil, a32, c32, nil, ex, 1, ny-1, 1, ex-1, float32(0.23))),
+				m(name+" f32 even width, even first column")(heatPlanShape(sh, nil, c32, a32, nil, ex, 3, 300, 2, ex-5, float32(0.29))))
 		}
 	}
 	err = cuda.WithContext(ctx, func() error {

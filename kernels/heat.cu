@@ -143,6 +143,94 @@ extern "C" __global__ void heat_step_f32_r16x(float *__restrict__ dst, const flo
     heat_rows<16, false>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r, (double *)0);
 }
 
+// Two columns a thread (the _pair kernels), for float32: thread t of the
+// grid owns columns j = (col_lo & ~1) + 2t and j + 1 and loads both in one
+// 8-byte (float2; 16-byte double2 for float64) load where the address is
+// aligned, which for an odd slab width is every other row, and with two
+// loads elsewhere. Each cell is computed as heat_rows computes it, in the
+// same order (left is column j - 1 for j and j for j + 1), so the result is
+// the same bits. A thread writes only the columns in [col_lo, col_hi).
+template <typename T> struct pair_of;
+template <> struct pair_of<float> { typedef float2 type; };
+template <> struct pair_of<double> { typedef double2 type; };
+
+template <typename T>
+__device__ __forceinline__ typename pair_of<T>::type load_pair(const T *__restrict__ p)
+{
+    typedef typename pair_of<T>::type V;
+    if (((unsigned long long)p & (sizeof(V) - 1)) == 0) {
+        return *(const V *)p;
+    }
+    V v;
+    v.x = p[0];
+    v.y = p[1];
+    return v;
+}
+
+template <int R, typename T>
+__device__ __forceinline__ void heat_rows_pair(T *__restrict__ dst, const T *__restrict__ src, long long nx,
+                                               int row_lo, int row_hi, int col_lo, int col_hi, T r)
+{
+    typedef typename pair_of<T>::type V;
+    int j = (col_lo & ~1) + 2 * (blockIdx.x * blockDim.x + threadIdx.x);
+    if (j >= col_hi) {
+        return;
+    }
+    bool w0 = j >= col_lo, w1 = j + 1 < col_hi; // the columns this thread writes
+    int stride = gridDim.y * blockDim.y * R;
+    for (int i0 = row_lo + (blockIdx.y * blockDim.y + threadIdx.y) * R; i0 < row_hi; i0 += stride) {
+        long long k = (long long)i0 * nx + j;
+        V up = load_pair(src + k - nx);
+        V c = load_pair(src + k);
+        int i1 = min(i0 + R, row_hi);
+        for (int i = i0; i < i1; i++, k += nx) {
+            V down = load_pair(src + k + nx);
+            T left = src[k - 1];
+            T right = w1 ? src[k + 2] : (T)0;
+            V v;
+            v.x = c.x + r * ((((up.x + down.x) + left) + c.y) - (T)4 * c.x);
+            v.y = c.y + r * ((((up.y + down.y) + c.x) + right) - (T)4 * c.y);
+            T *d = dst + k;
+            if (w0 && w1 && ((unsigned long long)d & (sizeof(V) - 1)) == 0) {
+                *(V *)d = v;
+            } else {
+                if (w0) {
+                    d[0] = v.x;
+                }
+                if (w1) {
+                    d[1] = v.y;
+                }
+            }
+            up = c;
+            c = down;
+        }
+    }
+}
+
+extern "C" __global__ void heat_step_f32_pair(float *__restrict__ dst, const float *__restrict__ src, long long nx,
+                                              int row_lo, int row_hi, int col_lo, int col_hi, float r)
+{
+    heat_rows_pair<4>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r);
+}
+
+extern "C" __global__ void heat_step_f64_pair(double *__restrict__ dst, const double *__restrict__ src, long long nx,
+                                              int row_lo, int row_hi, int col_lo, int col_hi, double r)
+{
+    heat_rows_pair<4>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r);
+}
+
+extern "C" __global__ void heat_step_f32_pair8(float *__restrict__ dst, const float *__restrict__ src, long long nx,
+                                               int row_lo, int row_hi, int col_lo, int col_hi, float r)
+{
+    heat_rows_pair<8>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r);
+}
+
+extern "C" __global__ void heat_step_f64_pair8(double *__restrict__ dst, const double *__restrict__ src, long long nx,
+                                               int row_lo, int row_hi, int col_lo, int col_hi, double r)
+{
+    heat_rows_pair<8>(dst, src, nx, row_lo, row_hi, col_lo, col_hi, r);
+}
+
 extern "C" __global__ void heat_step_plain(double *dst, const double *src, long long nx,
                                            int row_lo, int row_hi, int col_lo, int col_hi, double r)
 {

@@ -123,8 +123,24 @@ var (
 		// either type: the default kernel in other blocks, and more rows a thread
 		{"heat_step_%s", heatRows, 1, 128, ""}, {"heat_step_%s", heatRows, 2, 128, ""}, {"heat_step_%s", heatRows, 4, 64, ""},
 		{"heat_step_%s", heatRows, 1, 256, ""}, {"heat_step_%s_r8x", 8, 2, heatBlockX, ""}, {"heat_step_%s_r8x", 8, 1, 128, ""},
-		{"heat_step_%s_r16x", 16, 1, 128, ""}}
+		{"heat_step_%s_r16x", 16, 1, 128, ""},
+		// two columns a thread, in one 8- or 16-byte load
+		{"heat_step_%s_pair", 4, 2, 64, ""}, {"heat_step_%s_pair", 4, 4, 32, ""}, {"heat_step_%s_pair", 4, 1, 128, ""},
+		{"heat_step_%s_pair8", 8, 2, 64, ""}}
 )
+
+// threadsX is how many threads along a row cover columns [colLo, colHi): one
+// a column, or for a _pair kernel one a pair of columns from the even one at
+// or before colLo (heat_rows_pair of heat.cu).
+func (sh heatShape) threadsX(colLo, colHi int) int {
+	if colHi <= colLo {
+		return 0
+	}
+	if strings.HasSuffix(sh.kernel, "_pair") || strings.HasSuffix(sh.kernel, "_pair8") {
+		return (colHi - colLo&^1 + 1) / 2
+	}
+	return colHi - colLo
+}
 
 // both is whether the shape steps float32 as well as float64.
 func (sh heatShape) both() bool { return sh.kernel == "" || strings.Contains(sh.kernel, "%s") }
@@ -163,7 +179,7 @@ func heatPlanShape[T Float](sh heatShape, s *devmem.Stream, dst, src devmem.Slic
 		file = "heat.cu"
 	}
 	args := []arg{{"dst", dst.Buffer(), 0}, {"src", src.Buffer(), 0}}
-	gx, gy := sh.grid(rowHi-rowLo, colHi-colLo)
+	gx, gy := sh.grid(rowHi-rowLo, sh.threadsX(colLo, colHi))
 	if partial != nil {
 		if partial.Len() < gx*gy {
 			return plan{}, invalid(op, "%d partial sums for the %d blocks of %d×%d cells", partial.Len(), gx*gy, rowHi-rowLo, colHi-colLo)

@@ -390,12 +390,16 @@ func TestLaunchArgumentsMatchTheKernelSignatures(t *testing.T) {
 	defer a32s.Free()
 	defer b32s.Free()
 	for _, sh := range heatShapes[1:] {
+		work := nx - 2 // a thread a column, 1 to nx-2
+		if strings.Contains(sh.kernel, "_pair") {
+			work = (nx - 1 + 1) / 2 // a thread a pair of columns, from 0 to nx-2
+		}
 		pl := mk(heatPlanShape(sh, nil, a, b, nil, nx, 1, ny-1, 1, nx-1, 0.1))
-		pl.work = [3]int{nx - 2, 1}
+		pl.work = [3]int{work, 1}
 		cases = append(cases, pl)
 		if sh.both() {
 			pl := mk(heatPlanShape(sh, nil, a32s, b32s, nil, nx, 1, ny-1, 1, nx-1, float32(0.1)))
-			pl.work = [3]int{nx - 2, 1}
+			pl.work = [3]int{work, 1}
 			cases = append(cases, pl)
 		}
 	}
