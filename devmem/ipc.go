@@ -356,6 +356,14 @@ type mapping struct {
 	slot  *hostSlot // host-driver memory's place in its exporter, held in hostSlots
 }
 
+// hostSlotOf is the mapping at slot, if slot is set, with ipcMu held.
+func hostSlotOf(slot *hostSlot) *mapping {
+	if slot == nil {
+		return nil
+	}
+	return hostSlots[*slot]
+}
+
 // forget removes m from the maps, with ipcMu held.
 func (m *mapping) forget() {
 	delete(mappings, m.key)
@@ -473,7 +481,62 @@ func (e *export) finalRelease() error {
 // of device is refused with ErrBadHandle before any driver call, and so is
 // a handle of GPU memory its exporter has freed (or an exporter that has
 // exited): the exporter's service is asked first.
+//
+// An open refused with ErrAlreadyMapped asks every function registered with
+// OnStaleViews to close the idle views it keeps of the exporter's memory,
+// and when one closed some, opens once more.
 func (d *Device) OpenIPC(h IPCHandle) (Buffer, error) {
+	b, err := d.openIPC(h)
+	if !errors.Is(err, ErrAlreadyMapped) {
+		return b, err
+	}
+	if closeStale(d, h.PID()) > 0 {
+		b, err = d.openIPC(h)
+	}
+	return b, err
+}
+
+// The functions OnStaleViews registered, by id.
+var (
+	staleMu    sync.Mutex
+	staleFuncs = map[int]func(*Device, int) int{}
+	staleNext  int
+)
+
+// OnStaleViews registers f, which closes the views of memory of process pid
+// opened on d's device that its owner keeps open while nothing uses them
+// (a cache of opened handles keeps such idle views), and says how many it
+// closed: an OpenIPC refused with ErrAlreadyMapped calls it, with no lock of
+// devmem's held, and opens again when some were closed. The returned
+// function unregisters f.
+func OnStaleViews(f func(d *Device, pid int) int) (unregister func()) {
+	staleMu.Lock()
+	defer staleMu.Unlock()
+	id := staleNext
+	staleNext++
+	staleFuncs[id] = f
+	return func() {
+		staleMu.Lock()
+		delete(staleFuncs, id)
+		staleMu.Unlock()
+	}
+}
+
+func closeStale(d *Device, pid int) int {
+	staleMu.Lock()
+	fs := make([]func(*Device, int) int, 0, len(staleFuncs))
+	for _, f := range staleFuncs {
+		fs = append(fs, f)
+	}
+	staleMu.Unlock()
+	n := 0
+	for _, f := range fs {
+		n += f(d, pid)
+	}
+	return n
+}
+
+func (d *Device) openIPC(h IPCHandle) (Buffer, error) {
 	if d == nil {
 		return Buffer{}, fmt.Errorf("devmem: OpenIPC on nil device: %w", ErrInvalidArgument)
 	}
@@ -557,15 +620,16 @@ func (d *Device) OpenIPC(h IPCHandle) (Buffer, error) {
 					// Another goroutine's mapping went away while we asked; ask again.
 					return Buffer{}, fmt.Errorf("devmem: OpenIPC: the mapping of %v closed during the open; open again: %w", h, ErrBadHandle)
 				}
-				if slot != nil {
-					if old := hostSlots[*slot]; old != nil {
-						return Buffer{}, fmt.Errorf("devmem: OpenIPC on %v: %d views of memory process %d has freed since are still open here, at the place (descriptor %d) of the memory %v names; close them first: %w: %w",
-							d, old.refs, slot.pid, slot.fd, h, ErrAlreadyMapped, ErrBadHandle)
-					}
-				}
 				var err error
 				if base, err = drv.ipcOpen(f.drv, fd, off+n); err != nil {
 					return Buffer{}, err
+				}
+				// Checked once the driver has found the handle good, so that a
+				// handle of freed memory is refused as such (a GPU's is, by
+				// its exporter's service, before the driver).
+				if old := hostSlotOf(slot); old != nil {
+					return Buffer{}, errors.Join(fmt.Errorf("devmem: OpenIPC on %v: %d views of memory process %d has freed since are still open here, at the place (descriptor %d) of the memory %v names; close them first: %w: %w",
+						d, old.refs, slot.pid, slot.fd, h, ErrAlreadyMapped, ErrBadHandle), drv.ipcClose(base))
 				}
 				unmap = func() error { return drv.ipcClose(base) }
 			}

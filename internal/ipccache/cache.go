@@ -88,6 +88,8 @@ type Cache struct {
 
 	shared *sharedKey // set for the process's cache of a device (Shared)
 	users  int        // its Handles not closed
+
+	unregister func() // of closeStale, with devmem.OnStaleViews
 }
 
 // entry is one allocation: the views opened of it, each a range of it.
@@ -119,7 +121,21 @@ func New(dev *devmem.Device, l Limits) (*Cache, error) {
 	if l.Bytes == 0 {
 		l.Bytes = DefaultBytes
 	}
-	return &Cache{dev: dev, limits: l, entries: map[Key]*entry{}}, nil
+	c := &Cache{dev: dev, limits: l, entries: map[Key]*entry{}}
+	c.unregister = devmem.OnStaleViews(c.closeStale)
+	return c, nil
+}
+
+// closeStale closes the idle entries of process pid's memory when d is the
+// cache's device (a GPU: the same context): devmem calls it when an open
+// met devmem.ErrAlreadyMapped, through this cache or not.
+func (c *Cache) closeStale(d *devmem.Device, pid int) int {
+	if d.Kind() != c.dev.Kind() || d.UUID() != c.dev.UUID() {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dropStaleLocked(pid)
 }
 
 // Ref is a peer buffer opened through the cache. Its Buf is valid until
@@ -143,39 +159,26 @@ func (c *Cache) open(h devmem.IPCHandle, hd *Handle) (*Ref, error) {
 	}
 	off, n := h.Offset(), h.Size()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed || (hd != nil && hd.closed) {
-		return nil, fmt.Errorf("ipccache: Open after Close: %w", devmem.ErrInvalidArgument)
+	if r, err := c.hitLocked(key, off, n, hd); r != nil || err != nil {
+		c.mu.Unlock()
+		return r, err
 	}
-	e := c.entries[key]
-	if e != nil {
-		for _, v := range e.views {
-			if off >= v.off && off+n <= v.off+v.size {
-				buf, err := v.buf.Slice(off-v.off, n)
-				if err != nil {
-					return nil, err
-				}
-				c.hits++
-				if hd != nil {
-					hd.hits++
-				}
-				return c.take(e, buf, true, hd), nil
-			}
-		}
-	}
-	// Opened under the lock: an open is rare next to the hits, and one lock
-	// keeps an allocation in one entry.
+	c.mu.Unlock()
+	// Opened without the lock: an open that meets devmem.ErrAlreadyMapped
+	// (the exporter freed memory an idle entry still maps and allocated
+	// this in its place, which a GPU's driver does not map beside the old
+	// mapping) has devmem call closeStale, which takes it, and open again.
 	buf, err := c.dev.OpenIPC(h)
-	if errors.Is(err, devmem.ErrAlreadyMapped) && c.dropStaleLocked(h.PID(), key) > 0 {
-		// The exporter freed memory an idle entry still maps and allocated
-		// this in its place (a GPU's driver refuses to map it beside the
-		// old mapping): those entries are stale; the open is tried again
-		// without them.
-		buf, err = c.dev.OpenIPC(h)
-	}
 	if err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Another open may have covered the range meanwhile: its view serves.
+	if r, err := c.hitLocked(key, off, n, hd); r != nil || err != nil {
+		return r, errors.Join(err, buf.CloseIPC())
+	}
+	e := c.entries[key]
 	c.misses++
 	if hd != nil {
 		hd.misses++
@@ -196,14 +199,40 @@ func (c *Cache) open(h devmem.IPCHandle, hd *Handle) (*Ref, error) {
 	return r, nil
 }
 
-// dropStaleLocked closes the idle entries of allocations of process pid
-// other than keep's, and says how many it closed.
-func (c *Cache) dropStaleLocked(pid int, keep Key) int {
+// hitLocked serves the range [off, off+n) of key's allocation from a view
+// open already, or returns nil.
+func (c *Cache) hitLocked(key Key, off, n int, hd *Handle) (*Ref, error) {
+	if c.closed || (hd != nil && hd.closed) {
+		return nil, fmt.Errorf("ipccache: Open after Close: %w", devmem.ErrInvalidArgument)
+	}
+	e := c.entries[key]
+	if e == nil {
+		return nil, nil
+	}
+	for _, v := range e.views {
+		if off >= v.off && off+n <= v.off+v.size {
+			buf, err := v.buf.Slice(off-v.off, n)
+			if err != nil {
+				return nil, err
+			}
+			c.hits++
+			if hd != nil {
+				hd.hits++
+			}
+			return c.take(e, buf, true, hd), nil
+		}
+	}
+	return nil, nil
+}
+
+// dropStaleLocked closes the idle entries of allocations of process pid,
+// and says how many it closed.
+func (c *Cache) dropStaleLocked(pid int) int {
 	n := 0
 	for el := c.lru.Back(); el != nil; {
 		e := el.Value.(*entry)
 		el = el.Prev()
-		if e.refs > 0 || e.pid != pid || e.key == keep {
+		if e.refs > 0 || e.pid != pid {
 			continue
 		}
 		n++
@@ -309,6 +338,7 @@ func (c *Cache) Close() error {
 		return fmt.Errorf("ipccache: closed twice: %w", devmem.ErrInvalidArgument)
 	}
 	c.closed = true
+	c.unregister()
 	errs := c.errs
 	c.errs = nil
 	for el := c.lru.Front(); el != nil; {

@@ -24,9 +24,11 @@
 //     opened), and it refuses to map new memory its exporter allocated in
 //     the place of freed memory this process still maps
 //     (devmem.ErrAlreadyMapped, CUDA_ERROR_ALREADY_MAPPED; the host device
-//     refuses it too): an open that meets that closes the exporter's idle
-//     entries (Stats.Stale: their memory was freed, or will open again)
-//     and tries once more. An entry in use is never closed; the open then
+//     refuses it too): an open that meets that, through a cache or not
+//     (NodeShared, a user's OpenIPC), has devmem ask every cache
+//     (devmem.OnStaleViews) to close the exporter's idle entries on that
+//     device (Stats.Stale: their memory was freed, or will open again), and
+//     tries once more. An entry in use is never closed; the open then
 //     fails, and the caller takes another path.
 //
 // It must not copy data or know about MPI: internal/mpicomm's IPC path

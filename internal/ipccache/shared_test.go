@@ -412,3 +412,34 @@ func TestUserOpenBesideTheCache(t *testing.T) {
 		t.Errorf("%d views left", got)
 	}
 }
+
+// NodeShared's case: a user's own devmem.OpenIPC of memory its exporter
+// allocated in the place of memory the cache keeps an idle entry of: devmem
+// asks the cache (devmem.OnStaleViews) to close the stale entry, and opens.
+func TestUserOpenBesideAStaleEntry(t *testing.T) {
+	s := startServer(t, "")
+	dev := devmem.NewHostDevice()
+	const n = 16 << 10
+	hd := sharedHandle(t, dev)
+	defer hd.Close()
+	ha := s.handle("alloc x %d 11", n)
+	r := open(t, hd, ha)
+	if err := r.Release(); err != nil {
+		t.Fatal(err)
+	}
+	hb := s.handle("realloc x %d 12", 3*n)
+	if hostFD(t, ha) != hostFD(t, hb) {
+		t.Fatalf("the child's new buffer has descriptor %d, the freed one had %d: the case is not set up", hostFD(t, hb), hostFD(t, ha))
+	}
+	v, err := dev.OpenIPC(hb)
+	if err != nil {
+		t.Fatalf("the user's open beside the cache's stale entry: %v", err)
+	}
+	readBack(t, "the user's view", v, patternN(12, 3*n))
+	if err := v.CloseIPC(); err != nil {
+		t.Fatal(err)
+	}
+	if st := hd.Total(); st.Stale != 1 || st.Entries != 0 {
+		t.Errorf("the cache after the user's open: %+v, want 1 stale entry closed, none left", st)
+	}
+}

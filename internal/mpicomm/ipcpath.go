@@ -85,12 +85,12 @@ func init() {
 
 // ipcPath is a Comm's IPC state.
 type ipcPath struct {
-	reach   []bool // by rank: the pair reaches each other (both sides agree)
-	cache   *ipccache.Cache
-	copies  *devmem.Stream // the receiver's copies
-	ackP2P  *mpi.Comm      // acknowledgements of the user's messages (dup of p2p)
-	ackColl *mpi.Comm      // and of collectives' blocks (dup of coll)
-	room    int            // bytes a control cell receives into
+	reach   []bool           // by rank: the pair reaches each other (both sides agree)
+	cache   *ipccache.Handle // this Comm's share of the process's cache of the device
+	copies  *devmem.Stream   // the receiver's copies
+	ackP2P  *mpi.Comm        // acknowledgements of the user's messages (dup of p2p)
+	ackColl *mpi.Comm        // and of collectives' blocks (dup of coll)
+	room    int              // bytes a control cell receives into
 
 	cellMu sync.Mutex
 	free   []devmem.Buffer // pinned cells: room bytes, then the acknowledgement
@@ -134,7 +134,9 @@ func (c *Comm) IPCCollectives() int64 { return c.ipc.collectives.Load() }
 // other, as the ranks agreed.
 func (c *Comm) IPCAll() bool { return c.ipcAll }
 
-// IPCCache is the counters of the cache of peer buffers opened; the zero
+// IPCCache is the counters of the cache of peer buffers opened, which
+// every communicator of the process on the device shares: Hits, Misses and
+// InUse are this communicator's, the rest the shared cache's; the zero
 // Stats when the IPC path is off.
 func (c *Comm) IPCCache() ipccache.Stats {
 	if c.ipc.cache == nil {
@@ -181,10 +183,15 @@ func (c *Comm) probeIPC(node *mpi.Comm, mates []int64, want bool) ([]bool, error
 	all, err := mpi.AllgatherBytes(node, mine)
 	row := make([]byte, node.Size())
 	if err == nil && mine != nil {
-		for r, raw := range all {
-			if r != me && len(raw) > 0 && c.probeRead(raw, r) == nil {
-				row[r] = 1
+		// Through the process's cache, as the path's opens: a stale entry
+		// of memory a peer freed where its probe buffer now is gives way.
+		if hd, herr := ipccache.Shared(c.dev, ipccache.Limits{}); herr == nil {
+			for r, raw := range all {
+				if r != me && len(raw) > 0 && c.probeRead(hd, raw, r) == nil {
+					row[r] = 1
+				}
 			}
+			hd.Close()
 		}
 	}
 	var rows [][]byte
@@ -217,19 +224,19 @@ func probePattern(r int) []byte {
 	return b
 }
 
-func (c *Comm) probeRead(raw []byte, r int) error {
+func (c *Comm) probeRead(hd *ipccache.Handle, raw []byte, r int) error {
 	var h devmem.IPCHandle
 	if err := h.UnmarshalBinary(raw); err != nil {
 		return err
 	}
-	v, err := c.dev.OpenIPC(h)
+	ref, err := hd.Open(h)
 	if err != nil {
 		return err
 	}
 	got := make([]byte, 8)
-	err = devmem.CopyToHost(got, v, nil)
-	if cerr := v.CloseIPC(); err == nil {
-		err = cerr
+	err = devmem.CopyToHost(got, ref.Buf, nil)
+	if rerr := ref.Release(); err == nil {
+		err = rerr
 	}
 	if err == nil && string(got) != string(probePattern(r)) {
 		err = fmt.Errorf("local rank %d's buffer reads %x", r, got)
@@ -253,7 +260,7 @@ func (c *Comm) setUpIPC(reach []bool) error {
 	if c.ipc.copies, err = c.dev.NewStream(); err != nil {
 		return err
 	}
-	if c.ipc.cache, err = ipccache.New(c.dev, ipccache.Limits{}); err != nil {
+	if c.ipc.cache, err = ipccache.Shared(c.dev, ipccache.Limits{}); err != nil {
 		return err
 	}
 	c.ipc.reach = reach
