@@ -96,11 +96,12 @@ type ipcPath struct {
 	free   []devmem.Buffer // pinned cells: room bytes, then the acknowledgement
 	all    []devmem.Buffer
 
-	sent, got, staged atomic.Int64  // messages through the path; those that fell back to the pipeline
-	collectives       atomic.Int64  // reductions and broadcasts through the path (ipcpath_reduce.go)
-	scratch           devmem.Buffer // reductions' parts, which the peers read
-	scratchWas        int           // the size of the last scratch
-	why               string        // why this rank reaches no one, when it does not
+	sent, got, staged atomic.Int64   // messages through the path; those that fell back to the pipeline
+	collectives       atomic.Int64   // reductions and broadcasts through the path (ipcpath_reduce.go)
+	scratch           devmem.Buffer  // reductions' parts, which the peers read
+	scratchWas        int            // the size of the last scratch
+	why               string         // why this rank reaches no one, when it does not
+	peerWhy           map[int]string // by rank: why the pair has no IPC path, as the probe found
 }
 
 // ipcFor reports whether a message of bytes bytes to or from peer takes the
@@ -207,12 +208,22 @@ func (c *Comm) probeIPC(node *mpi.Comm, mates []int64, want bool) ([]bool, error
 		return nil, err
 	}
 	var reach []bool
+	c.ipc.peerWhy = map[int]string{}
 	for q := range rows {
-		if q != me && len(rows[q]) > me && rows[me][q] == 1 && rows[q][me] == 1 {
+		switch {
+		case q == me:
+		case len(rows[q]) > me && rows[me][q] == 1 && rows[q][me] == 1:
 			if reach == nil {
 				reach = make([]bool, c.size)
 			}
 			reach[mates[q]] = true
+		case mine == nil:
+		case len(all[q]) == 0:
+			c.ipc.peerWhy[int(mates[q])] = "that rank offers none (" + IPCEnv + "=off there, or its device cannot share memory)"
+		case rows[me][q] == 0:
+			c.ipc.peerWhy[int(mates[q])] = "this rank cannot open that rank's device memory (different GPUs without peer access?)"
+		default:
+			c.ipc.peerWhy[int(mates[q])] = "that rank cannot open this rank's device memory (different GPUs without peer access?)"
 		}
 	}
 	return reach, nil
@@ -572,6 +583,9 @@ func (c *Comm) NodeRoutes() []string {
 		default:
 			why := c.ipc.why
 			if why == "" {
+				why = c.ipc.peerWhy[q]
+			}
+			if why == "" {
 				why = "the devices cannot open each other's memory (different GPUs without peer access), or " + IPCEnv + "=off on that rank"
 			}
 			how = fmt.Sprintf("pinned ring from %d bytes: no IPC: %s", c.nodeMin, why)
@@ -579,4 +593,17 @@ func (c *Comm) NodeRoutes() []string {
 		out = append(out, fmt.Sprintf("rank %d: %s", q, how))
 	}
 	return out
+}
+
+// CollectiveRoute says which way reductions and Broadcast of NodeBytes or
+// more go and why: for gpucomm info.
+func (c *Comm) CollectiveRoute() string {
+	switch {
+	case c.nodeMin <= 0:
+		return "reductions and Broadcast: MPI (host-staged): the node path is off"
+	case c.ipcAll:
+		return fmt.Sprintf("reductions and Broadcast: IPC from %d bytes: every rank reads its peers' buffers on the device (every rank is on this node and reaches every other)", c.nodeMin)
+	default:
+		return "reductions and Broadcast: MPI (host-staged): not every rank of the communicator is on this node and reaches every other through IPC"
+	}
 }
