@@ -177,7 +177,7 @@ func (c *cudaDriver) ipcOpen(h [64]byte, fd int, need int) (*allocation, error) 
 		cuda.IsCode(err, cuda.CUDA_ERROR_NOT_FOUND):
 		return nil, fmt.Errorf("devmem: IPC handle: %v cannot map it (exporter gone, memory freed, or not a CUDA handle): %w: %w", c.dev, err, ErrBadHandle)
 	case cuda.IsCode(err, cuda.CUDA_ERROR_ALREADY_MAPPED):
-		return nil, fmt.Errorf("devmem: OpenIPC on %v: this process maps the allocation already outside gpucomm (a CUDA-aware MPI does, for memory it moved); CUDA allows one legacy mapping per process, so allocate shared memory with AllocShared (VMM), or set %s=auto: %w: %w", c.dev, IPCModeEnv, err, ErrBadHandle)
+		return nil, fmt.Errorf("devmem: OpenIPC on %v: this process maps the allocation, or memory its exporter freed at the same place, already: a view of freed memory still open here (close it and open again), or a mapping outside gpucomm (a CUDA-aware MPI makes them, for memory it moved: allocate shared memory with AllocShared (VMM), or set %s=auto); CUDA allows one legacy mapping per process: %w: %w: %w", c.dev, IPCModeEnv, err, ErrAlreadyMapped, ErrBadHandle)
 	default:
 		return nil, fmt.Errorf("devmem: OpenIPC on %v: %w", c.dev, err)
 	}

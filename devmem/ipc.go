@@ -294,7 +294,32 @@ var (
 	served = map[[64]byte]*export{}
 	// views holds every Buffer OpenIPC returned and that is not closed yet.
 	views = map[*allocation]*ipcView{}
+	// hostSlots holds the host driver's mappings by the place their memory
+	// had in its exporter (hostSlot), as the CUDA driver keeps legacy
+	// mappings: see ErrAlreadyMapped.
+	hostSlots = map[hostSlot]*mapping{}
 )
+
+// ErrAlreadyMapped is wrapped (with ErrBadHandle) by an OpenIPC refused
+// because this process still maps other memory that had the same place in
+// the exporter: memory the exporter has freed since, whose views are not
+// all closed here, and in whose place it allocated what the handle names.
+// A GPU's driver refuses that open of a legacy CUDA IPC handle
+// (CUDA_ERROR_ALREADY_MAPPED), and so does any open of an allocation a
+// CUDA-aware MPI maps in this process outside gpucomm; the host device
+// refuses it too, the place being the exporter's descriptor number (which
+// the kernel hands out again as CUDA hands out an address again), so that
+// code which keeps views of freed memory open (a cache of opened handles)
+// meets the GPU's rule on the host. Closing the stale views and opening
+// again succeeds.
+var ErrAlreadyMapped = errors.New("devmem: this process still maps memory its exporter has freed at the same place")
+
+// hostSlot is where host-driver memory was in its exporter: the memfd's
+// descriptor number in the exporting process, seen from one device here.
+type hostSlot struct {
+	dev     [16]byte
+	pid, fd uint32
+}
 
 // exportKey names an allocation across processes: VMM driver bytes are
 // unique only within their exporter, hence its pid and token.
@@ -328,6 +353,23 @@ type mapping struct {
 	base  *allocation
 	unmap func() error // the driver's ipcClose, or pinned memory's unlock and unmap
 	refs  int
+	slot  *hostSlot // host-driver memory's place in its exporter, held in hostSlots
+}
+
+// hostSlotOf is the mapping at slot, if slot is set, with ipcMu held.
+func hostSlotOf(slot *hostSlot) *mapping {
+	if slot == nil {
+		return nil
+	}
+	return hostSlots[*slot]
+}
+
+// forget removes m from the maps, with ipcMu held.
+func (m *mapping) forget() {
+	delete(mappings, m.key)
+	if m.slot != nil && hostSlots[*m.slot] == m {
+		delete(hostSlots, *m.slot)
+	}
 }
 
 // ipcView is one Buffer returned by OpenIPC; each has its own allocation
@@ -439,7 +481,62 @@ func (e *export) finalRelease() error {
 // of device is refused with ErrBadHandle before any driver call, and so is
 // a handle of GPU memory its exporter has freed (or an exporter that has
 // exited): the exporter's service is asked first.
+//
+// An open refused with ErrAlreadyMapped asks every function registered with
+// OnStaleViews to close the idle views it keeps of the exporter's memory,
+// and when one closed some, opens once more.
 func (d *Device) OpenIPC(h IPCHandle) (Buffer, error) {
+	b, err := d.openIPC(h)
+	if !errors.Is(err, ErrAlreadyMapped) {
+		return b, err
+	}
+	if closeStale(d, h.PID()) > 0 {
+		b, err = d.openIPC(h)
+	}
+	return b, err
+}
+
+// The functions OnStaleViews registered, by id.
+var (
+	staleMu    sync.Mutex
+	staleFuncs = map[int]func(*Device, int) int{}
+	staleNext  int
+)
+
+// OnStaleViews registers f, which closes the views of memory of process pid
+// opened on d's device that its owner keeps open while nothing uses them
+// (a cache of opened handles keeps such idle views), and says how many it
+// closed: an OpenIPC refused with ErrAlreadyMapped calls it, with no lock of
+// devmem's held, and opens again when some were closed. The returned
+// function unregisters f.
+func OnStaleViews(f func(d *Device, pid int) int) (unregister func()) {
+	staleMu.Lock()
+	defer staleMu.Unlock()
+	id := staleNext
+	staleNext++
+	staleFuncs[id] = f
+	return func() {
+		staleMu.Lock()
+		delete(staleFuncs, id)
+		staleMu.Unlock()
+	}
+}
+
+func closeStale(d *Device, pid int) int {
+	staleMu.Lock()
+	fs := make([]func(*Device, int) int, 0, len(staleFuncs))
+	for _, f := range staleFuncs {
+		fs = append(fs, f)
+	}
+	staleMu.Unlock()
+	n := 0
+	for _, f := range fs {
+		n += f(d, pid)
+	}
+	return n
+}
+
+func (d *Device) openIPC(h IPCHandle) (Buffer, error) {
 	if d == nil {
 		return Buffer{}, fmt.Errorf("devmem: OpenIPC on nil device: %w", ErrInvalidArgument)
 	}
@@ -482,6 +579,14 @@ func (d *Device) OpenIPC(h IPCHandle) (Buffer, error) {
 		}
 	}
 
+	// Host-driver memory's place in its exporter (see ErrAlreadyMapped).
+	var slot *hostSlot
+	if remote && d.kind == Host && !f.pinned {
+		if x, err := parseHostIPC(f.drv); err == nil {
+			slot = &hostSlot{dev: d.uuid, pid: x.pid, fd: x.fd}
+		}
+	}
+
 	ipcMu.Lock()
 	defer ipcMu.Unlock()
 	v := &ipcView{f: f}
@@ -519,15 +624,26 @@ func (d *Device) OpenIPC(h IPCHandle) (Buffer, error) {
 				if base, err = drv.ipcOpen(f.drv, fd, off+n); err != nil {
 					return Buffer{}, err
 				}
+				// Checked once the driver has found the handle good, so that a
+				// handle of freed memory is refused as such (a GPU's is, by
+				// its exporter's service, before the driver).
+				if old := hostSlotOf(slot); old != nil {
+					return Buffer{}, errors.Join(fmt.Errorf("devmem: OpenIPC on %v: %d views of memory process %d has freed since are still open here, at the place (descriptor %d) of the memory %v names; close them first: %w: %w",
+						d, old.refs, slot.pid, slot.fd, h, ErrAlreadyMapped, ErrBadHandle), drv.ipcClose(base))
+				}
 				unmap = func() error { return drv.ipcClose(base) }
 			}
 			base.dev = d
 			m = &mapping{key: key, base: base, unmap: unmap}
+			if slot != nil {
+				m.slot = slot
+				hostSlots[*slot] = m
+			}
 			mappings[key] = m
 		}
 		if off > m.base.size || n > m.base.size-off {
 			if m.refs == 0 {
-				delete(mappings, key)
+				m.forget()
 				err := m.unmap()
 				return Buffer{}, errors.Join(badHandle("range [%d:+%d] outside the %d-byte allocation", off, n, m.base.size), err)
 			}
@@ -573,8 +689,13 @@ func (b Buffer) CloseIPC() error {
 	} else if m := v.m; m != nil {
 		m.refs--
 		if m.refs == 0 {
-			delete(mappings, m.key)
-			release = m.unmap
+			// Unmapped before ipcMu is released: an open of the same
+			// allocation, which waits for ipcMu, must find it gone (a GPU's
+			// driver refuses a second legacy mapping while one is there).
+			m.forget()
+			err := m.unmap()
+			ipcMu.Unlock()
+			return err
 		}
 	}
 	ipcMu.Unlock()

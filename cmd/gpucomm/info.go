@@ -16,9 +16,11 @@ import (
 
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/comm/cudaaware"
+	gpumpi "github.com/gpucomm/gpucomm/comm/mpi"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/launcher"
 	"github.com/gpucomm/gpucomm/internal/mpi"
+	"github.com/gpucomm/gpucomm/internal/mpicomm"
 )
 
 func init() {
@@ -41,7 +43,10 @@ first opens and closes the cudaaware backend, which asks MPI
 (MPIX_Query_cuda_support) or, when MPI cannot say, exchanges device
 buffers between the ranks, and its line then gives that verdict. Run it
 under the launcher (mpirun -np 2 gpucomm info -mpi): every rank takes part
-and rank 0 prints.`
+and rank 0 prints. With -mpi, info also opens the mpi backend and reports,
+for every pair of ranks, which way a message of GPUCOMM_NODE_BYTES or more
+goes (IPC: one device copy; the node's pinned ring; or host-staged MPI) and
+why, and which way reductions and Broadcast go.`
 
 // knobs are the environment variables gpucomm programs read (every one that
 // code outside tests reads: grep -rn 'GPUCOMM_' --include=*.go), the first
@@ -100,6 +105,7 @@ type infoReport struct {
 	Devices     []infoDevice  `json:"devices"`
 	Environment []infoKnob    `json:"environment"`
 	Problems    []string      `json:"problems"`           // malformed settings
+	Routes      []string      `json:"routes,omitempty"`   // with -mpi: the mpi backend's route of each pair of ranks
 	Sections    []string      `json:"sections,omitempty"` // the text of infoSections, for -json
 }
 
@@ -135,10 +141,19 @@ func runInfo(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if job, ok := launcher.FromEnv(); ok && job.Rank != 0 && !*withMPI {
 		return code
 	}
+	var routes []string
 	if *withMPI {
+		// The mpi backend first: MPI stays up while it is open (the
+		// cudaaware backend's Close would finalize it otherwise).
+		mc, openErr := openForRoutes()
 		rank, err := settleCUDAAware()
 		if err != nil {
 			fmt.Fprintf(stderr, "gpucomm info: %v\n", err)
+			code = exitFail
+		}
+		routes, err = nodeRoutes(mc, openErr)
+		if err != nil {
+			fmt.Fprintf(stderr, "gpucomm info: routes: %v\n", err)
 			code = exitFail
 		}
 		if rank != 0 {
@@ -146,6 +161,7 @@ func runInfo(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	rep := gatherInfo()
+	rep.Routes = routes
 	for _, p := range rep.Problems {
 		fmt.Fprintf(stderr, "gpucomm info: %s\n", p)
 		code = exitFail
@@ -202,6 +218,56 @@ func settleCUDAAware() (rank int, err error) {
 		return rank, err
 	}
 	return c.Rank(), c.Close()
+}
+
+// openForRoutes opens the mpi backend (every rank of the job takes part);
+// nil without MPI.
+func openForRoutes() (*mpicomm.Comm, error) {
+	if !mpi.Built() {
+		return nil, nil
+	}
+	o, err := comm.DefaultOptions()
+	if err != nil {
+		return nil, err
+	}
+	c, err := gpumpi.Open(o)
+	if err != nil {
+		return nil, fmt.Errorf("opening the mpi backend: %w", err)
+	}
+	mc, ok := c.(*mpicomm.Comm)
+	if !ok {
+		return nil, errors.Join(fmt.Errorf("the mpi backend opened a %T", c), c.Close())
+	}
+	return mc, nil
+}
+
+// nodeRoutes gathers every rank's routes through c (openForRoutes's, which
+// it closes): "rank R -> rank Q: how", R's to every other rank in rank
+// order, then each rank's route of reductions and Broadcast. A binary
+// without MPI has one line saying so.
+func nodeRoutes(c *mpicomm.Comm, openErr error) ([]string, error) {
+	switch {
+	case openErr != nil:
+		return nil, openErr
+	case c == nil:
+		return []string{"not built: rebuild with -tags mpi (Open MPI) or -tags mpich (MPICH)"}, nil
+	}
+	mc := c
+	var mine []string
+	for _, r := range mc.NodeRoutes() {
+		mine = append(mine, fmt.Sprintf("rank %d -> %s", c.Rank(), r))
+	}
+	mine = append(mine, fmt.Sprintf("rank %d: %s", c.Rank(), mc.CollectiveRoute()))
+	all, err := mpi.AllgatherBytes(mpi.World(), []byte(strings.Join(mine, "\n")))
+	err = errors.Join(err, c.Close())
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, b := range all {
+		out = append(out, strings.Split(string(b), "\n")...)
+	}
+	return out, nil
 }
 
 func gatherInfo() infoReport {
@@ -338,6 +404,13 @@ func writeInfoText(w io.Writer, rep infoReport) {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\n", k.Name, v, k.Effect)
 	}
 	tw.Flush()
+	if len(rep.Routes) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Routes of the mpi backend (messages of GPUCOMM_NODE_BYTES or more):")
+		for _, r := range rep.Routes {
+			fmt.Fprintf(w, "  %s\n", r)
+		}
+	}
 }
 
 // sizeEffect describes a size setting: off (negative), the default (0), or

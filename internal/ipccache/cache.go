@@ -58,10 +58,15 @@ type Stats struct {
 	Hits      int64 // Opens served by a view already open
 	Misses    int64 // Opens that opened a view
 	Evictions int64 // entries closed to stay within the limits
-	Entries   int   // allocations open now
-	Views     int   // views open now (an allocation may have several ranges open)
-	Bytes     int64 // the bytes the open views reach
-	InUse     int   // entries with a Ref not yet released
+	// Stale counts idle entries closed because an open met
+	// devmem.ErrAlreadyMapped: their exporter had freed them and allocated
+	// what the open named in their place, which a GPU does not map beside
+	// them.
+	Stale   int64
+	Entries int   // allocations open now
+	Views   int   // views open now (an allocation may have several ranges open)
+	Bytes   int64 // the bytes the open views reach
+	InUse   int   // entries with a Ref not yet released; a Handle's: its Refs not yet released
 }
 
 // Cache is a process's opened IPC handles on one device. It is safe for
@@ -79,12 +84,18 @@ type Cache struct {
 	closed  bool
 	errs    []error // closing views at a release after Close
 
-	hits, misses, evictions int64
+	hits, misses, evictions, stale int64
+
+	shared *sharedKey // set for the process's cache of a device (Shared)
+	users  int        // its Handles not closed
+
+	unregister func() // of closeStale, with devmem.OnStaleViews
 }
 
 // entry is one allocation: the views opened of it, each a range of it.
 type entry struct {
 	key   Key
+	pid   int // the exporting process
 	views []view
 	reach int64 // the end of the furthest view: a lower bound of the mapping's size
 	refs  int
@@ -110,7 +121,21 @@ func New(dev *devmem.Device, l Limits) (*Cache, error) {
 	if l.Bytes == 0 {
 		l.Bytes = DefaultBytes
 	}
-	return &Cache{dev: dev, limits: l, entries: map[Key]*entry{}}, nil
+	c := &Cache{dev: dev, limits: l, entries: map[Key]*entry{}}
+	c.unregister = devmem.OnStaleViews(c.closeStale)
+	return c, nil
+}
+
+// closeStale closes the idle entries of process pid's memory when d is the
+// cache's device (a GPU: the same context): devmem calls it when an open
+// met devmem.ErrAlreadyMapped, through this cache or not.
+func (c *Cache) closeStale(d *devmem.Device, pid int) int {
+	if d.Kind() != c.dev.Kind() || d.UUID() != c.dev.UUID() {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dropStaleLocked(pid)
 }
 
 // Ref is a peer buffer opened through the cache. Its Buf is valid until
@@ -120,43 +145,46 @@ type Ref struct {
 	Hit bool // served by a view already open
 	c   *Cache
 	e   *entry
+	hd  *Handle // the Handle it was opened through, if any
 }
 
 // Open returns the memory h names, opening it unless an open view of the
 // same allocation already covers its range.
-func (c *Cache) Open(h devmem.IPCHandle) (*Ref, error) {
+func (c *Cache) Open(h devmem.IPCHandle) (*Ref, error) { return c.open(h, nil) }
+
+func (c *Cache) open(h devmem.IPCHandle, hd *Handle) (*Ref, error) {
 	key, err := KeyOf(h)
 	if err != nil {
 		return nil, err
 	}
 	off, n := h.Offset(), h.Size()
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil, fmt.Errorf("ipccache: Open after Close: %w", devmem.ErrInvalidArgument)
+	if r, err := c.hitLocked(key, off, n, hd); r != nil || err != nil {
+		c.mu.Unlock()
+		return r, err
 	}
-	e := c.entries[key]
-	if e != nil {
-		for _, v := range e.views {
-			if off >= v.off && off+n <= v.off+v.size {
-				buf, err := v.buf.Slice(off-v.off, n)
-				if err != nil {
-					return nil, err
-				}
-				c.hits++
-				return c.take(e, buf, true), nil
-			}
-		}
-	}
-	// Opened under the lock: an open is rare next to the hits, and one lock
-	// keeps an allocation in one entry.
+	c.mu.Unlock()
+	// Opened without the lock: an open that meets devmem.ErrAlreadyMapped
+	// (the exporter freed memory an idle entry still maps and allocated
+	// this in its place, which a GPU's driver does not map beside the old
+	// mapping) has devmem call closeStale, which takes it, and open again.
 	buf, err := c.dev.OpenIPC(h)
 	if err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// Another open may have covered the range meanwhile: its view serves.
+	if r, err := c.hitLocked(key, off, n, hd); r != nil || err != nil {
+		return r, errors.Join(err, buf.CloseIPC())
+	}
+	e := c.entries[key]
 	c.misses++
+	if hd != nil {
+		hd.misses++
+	}
 	if e == nil {
-		e = &entry{key: key}
+		e = &entry{key: key, pid: h.PID()}
 		e.elem = c.lru.PushFront(e)
 		c.entries[key] = e
 	}
@@ -166,19 +194,67 @@ func (c *Cache) Open(h devmem.IPCHandle) (*Ref, error) {
 		c.bytes += end - e.reach
 		e.reach = end
 	}
-	r := c.take(e, buf, false)
+	r := c.take(e, buf, false, hd)
 	c.evictLocked()
 	return r, nil
 }
 
+// hitLocked serves the range [off, off+n) of key's allocation from a view
+// open already, or returns nil.
+func (c *Cache) hitLocked(key Key, off, n int, hd *Handle) (*Ref, error) {
+	if c.closed || (hd != nil && hd.closed) {
+		return nil, fmt.Errorf("ipccache: Open after Close: %w", devmem.ErrInvalidArgument)
+	}
+	e := c.entries[key]
+	if e == nil {
+		return nil, nil
+	}
+	for _, v := range e.views {
+		if off >= v.off && off+n <= v.off+v.size {
+			buf, err := v.buf.Slice(off-v.off, n)
+			if err != nil {
+				return nil, err
+			}
+			c.hits++
+			if hd != nil {
+				hd.hits++
+			}
+			return c.take(e, buf, true, hd), nil
+		}
+	}
+	return nil, nil
+}
+
+// dropStaleLocked closes the idle entries of allocations of process pid,
+// and says how many it closed.
+func (c *Cache) dropStaleLocked(pid int) int {
+	n := 0
+	for el := c.lru.Back(); el != nil; {
+		e := el.Value.(*entry)
+		el = el.Prev()
+		if e.refs > 0 || e.pid != pid {
+			continue
+		}
+		n++
+		c.stale++
+		if err := c.dropLocked(e); err != nil {
+			c.errs = append(c.errs, err)
+		}
+	}
+	return n
+}
+
 // take pins e for a new Ref, with c.mu held.
-func (c *Cache) take(e *entry, buf devmem.Buffer, hit bool) *Ref {
+func (c *Cache) take(e *entry, buf devmem.Buffer, hit bool, hd *Handle) *Ref {
 	if e.refs == 0 {
 		c.inUse++
 	}
 	e.refs++
+	if hd != nil {
+		hd.refs++
+	}
 	c.lru.MoveToFront(e.elem)
-	return &Ref{Buf: buf, Hit: hit, c: c, e: e}
+	return &Ref{Buf: buf, Hit: hit, c: c, e: e, hd: hd}
 }
 
 // Release gives the Ref back; its Buf must not be used after. Releasing
@@ -187,10 +263,13 @@ func (r *Ref) Release() error {
 	if r == nil || r.c == nil {
 		return fmt.Errorf("ipccache: Release of a Ref released already: %w", devmem.ErrInvalidArgument)
 	}
-	c, e := r.c, r.e
-	r.c, r.e, r.Buf = nil, nil, devmem.Buffer{}
+	c, e, hd := r.c, r.e, r.hd
+	r.c, r.e, r.hd, r.Buf = nil, nil, nil, devmem.Buffer{}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if hd != nil {
+		hd.refs--
+	}
 	e.refs--
 	if e.refs > 0 {
 		return nil
@@ -241,7 +320,11 @@ func (c *Cache) dropLocked(e *entry) error {
 func (c *Cache) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Stats{Hits: c.hits, Misses: c.misses, Evictions: c.evictions, Entries: len(c.entries),
+	return c.statsLocked()
+}
+
+func (c *Cache) statsLocked() Stats {
+	return Stats{Hits: c.hits, Misses: c.misses, Evictions: c.evictions, Stale: c.stale, Entries: len(c.entries),
 		Views: c.views, Bytes: c.bytes, InUse: c.inUse}
 }
 
@@ -255,6 +338,7 @@ func (c *Cache) Close() error {
 		return fmt.Errorf("ipccache: closed twice: %w", devmem.ErrInvalidArgument)
 	}
 	c.closed = true
+	c.unregister()
 	errs := c.errs
 	c.errs = nil
 	for el := c.lru.Front(); el != nil; {
@@ -268,4 +352,104 @@ func (c *Cache) Close() error {
 		errs = append(errs, fmt.Errorf("ipccache: Close with %d entries in use: each closes at its last Release: %w", c.inUse, devmem.ErrInvalidArgument))
 	}
 	return errors.Join(errs...)
+}
+
+// The process's caches, one a device (Shared), so that every communicator
+// of the process opens an allocation through one entry: a GPU maps a legacy
+// CUDA IPC allocation once a process, and an idle entry one communicator
+// keeps of memory since freed must be found when another's open meets it.
+var (
+	sharedMu sync.Mutex
+	shared   = map[sharedKey]*Cache{}
+)
+
+// sharedKey names a device: two Device values of one GPU share its context
+// and its mappings (devmem keys them by UUID too).
+type sharedKey struct {
+	kind devmem.Kind
+	uuid [16]byte
+}
+
+// Handle is one user's share of the process's cache of a device: its Opens
+// go through the shared entries; it counts its own hits, misses and Refs.
+type Handle struct {
+	c            *Cache
+	hits, misses int64
+	refs         int // its Refs not yet released
+	closed       bool
+}
+
+// Shared returns a Handle on the process's cache of handles opened on dev's
+// device, making the cache at the first call (with limits l; later calls'
+// limits are ignored). Each Handle is closed once; the cache, and with it
+// every mapping it holds, closes with the last.
+func Shared(dev *devmem.Device, l Limits) (*Handle, error) {
+	if dev == nil {
+		return nil, fmt.Errorf("ipccache: no device: %w", devmem.ErrInvalidArgument)
+	}
+	k := sharedKey{dev.Kind(), dev.UUID()}
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	c := shared[k]
+	if c == nil {
+		var err error
+		if c, err = New(dev, l); err != nil {
+			return nil, err
+		}
+		c.shared = &k
+		shared[k] = c
+	} else if l.Entries < 0 || l.Bytes < 0 {
+		return nil, fmt.Errorf("ipccache: limits %d entries, %d bytes: want 0 (default) or more: %w", l.Entries, l.Bytes, devmem.ErrInvalidArgument)
+	}
+	c.mu.Lock()
+	c.users++
+	c.mu.Unlock()
+	return &Handle{c: c}, nil
+}
+
+// Open is Cache.Open through the shared cache, counted for hd.
+func (hd *Handle) Open(h devmem.IPCHandle) (*Ref, error) { return hd.c.open(h, hd) }
+
+// Stats are the shared cache's counters, but Hits and Misses are hd's own
+// and InUse is hd's Refs not yet released.
+func (hd *Handle) Stats() Stats {
+	hd.c.mu.Lock()
+	defer hd.c.mu.Unlock()
+	st := hd.c.statsLocked()
+	st.Hits, st.Misses, st.InUse = hd.hits, hd.misses, hd.refs
+	return st
+}
+
+// Total is the shared cache's counters, every Handle's together.
+func (hd *Handle) Total() Stats { return hd.c.Stats() }
+
+// Close ends hd: it fails, naming how many, when some of its Refs are not
+// released (each still releases later). The last Handle's Close closes the
+// shared cache (Cache.Close); a later Shared makes another.
+func (hd *Handle) Close() error {
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	c := hd.c
+	c.mu.Lock()
+	if hd.closed {
+		c.mu.Unlock()
+		return fmt.Errorf("ipccache: Handle closed twice: %w", devmem.ErrInvalidArgument)
+	}
+	hd.closed = true
+	var err error
+	if hd.refs > 0 {
+		err = fmt.Errorf("ipccache: Handle closed with %d Refs not released: %w", hd.refs, devmem.ErrInvalidArgument)
+	}
+	c.users--
+	last := c.users == 0
+	c.mu.Unlock()
+	if last {
+		if shared[*c.shared] == c {
+			delete(shared, *c.shared)
+		}
+		if cerr := c.Close(); cerr != nil && err == nil {
+			err = cerr
+		}
+	}
+	return err
 }

@@ -263,8 +263,8 @@ func TestNewRefusesBadLimits(t *testing.T) {
 const childEnv = "GPUCOMM_IPCCACHE_CHILD"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(childEnv) == "realloc" {
-		if err := reallocChild(); err != nil {
+	if role, ok := childRoles[os.Getenv(childEnv)]; ok {
+		if err := role(); err != nil {
 			fmt.Fprintln(os.Stderr, "child:", err)
 			os.Exit(1)
 		}
@@ -272,6 +272,9 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
+
+// childRoles are what the test binary runs as a child, by childEnv.
+var childRoles = map[string]func() error{"realloc": reallocChild, "serve": serveChild}
 
 const reallocBytes = 1 << 20
 
@@ -360,7 +363,10 @@ func reallocChild() error {
 func TestReallocationAtTheSameAddressIsANewEntry(t *testing.T) { reallocation(t, "") }
 
 // The same on a GPU (GPUCOMM_GPU_TESTS=1): legacy CUDA IPC handles, whose
-// driver bytes differ for a new allocation at the same address.
+// driver bytes differ for a new allocation at the same address. (On the
+// H200, CUDA 13, 2026-12-04, the new allocation opened beside the stale
+// mapping of the same size; one of another size may not: see
+// TestStaleEntryGivesWayToMemoryInItsPlace.)
 func TestReallocationAtTheSameAddressOnAGPU(t *testing.T) {
 	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
 		t.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU")
@@ -438,7 +444,18 @@ func reallocation(t *testing.T, spec string) {
 	readBack(t, "the reallocated buffer", rb.Buf, pattern(2))
 	rb.Release()
 	fmt.Fprintln(stdin, "done")
-	wantStats(t, c, Stats{Misses: 2, Entries: 2, Views: 2, Bytes: 2 * reallocBytes})
+	// Where the new memory took the freed one's place in the exporter (on
+	// the host device: its descriptor number), the open met the stale
+	// entry (devmem.ErrAlreadyMapped), closed it and opened again; a GPU
+	// whose driver maps the new allocation beside the stale one keeps both.
+	switch st := c.Stats(); {
+	case spec == "" && hostFD(t, ha) == hostFD(t, hb):
+		wantStats(t, c, Stats{Misses: 2, Stale: 1, Entries: 1, Views: 1, Bytes: reallocBytes})
+	case st.Stale == 1:
+		wantStats(t, c, Stats{Misses: 2, Stale: 1, Entries: 1, Views: 1, Bytes: reallocBytes})
+	default:
+		wantStats(t, c, Stats{Misses: 2, Entries: 2, Views: 2, Bytes: 2 * reallocBytes})
+	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,21 @@
 //     until releases bring it back.
 //   - Close closes every idle entry, and each entry in use at its last
 //     Release.
-//   - Stats counts hits, misses, evictions and what is open now.
+//   - Stats counts hits, misses, evictions, stale entries closed and what
+//     is open now.
+//   - One cache a device and process (Shared), whatever the number of
+//     communicators: each takes a Handle, whose Close releases its share;
+//     the mappings go with the last Handle. A GPU maps a legacy CUDA IPC
+//     allocation once a process (devmem maps it once however often it is
+//     opened), and it refuses to map new memory its exporter allocated in
+//     the place of freed memory this process still maps
+//     (devmem.ErrAlreadyMapped, CUDA_ERROR_ALREADY_MAPPED; the host device
+//     refuses it too): an open that meets that, through a cache or not
+//     (NodeShared, a user's OpenIPC), has devmem ask every cache
+//     (devmem.OnStaleViews) to close the exporter's idle entries on that
+//     device (Stats.Stale: their memory was freed, or will open again), and
+//     tries once more. An entry in use is never closed; the open then
+//     fails, and the caller takes another path.
 //
 // It must not copy data or know about MPI: internal/mpicomm's IPC path
 // (ipcpath.go) uses it for the peer buffers it reads.

@@ -85,22 +85,23 @@ func init() {
 
 // ipcPath is a Comm's IPC state.
 type ipcPath struct {
-	reach   []bool // by rank: the pair reaches each other (both sides agree)
-	cache   *ipccache.Cache
-	copies  *devmem.Stream // the receiver's copies
-	ackP2P  *mpi.Comm      // acknowledgements of the user's messages (dup of p2p)
-	ackColl *mpi.Comm      // and of collectives' blocks (dup of coll)
-	room    int            // bytes a control cell receives into
+	reach   []bool           // by rank: the pair reaches each other (both sides agree)
+	cache   *ipccache.Handle // this Comm's share of the process's cache of the device
+	copies  *devmem.Stream   // the receiver's copies
+	ackP2P  *mpi.Comm        // acknowledgements of the user's messages (dup of p2p)
+	ackColl *mpi.Comm        // and of collectives' blocks (dup of coll)
+	room    int              // bytes a control cell receives into
 
 	cellMu sync.Mutex
 	free   []devmem.Buffer // pinned cells: room bytes, then the acknowledgement
 	all    []devmem.Buffer
 
-	sent, got, staged atomic.Int64  // messages through the path; those that fell back to the pipeline
-	collectives       atomic.Int64  // reductions and broadcasts through the path (ipcpath_reduce.go)
-	scratch           devmem.Buffer // reductions' parts, which the peers read
-	scratchWas        int           // the size of the last scratch
-	why               string        // why this rank reaches no one, when it does not
+	sent, got, staged atomic.Int64   // messages through the path; those that fell back to the pipeline
+	collectives       atomic.Int64   // reductions and broadcasts through the path (ipcpath_reduce.go)
+	scratch           devmem.Buffer  // reductions' parts, which the peers read
+	scratchWas        int            // the size of the last scratch
+	why               string         // why this rank reaches no one, when it does not
+	peerWhy           map[int]string // by rank: why the pair has no IPC path, as the probe found
 }
 
 // ipcFor reports whether a message of bytes bytes to or from peer takes the
@@ -134,7 +135,9 @@ func (c *Comm) IPCCollectives() int64 { return c.ipc.collectives.Load() }
 // other, as the ranks agreed.
 func (c *Comm) IPCAll() bool { return c.ipcAll }
 
-// IPCCache is the counters of the cache of peer buffers opened; the zero
+// IPCCache is the counters of the cache of peer buffers opened, which
+// every communicator of the process on the device shares: Hits, Misses and
+// InUse are this communicator's, the rest the shared cache's; the zero
 // Stats when the IPC path is off.
 func (c *Comm) IPCCache() ipccache.Stats {
 	if c.ipc.cache == nil {
@@ -181,10 +184,15 @@ func (c *Comm) probeIPC(node *mpi.Comm, mates []int64, want bool) ([]bool, error
 	all, err := mpi.AllgatherBytes(node, mine)
 	row := make([]byte, node.Size())
 	if err == nil && mine != nil {
-		for r, raw := range all {
-			if r != me && len(raw) > 0 && c.probeRead(raw, r) == nil {
-				row[r] = 1
+		// Through the process's cache, as the path's opens: a stale entry
+		// of memory a peer freed where its probe buffer now is gives way.
+		if hd, herr := ipccache.Shared(c.dev, ipccache.Limits{}); herr == nil {
+			for r, raw := range all {
+				if r != me && len(raw) > 0 && c.probeRead(hd, raw, r) == nil {
+					row[r] = 1
+				}
 			}
+			hd.Close()
 		}
 	}
 	var rows [][]byte
@@ -200,12 +208,22 @@ func (c *Comm) probeIPC(node *mpi.Comm, mates []int64, want bool) ([]bool, error
 		return nil, err
 	}
 	var reach []bool
+	c.ipc.peerWhy = map[int]string{}
 	for q := range rows {
-		if q != me && len(rows[q]) > me && rows[me][q] == 1 && rows[q][me] == 1 {
+		switch {
+		case q == me:
+		case len(rows[q]) > me && rows[me][q] == 1 && rows[q][me] == 1:
 			if reach == nil {
 				reach = make([]bool, c.size)
 			}
 			reach[mates[q]] = true
+		case mine == nil:
+		case len(all[q]) == 0:
+			c.ipc.peerWhy[int(mates[q])] = "that rank offers none (" + IPCEnv + "=off there, or its device cannot share memory)"
+		case rows[me][q] == 0:
+			c.ipc.peerWhy[int(mates[q])] = "this rank cannot open that rank's device memory (different GPUs without peer access?)"
+		default:
+			c.ipc.peerWhy[int(mates[q])] = "that rank cannot open this rank's device memory (different GPUs without peer access?)"
 		}
 	}
 	return reach, nil
@@ -217,19 +235,19 @@ func probePattern(r int) []byte {
 	return b
 }
 
-func (c *Comm) probeRead(raw []byte, r int) error {
+func (c *Comm) probeRead(hd *ipccache.Handle, raw []byte, r int) error {
 	var h devmem.IPCHandle
 	if err := h.UnmarshalBinary(raw); err != nil {
 		return err
 	}
-	v, err := c.dev.OpenIPC(h)
+	ref, err := hd.Open(h)
 	if err != nil {
 		return err
 	}
 	got := make([]byte, 8)
-	err = devmem.CopyToHost(got, v, nil)
-	if cerr := v.CloseIPC(); err == nil {
-		err = cerr
+	err = devmem.CopyToHost(got, ref.Buf, nil)
+	if rerr := ref.Release(); err == nil {
+		err = rerr
 	}
 	if err == nil && string(got) != string(probePattern(r)) {
 		err = fmt.Errorf("local rank %d's buffer reads %x", r, got)
@@ -253,7 +271,7 @@ func (c *Comm) setUpIPC(reach []bool) error {
 	if c.ipc.copies, err = c.dev.NewStream(); err != nil {
 		return err
 	}
-	if c.ipc.cache, err = ipccache.New(c.dev, ipccache.Limits{}); err != nil {
+	if c.ipc.cache, err = ipccache.Shared(c.dev, ipccache.Limits{}); err != nil {
 		return err
 	}
 	c.ipc.reach = reach
@@ -565,6 +583,9 @@ func (c *Comm) NodeRoutes() []string {
 		default:
 			why := c.ipc.why
 			if why == "" {
+				why = c.ipc.peerWhy[q]
+			}
+			if why == "" {
 				why = "the devices cannot open each other's memory (different GPUs without peer access), or " + IPCEnv + "=off on that rank"
 			}
 			how = fmt.Sprintf("pinned ring from %d bytes: no IPC: %s", c.nodeMin, why)
@@ -572,4 +593,17 @@ func (c *Comm) NodeRoutes() []string {
 		out = append(out, fmt.Sprintf("rank %d: %s", q, how))
 	}
 	return out
+}
+
+// CollectiveRoute says which way reductions and Broadcast of NodeBytes or
+// more go and why: for gpucomm info.
+func (c *Comm) CollectiveRoute() string {
+	switch {
+	case c.nodeMin <= 0:
+		return "reductions and Broadcast: MPI (host-staged): the node path is off"
+	case c.ipcAll:
+		return fmt.Sprintf("reductions and Broadcast: IPC from %d bytes: every rank reads its peers' buffers on the device (every rank is on this node and reaches every other)", c.nodeMin)
+	default:
+		return "reductions and Broadcast: MPI (host-staged): not every rank of the communicator is on this node and reaches every other through IPC"
+	}
 }

@@ -34,17 +34,14 @@ func (c *Comm) ipcCollective(call driver.Call) bool {
 	if !c.ipcAll || c.nodeMin <= 0 {
 		return false
 	}
-	if c.dev.Kind() == devmem.CUDA {
-		// Not on a GPU yet: on the H200 (2026-12-04) a rank opening a
-		// peer's send buffer and scratch, or two views of one allocation,
-		// got CUDA_ERROR_ALREADY_MAPPED from the second cuIpcOpenMemHandle
-		// (legacy IPC maps an allocation once a process), and the
-		// conformance suite failed there. Reductions and Broadcast on a
-		// GPU take the staged path until the cache maps an allocation
-		// once; point-to-point and the block collectives keep the IPC path
-		// (they passed there).
-		return false
-	}
+	// On a GPU too: on the H200 (2026-12-04) an open of a peer's buffer
+	// met CUDA_ERROR_ALREADY_MAPPED (an idle cache entry still mapped memory
+	// the peer had freed where the new buffer was, or a close raced the
+	// open) and the copy-out phase had no way back. The process's cache
+	// (ipccache.Shared) now closes such stale entries and opens again, and
+	// every peer buffer a rank reads is opened before the ranks agree to go
+	// on (ipcReduce), so an open that still fails sends every rank to the
+	// staged path.
 	n := call.Count * call.DType.Size()
 	if call.Operation == driver.OpReduceScatter {
 		n *= c.size
@@ -201,6 +198,27 @@ func (c *Comm) ipcReduce(o *op, staged func(*Comm, *op) error) (err error) {
 	var refs []*ipccache.Ref
 	defer func() { err = errors.Join(err, release(refs)) }()
 	foldErr := c.foldPart(shares, call, scratch, lo, hi, &refs)
+	// The scratches this rank copies out of are opened now, before the
+	// ranks agree: a failure to open one sends every rank to the staged
+	// path, as nothing has been written yet.
+	var parts []devmem.Buffer // by rank: the part of the result to copy out
+	if foldErr == nil && (call.Operation == driver.OpAllReduce || call.Operation == driver.OpReduce && c.rank == call.Root) {
+		parts = make([]devmem.Buffer, c.size)
+		for q := range c.size {
+			qlo, qhi := part(count, c.size, q)
+			if qhi == qlo {
+				continue
+			}
+			src, err := c.openPeer(q, shares[q].scratch, scratch, &refs)
+			if err == nil {
+				parts[q], err = src.Slice(0, (qhi-qlo)*es)
+			}
+			if err != nil {
+				foldErr = err
+				break
+			}
+		}
+	}
 	failed, err := c.agreeFailed(o, foldErr != nil)
 	if err != nil {
 		return err
@@ -211,26 +229,21 @@ func (c *Comm) ipcReduce(o *op, staged func(*Comm, *op) error) (err error) {
 	}
 	// Every part is reduced: copy out what this rank needs.
 	var copyErr error
-	switch {
-	case call.Operation == driver.OpReduceScatter:
+	if call.Operation == driver.OpReduceScatter {
 		copyErr = devmem.CopyN(call.Recv, scratch, count*es, c.ipc.copies)
-	case call.Operation == driver.OpAllReduce || c.rank == call.Root:
-		for q := range c.size {
-			qlo, qhi := part(count, c.size, q)
-			if qhi == qlo {
-				continue
-			}
-			src, err := c.openPeer(q, shares[q].scratch, scratch, &refs)
-			if err == nil {
-				var dst devmem.Buffer
-				if dst, err = call.Recv.Slice(qlo*es, (qhi-qlo)*es); err == nil {
-					err = devmem.CopyN(dst, src, (qhi-qlo)*es, c.ipc.copies)
-				}
-			}
-			if err != nil {
-				copyErr = err
-				break
-			}
+	}
+	for q, src := range parts {
+		if src.IsZero() {
+			continue
+		}
+		qlo, qhi := part(count, c.size, q)
+		dst, err := call.Recv.Slice(qlo*es, (qhi-qlo)*es)
+		if err == nil {
+			err = devmem.CopyN(dst, src, (qhi-qlo)*es, c.ipc.copies)
+		}
+		if err != nil {
+			copyErr = err
+			break
 		}
 	}
 	if copyErr == nil {
