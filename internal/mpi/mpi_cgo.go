@@ -9,6 +9,7 @@ package mpi
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/gpucomm/gpucomm/internal/errs"
@@ -35,9 +37,15 @@ var (
 	owned         bool         // this package called MPI_Init_thread, so it finalizes
 	provided      ThreadSupport
 	tagUB         int
-	finalizeCalls int       // MPI_Finalize calls made here; the tests check it ends at 1
-	joinErr       error     // MPI_Init did not join the launcher's job (sizeMismatch)
-	initThread    *osThread // the thread that ran MPI_Init_thread, kept for MPI_Finalize
+	finalizeCalls int           // MPI_Finalize calls made here; the tests check it ends at 1
+	joinErr       error         // MPI_Init did not join the launcher's job (sizeMismatch)
+	initThread    *osThread     // the thread that ran MPI_Init_thread, kept for MPI_Finalize
+	finalizeBound time.Duration // FinalizeBoundEnv, read by bringUpLocked
+	// finalizeLeft: the bound passed with MPI_Finalize still running.
+	finalizeLeft bool
+	// stallFinalize, in this package's tests, holds a rank this long
+	// between the final barrier and MPI_Finalize, as the MPICH hang does.
+	stallFinalize time.Duration
 
 	// MPICH before 4.2 crashes in MPI_Reduce with MPI_IN_PLACE at a root
 	// other than 0 (pmodels/mpich#6540); Reduce then runs on a copy of the
@@ -199,6 +207,10 @@ func bringUpLocked() error {
 	if err := launcherConflict(family, os.LookupEnv); err != nil {
 		return err
 	}
+	bound, err := finalizeBoundEnv()
+	if err != nil {
+		return err
+	}
 	var rc, prov, own C.int
 	t := startOSThread()
 	t.run(func() { rc = C.gc_init(C.int(level), &prov, &own) })
@@ -234,6 +246,7 @@ func bringUpLocked() error {
 	}
 	world.h, world.rank, world.size = C.gc_comm_world(), int(rank), int(size)
 	owned, initThread, provided, tagUB = own != 0, t, ThreadSupport(prov), int(ub)
+	finalizeBound = bound
 	rotateReduceRoot = hasReduceRootBug(Version())
 	serialize.Store(provided < ThreadMultiple)
 	state.Store(stateUp) // last: a call that sees stateUp sees the fields above
@@ -245,6 +258,9 @@ func shutDownLocked() error {
 		return nil
 	}
 	state.Store(stateFinalized) // first: no new call starts
+	if finalizeBound > 0 {
+		return finalizeWithin(finalizeBound)
+	}
 	var rc, called C.int
 	initThread.run(func() {
 		defer setupLeave(setupEnter()) // a CUDA-aware MPI closes its IPC handles here
@@ -254,6 +270,51 @@ func shutDownLocked() error {
 	initThread = nil
 	finalizeCalls += int(called)
 	return check("MPI_Finalize", rc)
+}
+
+// finalizeWithin is MPI_Finalize bounded as FinalizeBoundEnv says: a
+// barrier on MPI_COMM_WORLD, then MPI_Finalize, given bound from the moment
+// every rank has passed the barrier. When the bound passes first, the call
+// is left running on the thread that made it, and finalizeWithin says so on
+// stderr and returns nil, so that the program ends with its own status. A
+// failed barrier is returned, and MPI_Finalize then runs unbounded: a rank
+// is missing, and the launcher's bound is the one for that.
+func finalizeWithin(bound time.Duration) error {
+	t := initThread
+	initThread = nil
+	finalizeCalls++
+	stall := stallFinalize
+	var barrierRC, rc C.int
+	passed, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		t.run(func() {
+			defer setupLeave(setupEnter()) // a CUDA-aware MPI closes its IPC handles here
+			barrierRC = C.gc_barrier(C.gc_comm_world())
+			close(passed)
+			time.Sleep(stall)
+			var called C.int
+			rc = C.gc_finalize(&called)
+		})
+		t.stop()
+		close(done)
+	}()
+	<-passed
+	if err := check("MPI_Barrier before MPI_Finalize", barrierRC); err != nil {
+		<-done
+		return errors.Join(err, check("MPI_Finalize", rc))
+	}
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return check("MPI_Finalize", rc)
+	case <-timer.C:
+	}
+	finalizeLeft = true
+	fmt.Fprintf(os.Stderr, "gpucomm: rank %d: MPI_Finalize had not returned %v after every rank passed the barrier before it; "+
+		"left running (%s, for the MPICH 4.0.2 + UCX finalize hang), the program goes on to end with its own exit status\n",
+		world.rank, bound, FinalizeBoundEnv)
+	return nil
 }
 
 // hasReduceRootBug reports whether the library is an MPICH older than 4.2,
