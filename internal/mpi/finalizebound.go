@@ -2,7 +2,6 @@ package mpi
 
 import (
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/gpucomm/gpucomm/internal/errs"
@@ -18,7 +17,11 @@ import (
 // good (a UCX endpoint-close bug, seen between simulated nodes and on one
 // host with UCX_TLS=tcp,self); scripts/multinode/ci.sh sets it for its
 // MPICH jobs. A rank that never reaches the barrier is not bounded: that is
-// a rank missing, for the launcher's own bound. Unset, "0", "0s" or "off":
+// a rank missing, for the launcher's own bound. Run the job under Hydra
+// with -disable-auto-cleanup: the first rank to end without finishing
+// MPI_Finalize otherwise has Hydra SIGKILL the others (and the job exits
+// 9). Open MPI's mpirun fails a job whose rank ended before MPI_Finalize
+// returned, whatever its status: the bound is for MPICH. Unset, "0", "0s" or "off":
 // no barrier and no bound.
 const FinalizeBoundEnv = "GPUCOMM_MPI_FINALIZE_BOUND"
 
@@ -34,6 +37,3 @@ func finalizeBoundFrom(v string) (time.Duration, error) {
 	}
 	return d, nil
 }
-
-// finalizeBoundEnv is finalizeBoundFrom of the environment.
-func finalizeBoundEnv() (time.Duration, error) { return finalizeBoundFrom(os.Getenv(FinalizeBoundEnv)) }

@@ -30,9 +30,10 @@ const (
 	abortEnv   = "GPUCOMM_MPI_TEST_ABORT"   // makes TestRankAbortEndsTheJob run
 	foreignEnv = "GPUCOMM_MPI_TEST_FOREIGN" // MPI is initialised before Init, as by another library
 	lingerEnv  = "GPUCOMM_MPI_TEST_LINGER"  // the ranks end as after a failed Open: ReleaseKeepingUp, then Finalize
-	// finalizeEnv: "stall", every rank stalls between the final barrier
-	// and MPI_Finalize for a minute, as MPICH's hang does; "late", rank 1
-	// reaches Finalize 3 s after the others. With FinalizeBoundEnv set.
+	// finalizeEnv: "stall1", rank 1 stalls a minute between the final
+	// barrier and MPI_Finalize, and the others wait for it inside
+	// MPI_Finalize, as in MPICH's hang; "late", rank 1 reaches Finalize 3 s
+	// after the others. With FinalizeBoundEnv set.
 	finalizeEnv = "GPUCOMM_MPI_TEST_FINALIZE"
 	exitEnv     = "GPUCOMM_MPI_TEST_EXIT" // the status the ranks end with, as a failed test's would be
 )
@@ -78,8 +79,10 @@ func TestMain(m *testing.M) {
 		check = checkLingeringMPIEndsWithFinalize
 	}
 	switch os.Getenv(finalizeEnv) {
-	case "stall":
-		stallFinalize = time.Minute
+	case "stall1":
+		if rank == 1 {
+			stallFinalize = time.Minute
+		}
 		check = func() error { return checkBoundedFinalize(true) }
 	case "late":
 		if rank == 1 {
@@ -348,6 +351,12 @@ func ownLauncher(np int) (path string, args []string, err error) {
 // returns the combined output and the launcher's error.
 func runRanks(t *testing.T, np int, pattern string, env ...string) (string, error) {
 	t.Helper()
+	return runRanksWith(t, np, nil, pattern, env...)
+}
+
+// runRanksWith is runRanks with more options for the launcher.
+func runRanksWith(t *testing.T, np int, more []string, pattern string, env ...string) (string, error) {
+	t.Helper()
 	if inRanks() {
 		t.Skip("already one rank of a launched job")
 	}
@@ -359,7 +368,7 @@ func runRanks(t *testing.T, np int, pattern string, env ...string) (string, erro
 	if err != nil {
 		t.Fatal(err)
 	}
-	args = append(args, exe, "-test.run="+pattern, "-test.v", "-test.timeout=150s")
+	args = append(append(args, more...), exe, "-test.run="+pattern, "-test.v", "-test.timeout=150s")
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, args...)
@@ -420,11 +429,15 @@ func TestUnderLauncherFinalizeEndsMPILeftUpByAFailedOpen(t *testing.T) {
 // fails a job whose rank ended before MPI_Finalize returned, whatever its
 // status: the bound is meant for MPICH.)
 func TestUnderLauncherFinalizeBoundEndsAStuckFinalize(t *testing.T) {
-	const np = 2
+	const np = 4
 	for _, status := range []int{0, 3} {
 		t.Run(fmt.Sprintf("status%d", status), func(t *testing.T) {
 			start := time.Now()
-			out, err := runRanks(t, np, "^TestRankValues$", finalizeEnv+"=stall", FinalizeBoundEnv+"=1s", exitEnv+"="+strconv.Itoa(status))
+			var more []string
+			if Family() == "mpich" {
+				more = []string{"-disable-auto-cleanup"} // else Hydra kills the ranks still in their bound
+			}
+			out, err := runRanksWith(t, np, more, "^TestRankValues$", finalizeEnv+"=stall1", FinalizeBoundEnv+"=1s", exitEnv+"="+strconv.Itoa(status))
 			took := time.Since(start)
 			if n := strings.Count(out, "MPI_Finalize had not returned 1s after every rank passed the barrier"); n != np {
 				t.Errorf("%d of %d ranks said they left MPI_Finalize running", n, np)

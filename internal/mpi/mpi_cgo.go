@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -207,7 +208,7 @@ func bringUpLocked() error {
 	if err := launcherConflict(family, os.LookupEnv); err != nil {
 		return err
 	}
-	bound, err := finalizeBoundEnv()
+	bound, err := finalizeBoundFrom(os.Getenv(FinalizeBoundEnv))
 	if err != nil {
 		return err
 	}
@@ -285,10 +286,12 @@ func finalizeWithin(bound time.Duration) error {
 	finalizeCalls++
 	stall := stallFinalize
 	var barrierRC, rc C.int
+	var tid int
 	passed, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		t.run(func() {
 			defer setupLeave(setupEnter()) // a CUDA-aware MPI closes its IPC handles here
+			tid = syscall.Gettid()
 			barrierRC = C.gc_barrier(C.gc_comm_world())
 			close(passed)
 			time.Sleep(stall)
@@ -310,11 +313,53 @@ func finalizeWithin(bound time.Duration) error {
 		return check("MPI_Finalize", rc)
 	case <-timer.C:
 	}
+	// In MPICH's hang one rank spins in UCX's progress loop while the
+	// others sleep in the launcher's PMI barrier. A sleeper that left
+	// first would let the spinner through (its peer's connection closes),
+	// the barrier would complete, and Hydra's proxy, answering a process
+	// that is gone, would fail the job (exit 255). So a sleeper gives the
+	// spinner finalizeStagger to leave first, and still returns normally
+	// if MPI_Finalize completes meanwhile.
+	how := "spinning"
+	if threadSleeps(tid) {
+		how = "waiting"
+		timer.Reset(finalizeStagger)
+		select {
+		case <-done:
+			return check("MPI_Finalize", rc)
+		case <-timer.C:
+		}
+	}
 	finalizeLeft = true
-	fmt.Fprintf(os.Stderr, "gpucomm: rank %d: MPI_Finalize had not returned %v after every rank passed the barrier before it; "+
+	fmt.Fprintf(os.Stderr, "gpucomm: rank %d: MPI_Finalize had not returned %v after every rank passed the barrier before it (%s); "+
 		"left running (%s, for the MPICH 4.0.2 + UCX finalize hang), the program goes on to end with its own exit status\n",
-		world.rank, bound, FinalizeBoundEnv)
+		world.rank, bound, how, FinalizeBoundEnv)
 	return nil
+}
+
+// finalizeStagger is how much longer than the bound a rank whose
+// MPI_Finalize sleeps gives one whose MPI_Finalize spins.
+const finalizeStagger = 2 * time.Second
+
+// threadSleeps reports whether thread tid of this process stayed asleep
+// (not running, "R" in /proc) over ten looks 20 ms apart.
+func threadSleeps(tid int) bool {
+	path := fmt.Sprintf("/proc/self/task/%d/stat", tid)
+	for i := range 10 {
+		if i > 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		// "tid (comm) S ...": the state follows the last ')'.
+		st := string(b)
+		if j := strings.LastIndexByte(st, ')'); j < 0 || j+2 >= len(st) || st[j+2] == 'R' {
+			return false
+		}
+	}
+	return true
 }
 
 // hasReduceRootBug reports whether the library is an MPICH older than 4.2,
