@@ -22,8 +22,9 @@ func (e *Error) Error() string {
 // (MPI_ERR_COUNT, MPI_ERR_RANK, MPI_ERR_TRUNCATE, ...), nil otherwise.
 func (e *Error) Unwrap() error { return e.kind }
 
-// PeerError is a point-to-point request that MPI completed with an error
-// (Wait, Test, Waitall, Testall, WaitTimeout): Err, MPI's *Error, with the
+// PeerError is a point-to-point request that MPI failed to post (Isend,
+// Irecv) or completed with an error (Wait, Test, Waitall, Testall,
+// WaitTimeout): Err, MPI's *Error, with the
 // rank the request sent to or received from, in its communicator. A peer
 // that died or cannot be reached fails this way.
 type PeerError struct {

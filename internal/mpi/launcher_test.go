@@ -439,6 +439,15 @@ func TestUnderLauncherFinalizeBoundEndsAStuckFinalize(t *testing.T) {
 			}
 			out, err := runRanksWith(t, np, more, "^TestRankValues$", finalizeEnv+"=stall1", FinalizeBoundEnv+"=1s", exitEnv+"="+strconv.Itoa(status))
 			took := time.Since(start)
+			if Family() == "openmpi" {
+				// mpirun fails the job once the first rank ends before
+				// MPI_Finalize returned, and kills the others: the bound is
+				// for MPICH; here it only must not hang.
+				if err == nil || took > 40*time.Second {
+					t.Errorf("Open MPI: want mpirun to fail the job at once, got %v after %v; output:\n%s", err, took, out)
+				}
+				return
+			}
 			if n := strings.Count(out, "MPI_Finalize had not returned 1s after every rank passed the barrier"); n != np {
 				t.Errorf("%d of %d ranks said they left MPI_Finalize running", n, np)
 			}
@@ -449,12 +458,6 @@ func TestUnderLauncherFinalizeBoundEndsAStuckFinalize(t *testing.T) {
 			switch {
 			case strings.Count(out, "finalize checks passed") != np:
 				t.Errorf("not every rank passed its finalize checks")
-			case status == 0 && Family() == "openmpi":
-				// Open MPI's mpirun counts a rank that ends before
-				// MPI_Finalize returned as failed: the bound is for MPICH.
-				if err == nil || !strings.Contains(out, "exiting improperly") {
-					t.Errorf("Open MPI: want mpirun to fail the job whose ranks left MPI_Finalize running, got %v", err)
-				}
 			case status == 0 && err != nil:
 				t.Errorf("the ranks' tests passed, but the launcher returned %v", err)
 			case status != 0 && (!errors.As(err, &exit) || exit.ExitCode() != status):

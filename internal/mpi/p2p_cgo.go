@@ -124,7 +124,7 @@ func (c *Comm) Isend(buf uintptr, count int, dt Datatype, dest, tag int) (*Reque
 	err := call("MPI_Isend", func() C.int {
 		return C.gc_isend(addr(buf), C.int(count), C.int(dt), C.int(dest), C.int(tag), c.h, &r.h)
 	})
-	return r.started(err)
+	return r.started(r.failed(err))
 }
 
 // Irecv is MPI_Irecv; buf must stay valid until the request completes.
@@ -136,7 +136,7 @@ func (c *Comm) Irecv(buf uintptr, count int, dt Datatype, src, tag int) (*Reques
 	err := call("MPI_Irecv", func() C.int {
 		return C.gc_irecv(addr(buf), C.int(count), C.int(dt), C.int(src), C.int(tag), c.h, &r.h)
 	})
-	return r.started(err)
+	return r.started(r.failed(err))
 }
 
 // Request is a pending nonblocking operation. Complete it with Wait, Test,
@@ -146,7 +146,7 @@ type Request struct {
 	dt     Datatype
 	done   bool
 	status Status
-	p2p    bool // Isend or Irecv: a failure names peer (*PeerError)
+	p2p    bool // Isend or Irecv: a failure, posting or completing, names peer (*PeerError)
 	send   bool
 	peer   int
 }

@@ -129,7 +129,13 @@ func TestRankScenarioNodeKilled(t *testing.T) {
 			if !errors.Is(err, comm.ErrTimeout) && (!errors.As(err, &me) || errors.Is(err, comm.ErrInvalidArgument)) {
 				fmt.Fprintf(os.Stderr, "rank %d: want ErrTimeout or MPI's failure, got %v\n", c.Rank(), err)
 			}
-			c.Close() // ends the job: the communicator is broken
+			// Close ends the job (MPI_Abort: the communicator is broken).
+			// Under MPICH one survivor's message to nodeB can fail at once
+			// while the other's fails only at its timeout: wait that long,
+			// so that the first abort does not kill the other survivor
+			// before it has reported.
+			time.Sleep(time.Until(start.Add(killTimeout + time.Second)))
+			c.Close()
 			return
 		}
 		got, err := recv.ToHost(nil)
