@@ -34,9 +34,11 @@ func multinodeCommand(t *testing.T) (*multinode.Nodes, string) {
 	return nodes, mpitest.BuildCommand(t)
 }
 
-// finalizeWatch is, under MPICH, the watchdog for its known finalize hang
-// (multinode.LaunchUntil): the job's work is done once its output holds
-// last, the start of the last line rank 0 prints. Under Open MPI: none.
+// finalizeWatch is, under MPICH, the second line against its known
+// finalize hang (multinode.LaunchUntil), after the ranks' own bound
+// (GPUCOMM_MPI_FINALIZE_BOUND, which nodes.sh sets for MPICH jobs): the
+// job's work is done once its output holds last, the start of the last
+// line rank 0 prints. Under Open MPI: none.
 func finalizeWatch(last string) func(string) bool {
 	if mpi.Family() != multinode.MPICH {
 		return nil

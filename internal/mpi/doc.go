@@ -32,7 +32,15 @@
 // built-in MPI_MIN/MPI_MAX that compare unsigned integers as signed (probed
 // at Init, replaced by C ops where wrong), and MPI_Reduce with MPI_IN_PLACE
 // crashing at a root other than 0 (MPICH before 4.2: Reduce then runs on a
-// cached copy of the communicator whose rank 0 is the root).
+// cached copy of the communicator whose rank 0 is the root). And one it
+// bounds on request: MPICH 4.0.2 + UCX 1.13 leaving a rank in MPI_Finalize
+// (FinalizeBoundEnv: a barrier, then MPI_Finalize given a bound, after which
+// the rank goes on to exit with its own status; Open MPI's mpirun would fail
+// such a job, so it is for MPICH).
+//
+// A point-to-point request that MPI completes with an error names its peer
+// (*PeerError around MPI's *Error), so that a dead or unreachable rank is
+// named by the ranks that waited on it.
 //
 // What it must not do:
 //   - expose a C type: MPI handles stay unexported, and MPI_COMM_WORLD, the

@@ -21,3 +21,23 @@ func (e *Error) Error() string {
 // Unwrap returns errs.ErrInvalidArgument for the argument classes
 // (MPI_ERR_COUNT, MPI_ERR_RANK, MPI_ERR_TRUNCATE, ...), nil otherwise.
 func (e *Error) Unwrap() error { return e.kind }
+
+// PeerError is a point-to-point request that MPI failed to post (Isend,
+// Irecv) or completed with an error (Wait, Test, Waitall, Testall,
+// WaitTimeout): Err, MPI's *Error, with the
+// rank the request sent to or received from, in its communicator. A peer
+// that died or cannot be reached fails this way.
+type PeerError struct {
+	Peer int  // the destination of a send, the source of a receive
+	Send bool // a send (Isend), else a receive (Irecv)
+	Err  error
+}
+
+func (e *PeerError) Error() string {
+	if e.Send {
+		return fmt.Sprintf("send to rank %d: %v", e.Peer, e.Err)
+	}
+	return fmt.Sprintf("receive from rank %d: %v", e.Peer, e.Err)
+}
+
+func (e *PeerError) Unwrap() error { return e.Err }

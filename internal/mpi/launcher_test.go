@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -29,7 +30,16 @@ const (
 	abortEnv   = "GPUCOMM_MPI_TEST_ABORT"   // makes TestRankAbortEndsTheJob run
 	foreignEnv = "GPUCOMM_MPI_TEST_FOREIGN" // MPI is initialised before Init, as by another library
 	lingerEnv  = "GPUCOMM_MPI_TEST_LINGER"  // the ranks end as after a failed Open: ReleaseKeepingUp, then Finalize
+	// finalizeEnv: "stall1", rank 1 stalls a minute between the final
+	// barrier and MPI_Finalize, and the others wait for it inside
+	// MPI_Finalize, as in MPICH's hang; "late", rank 1 reaches Finalize 3 s
+	// after the others. With FinalizeBoundEnv set.
+	finalizeEnv = "GPUCOMM_MPI_TEST_FINALIZE"
+	exitEnv     = "GPUCOMM_MPI_TEST_EXIT" // the status the ranks end with, as a failed test's would be
 )
+
+// lateBy is how late rank 1 reaches Finalize in the "late" scenario.
+const lateBy = 3 * time.Second
 
 func underLauncher() bool {
 	return os.Getenv("OMPI_COMM_WORLD_SIZE") != "" || os.Getenv("PMI_SIZE") != ""
@@ -68,11 +78,26 @@ func TestMain(m *testing.M) {
 	if os.Getenv(lingerEnv) != "" {
 		check = checkLingeringMPIEndsWithFinalize
 	}
+	switch os.Getenv(finalizeEnv) {
+	case "stall1":
+		if rank == 1 {
+			stallFinalize = time.Minute
+		}
+		check = func() error { return checkBoundedFinalize(true) }
+	case "late":
+		if rank == 1 {
+			time.Sleep(lateBy)
+		}
+		check = func() error { return checkBoundedFinalize(false) }
+	}
 	if err := check(); err != nil {
 		fmt.Fprintf(os.Stderr, "rank %d: %v\n", rank, err)
 		code = 1
 	} else {
 		fmt.Printf("rank %d/%d: finalize checks passed\n", rank, size)
+	}
+	if v := os.Getenv(exitEnv); v != "" && code == 0 {
+		code, _ = strconv.Atoi(v)
 	}
 	os.Exit(code)
 }
@@ -276,6 +301,34 @@ func checkForeignMPIStaysUp() error {
 	return nil
 }
 
+// checkBoundedFinalize ends a rank under FinalizeBoundEnv: Finalize
+// returns, having left MPI_Finalize running (left) or after it returned,
+// and in either case MPI counts as finalized here.
+func checkBoundedFinalize(left bool) error {
+	if finalizeBound <= 0 {
+		return fmt.Errorf("%s is not set in the ranks (finalize bound %v)", FinalizeBoundEnv, finalizeBound)
+	}
+	start := time.Now()
+	if err := Finalize(); err != nil {
+		return fmt.Errorf("Finalize: %v", err)
+	}
+	took := time.Since(start)
+	if finalizeLeft != left {
+		return fmt.Errorf("Finalize took %v with bound %v: left MPI_Finalize running %v, want %v", took, finalizeBound, finalizeLeft, left)
+	}
+	if left && (took < finalizeBound || took > finalizeBound+5*time.Second) {
+		return fmt.Errorf("Finalize gave up on MPI_Finalize after %v, want about its bound %v", took, finalizeBound)
+	}
+	if Initialized() || finalizeCalls != 1 {
+		return fmt.Errorf("after Finalize: Initialized %v, finalize calls %d", Initialized(), finalizeCalls)
+	}
+	if err := World().Barrier(); !errors.Is(err, errs.ErrClosed) {
+		return fmt.Errorf("Barrier after Finalize: %v, want ErrClosed", err)
+	}
+	fmt.Printf("rank %d: Finalize returned after %v (bound %v, MPI_Finalize left running: %v)\n", World().Rank(), took.Round(time.Millisecond), finalizeBound, left)
+	return nil
+}
+
 // ownLauncher finds the family's launcher and its arguments for np ranks.
 func ownLauncher(np int) (path string, args []string, err error) {
 	var names []string
@@ -298,6 +351,12 @@ func ownLauncher(np int) (path string, args []string, err error) {
 // returns the combined output and the launcher's error.
 func runRanks(t *testing.T, np int, pattern string, env ...string) (string, error) {
 	t.Helper()
+	return runRanksWith(t, np, nil, pattern, env...)
+}
+
+// runRanksWith is runRanks with more options for the launcher.
+func runRanksWith(t *testing.T, np int, more []string, pattern string, env ...string) (string, error) {
+	t.Helper()
 	if inRanks() {
 		t.Skip("already one rank of a launched job")
 	}
@@ -309,7 +368,7 @@ func runRanks(t *testing.T, np int, pattern string, env ...string) (string, erro
 	if err != nil {
 		t.Fatal(err)
 	}
-	args = append(args, exe, "-test.run="+pattern, "-test.v", "-test.timeout=150s")
+	args = append(append(args, more...), exe, "-test.run="+pattern, "-test.v", "-test.timeout=150s")
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, args...)
@@ -361,6 +420,74 @@ func TestUnderLauncherFinalizeEndsMPILeftUpByAFailedOpen(t *testing.T) {
 	const np = 2
 	out, err := runRanks(t, np, "^TestRankValues$", lingerEnv+"=1")
 	expectRanksPass(t, np, out, err)
+}
+
+// A rank whose MPI_Finalize does not return (stalled a minute here, as
+// Debian's MPICH 4.0.2 + UCX leaves one now and then) ends FinalizeBoundEnv
+// after every rank passed the barrier before it, saying so, with the exit
+// status its tests gave: a failure stays a failure. (Open MPI's mpirun
+// fails a job whose rank ended before MPI_Finalize returned, whatever its
+// status: the bound is meant for MPICH.)
+func TestUnderLauncherFinalizeBoundEndsAStuckFinalize(t *testing.T) {
+	const np = 4
+	for _, status := range []int{0, 3} {
+		t.Run(fmt.Sprintf("status%d", status), func(t *testing.T) {
+			start := time.Now()
+			var more []string
+			if Family() == "mpich" {
+				more = []string{"-disable-auto-cleanup"} // else Hydra kills the ranks still in their bound
+			}
+			out, err := runRanksWith(t, np, more, "^TestRankValues$", finalizeEnv+"=stall1", FinalizeBoundEnv+"=1s", exitEnv+"="+strconv.Itoa(status))
+			took := time.Since(start)
+			if Family() == "openmpi" {
+				// mpirun fails the job once the first rank ends before
+				// MPI_Finalize returned, and kills the others: the bound is
+				// for MPICH; here it only must not hang.
+				if err == nil || took > 40*time.Second {
+					t.Errorf("Open MPI: want mpirun to fail the job at once, got %v after %v; output:\n%s", err, took, out)
+				}
+				return
+			}
+			if n := strings.Count(out, "MPI_Finalize had not returned 1s after every rank passed the barrier"); n != np {
+				t.Errorf("%d of %d ranks said they left MPI_Finalize running", n, np)
+			}
+			if took > 40*time.Second {
+				t.Errorf("the job took %v, with MPI_Finalize stalled 1 minute and bounded at 1 s", took)
+			}
+			var exit *exec.ExitError
+			switch {
+			case strings.Count(out, "finalize checks passed") != np:
+				t.Errorf("not every rank passed its finalize checks")
+			case status == 0 && err != nil:
+				t.Errorf("the ranks' tests passed, but the launcher returned %v", err)
+			case status != 0 && (!errors.As(err, &exit) || exit.ExitCode() != status):
+				t.Errorf("the ranks exited with status %d, but the launcher returned %v", status, err)
+			}
+			if t.Failed() {
+				t.Logf("output:\n%s", out)
+			}
+		})
+	}
+}
+
+// The bound counts from the barrier before MPI_Finalize: a rank that
+// reaches Finalize late holds the others in the barrier, longer than the
+// bound, and no one gives up.
+func TestUnderLauncherFinalizeBoundWaitsForTheLastRank(t *testing.T) {
+	const np = 3
+	out, err := runRanks(t, np, "^TestRankValues$", finalizeEnv+"=late", FinalizeBoundEnv+"=1s")
+	expectRanksPass(t, np, out, err)
+	if strings.Contains(out, "MPI_Finalize had not returned") {
+		t.Fatalf("a rank gave up on MPI_Finalize while rank 1 was %v late; output:\n%s", lateBy, out)
+	}
+	// Rank 0 reached Finalize at most a second before rank 1's sleep began.
+	m := regexp.MustCompile(`rank 0: Finalize returned after ([^ ]+) `).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("rank 0 did not say how long Finalize took; output:\n%s", out)
+	}
+	if took, err := time.ParseDuration(m[1]); err != nil || took < lateBy-time.Second {
+		t.Fatalf("rank 0's Finalize returned after %s, want about %v, waiting for rank 1; output:\n%s", m[1], lateBy, out)
+	}
 }
 
 func TestUnderLauncherAbortEndsTheJob(t *testing.T) {

@@ -9,6 +9,7 @@ package mpi
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -16,6 +17,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/gpucomm/gpucomm/internal/errs"
@@ -35,9 +38,15 @@ var (
 	owned         bool         // this package called MPI_Init_thread, so it finalizes
 	provided      ThreadSupport
 	tagUB         int
-	finalizeCalls int       // MPI_Finalize calls made here; the tests check it ends at 1
-	joinErr       error     // MPI_Init did not join the launcher's job (sizeMismatch)
-	initThread    *osThread // the thread that ran MPI_Init_thread, kept for MPI_Finalize
+	finalizeCalls int           // MPI_Finalize calls made here; the tests check it ends at 1
+	joinErr       error         // MPI_Init did not join the launcher's job (sizeMismatch)
+	initThread    *osThread     // the thread that ran MPI_Init_thread, kept for MPI_Finalize
+	finalizeBound time.Duration // FinalizeBoundEnv, read by bringUpLocked
+	// finalizeLeft: the bound passed with MPI_Finalize still running.
+	finalizeLeft bool
+	// stallFinalize, in this package's tests, holds a rank this long
+	// between the final barrier and MPI_Finalize, as the MPICH hang does.
+	stallFinalize time.Duration
 
 	// MPICH before 4.2 crashes in MPI_Reduce with MPI_IN_PLACE at a root
 	// other than 0 (pmodels/mpich#6540); Reduce then runs on a copy of the
@@ -199,6 +208,10 @@ func bringUpLocked() error {
 	if err := launcherConflict(family, os.LookupEnv); err != nil {
 		return err
 	}
+	bound, err := finalizeBoundFrom(os.Getenv(FinalizeBoundEnv))
+	if err != nil {
+		return err
+	}
 	var rc, prov, own C.int
 	t := startOSThread()
 	t.run(func() { rc = C.gc_init(C.int(level), &prov, &own) })
@@ -234,6 +247,7 @@ func bringUpLocked() error {
 	}
 	world.h, world.rank, world.size = C.gc_comm_world(), int(rank), int(size)
 	owned, initThread, provided, tagUB = own != 0, t, ThreadSupport(prov), int(ub)
+	finalizeBound = bound
 	rotateReduceRoot = hasReduceRootBug(Version())
 	serialize.Store(provided < ThreadMultiple)
 	state.Store(stateUp) // last: a call that sees stateUp sees the fields above
@@ -245,6 +259,9 @@ func shutDownLocked() error {
 		return nil
 	}
 	state.Store(stateFinalized) // first: no new call starts
+	if finalizeBound > 0 {
+		return finalizeWithin(finalizeBound)
+	}
 	var rc, called C.int
 	initThread.run(func() {
 		defer setupLeave(setupEnter()) // a CUDA-aware MPI closes its IPC handles here
@@ -254,6 +271,95 @@ func shutDownLocked() error {
 	initThread = nil
 	finalizeCalls += int(called)
 	return check("MPI_Finalize", rc)
+}
+
+// finalizeWithin is MPI_Finalize bounded as FinalizeBoundEnv says: a
+// barrier on MPI_COMM_WORLD, then MPI_Finalize, given bound from the moment
+// every rank has passed the barrier. When the bound passes first, the call
+// is left running on the thread that made it, and finalizeWithin says so on
+// stderr and returns nil, so that the program ends with its own status. A
+// failed barrier is returned, and MPI_Finalize then runs unbounded: a rank
+// is missing, and the launcher's bound is the one for that.
+func finalizeWithin(bound time.Duration) error {
+	t := initThread
+	initThread = nil
+	finalizeCalls++
+	stall := stallFinalize
+	var barrierRC, rc C.int
+	var tid int
+	passed, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		t.run(func() {
+			defer setupLeave(setupEnter()) // a CUDA-aware MPI closes its IPC handles here
+			tid = syscall.Gettid()
+			barrierRC = C.gc_barrier(C.gc_comm_world())
+			close(passed)
+			time.Sleep(stall)
+			var called C.int
+			rc = C.gc_finalize(&called)
+		})
+		t.stop()
+		close(done)
+	}()
+	<-passed
+	if err := check("MPI_Barrier before MPI_Finalize", barrierRC); err != nil {
+		<-done
+		return errors.Join(err, check("MPI_Finalize", rc))
+	}
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	select {
+	case <-done:
+		return check("MPI_Finalize", rc)
+	case <-timer.C:
+	}
+	// In MPICH's hang one rank spins in UCX's progress loop while the
+	// others sleep in the launcher's PMI barrier. A sleeper that left
+	// first would let the spinner through (its peer's connection closes),
+	// the barrier would complete, and Hydra's proxy, answering a process
+	// that is gone, would fail the job (exit 255). So a sleeper gives the
+	// spinner finalizeStagger to leave first, and still returns normally
+	// if MPI_Finalize completes meanwhile.
+	how := "spinning"
+	if threadSleeps(tid) {
+		how = "waiting"
+		timer.Reset(finalizeStagger)
+		select {
+		case <-done:
+			return check("MPI_Finalize", rc)
+		case <-timer.C:
+		}
+	}
+	finalizeLeft = true
+	fmt.Fprintf(os.Stderr, "gpucomm: rank %d: MPI_Finalize had not returned %v after every rank passed the barrier before it (%s); "+
+		"left running (%s, for the MPICH 4.0.2 + UCX finalize hang), the program goes on to end with its own exit status\n",
+		world.rank, bound, how, FinalizeBoundEnv)
+	return nil
+}
+
+// finalizeStagger is how much longer than the bound a rank whose
+// MPI_Finalize sleeps gives one whose MPI_Finalize spins.
+const finalizeStagger = 2 * time.Second
+
+// threadSleeps reports whether thread tid of this process stayed asleep
+// (not running, "R" in /proc) over ten looks 20 ms apart.
+func threadSleeps(tid int) bool {
+	path := fmt.Sprintf("/proc/self/task/%d/stat", tid)
+	for i := range 10 {
+		if i > 0 {
+			time.Sleep(20 * time.Millisecond)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return false
+		}
+		// "tid (comm) S ...": the state follows the last ')'.
+		st := string(b)
+		if j := strings.LastIndexByte(st, ')'); j < 0 || j+2 >= len(st) || st[j+2] == 'R' {
+			return false
+		}
+	}
+	return true
 }
 
 // hasReduceRootBug reports whether the library is an MPICH older than 4.2,

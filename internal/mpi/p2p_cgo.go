@@ -120,11 +120,11 @@ func (c *Comm) Isend(buf uintptr, count int, dt Datatype, dest, tag int) (*Reque
 	if err := c.checkP2P("Isend", buf, count, dt, dest, tag, false); err != nil {
 		return nil, err
 	}
-	r := &Request{dt: dt}
+	r := &Request{dt: dt, p2p: true, peer: dest, send: true}
 	err := call("MPI_Isend", func() C.int {
 		return C.gc_isend(addr(buf), C.int(count), C.int(dt), C.int(dest), C.int(tag), c.h, &r.h)
 	})
-	return r.started(err)
+	return r.started(r.failed(err))
 }
 
 // Irecv is MPI_Irecv; buf must stay valid until the request completes.
@@ -132,11 +132,11 @@ func (c *Comm) Irecv(buf uintptr, count int, dt Datatype, src, tag int) (*Reques
 	if err := c.checkP2P("Irecv", buf, count, dt, src, tag, true); err != nil {
 		return nil, err
 	}
-	r := &Request{dt: dt}
+	r := &Request{dt: dt, p2p: true, peer: src}
 	err := call("MPI_Irecv", func() C.int {
 		return C.gc_irecv(addr(buf), C.int(count), C.int(dt), C.int(src), C.int(tag), c.h, &r.h)
 	})
-	return r.started(err)
+	return r.started(r.failed(err))
 }
 
 // Request is a pending nonblocking operation. Complete it with Wait, Test,
@@ -146,6 +146,17 @@ type Request struct {
 	dt     Datatype
 	done   bool
 	status Status
+	p2p    bool // Isend or Irecv: a failure, posting or completing, names peer (*PeerError)
+	send   bool
+	peer   int
+}
+
+// failed is err, MPI's failure of r, naming r's peer when r has one.
+func (r *Request) failed(err error) error {
+	if err == nil || !r.p2p {
+		return err
+	}
+	return &PeerError{Peer: r.peer, Send: r.send, Err: err}
 }
 
 func (r *Request) started(err error) (*Request, error) {
@@ -225,7 +236,7 @@ func (r *Request) complete1(name string, res C.gc_result) error {
 	if res.rc == C.MPI_SUCCESS && res.flag != 0 {
 		r.done, r.status = true, toStatus(res.st)
 	}
-	return check(name, res.rc)
+	return r.failed(check(name, res.rc))
 }
 
 // pendingHandles copies the handles of the requests not yet complete, so
@@ -256,7 +267,7 @@ func finish(name string, rc C.int, complete bool, live []*Request, hs []C.MPI_Re
 	if rc == C.MPI_ERR_IN_STATUS {
 		for i := range live {
 			if e := sts[i].error; e != C.MPI_SUCCESS && e != C.MPI_ERR_PENDING {
-				return check(name, e)
+				return live[i].failed(check(name, e))
 			}
 		}
 	}

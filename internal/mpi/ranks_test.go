@@ -973,6 +973,31 @@ func TestRankErrors(t *testing.T) {
 			t.Logf("truncated Recv: %v", err)
 		}
 	}
+	// The same through requests: the failure names the request's peer
+	// (*PeerError), for Wait and for WaitTimeout (Testall) of two.
+	for i, wait := range []func(r, other *Request) error{
+		func(r, other *Request) error { return errors.Join(r.Wait(), other.Wait()) },
+		func(r, other *Request) error { return WaitTimeout([]*Request{r, other}, time.Minute) },
+	} {
+		tag := 30 + 2*i
+		if rank == 1 {
+			must(t, "Send", c.Send(x.addr(), count, Int32, 0, tag))
+			must(t, "Send", c.Send(x.addr(), count, Int32, 0, tag+1))
+		}
+		if rank == 0 {
+			r, err := c.Irecv(y.addr(), count/2, Int32, 1, tag)
+			must(t, "Irecv", err)
+			other, err := c.Irecv(y.addr()+uintptr(2*count), count/2, Int32, 1, tag+1)
+			must(t, "Irecv", err)
+			err = wait(r, other)
+			var pe *PeerError
+			var e *Error
+			if !errors.As(err, &pe) || pe.Peer != 1 || pe.Send || !errors.As(err, &e) || !isArgErr(err) ||
+				!strings.HasPrefix(err.Error(), "receive from rank 1: mpi: MPI_") {
+				t.Errorf("wait %d on truncated Irecvs from rank 1: got %v (%#v), want a *PeerError naming rank 1 around MPI's *Error", i, err, pe)
+			}
+		}
+	}
 	must(t, "Barrier", c.Barrier())
 }
 

@@ -35,6 +35,7 @@ type announcer struct {
 	recvs  []*mpi.Request   // the receive posted from each peer (nil for self)
 	sends  [][]*mpi.Request // the sends still reading each ring cell
 	latest []uint64         // highest collective each peer announced
+	lost   []error          // why MPI failed the receive from each peer, if it did
 }
 
 func newAnnouncer(c *Comm) *announcer {
@@ -43,7 +44,8 @@ func newAnnouncer(c *Comm) *announcer {
 	in, _ := inBuf.Bytes()
 	out, _ := outBuf.Bytes()
 	return &announcer{c: c, in: in, out: out, inBuf: inBuf, outBuf: outBuf,
-		recvs: make([]*mpi.Request, c.size), sends: make([][]*mpi.Request, annRing), latest: make([]uint64, c.size)}
+		recvs: make([]*mpi.Request, c.size), sends: make([][]*mpi.Request, annRing), latest: make([]uint64, c.size),
+		lost: make([]error, c.size)}
 }
 
 // start posts one receive from every other rank.
@@ -89,11 +91,17 @@ func (a *announcer) enter(o *op) error {
 	return a.drainLocked()
 }
 
-// drainLocked reads every announcement that has arrived.
+// drainLocked reads every announcement that has arrived. A receive that
+// MPI fails (its peer died or cannot be reached) is not posted again: that
+// peer announces nothing more, and the failure is kept in lost.
 func (a *announcer) drainLocked() error {
 	for p := range a.recvs {
 		for a.recvs[p] != nil {
 			done, err := a.recvs[p].Test()
+			if err != nil && mpiFailed(err) {
+				a.lost[p], a.recvs[p] = err, nil
+				break
+			}
 			if err != nil {
 				return err
 			}
@@ -143,6 +151,43 @@ func (a *announcer) stop() error {
 	return errors.Join(errs...)
 }
 
+// mpiFailure says what MPI failed, the failed request's peer (err names
+// it when it is an *mpi.PeerError) and, for a collective with a timeout,
+// the ranks that never announced it: those a dead node's ranks are among.
+func (c *Comm) mpiFailure(o *op, err error) error {
+	what := o.call.Signature()
+	if o.seq > 0 {
+		what = fmt.Sprintf("%s (collective #%d)", what, o.seq)
+	}
+	var pe *mpi.PeerError
+	peer := ""
+	if errors.As(err, &pe) {
+		peer = fmt.Sprintf("; its peer, rank %d, may have died", pe.Peer)
+	}
+	if o.seq == 0 || c.ann == nil || (!c.multiple && c.direct(o.call)) {
+		// No announcements (no timeout), or a blocking call may still hold
+		// internal/mpi's lock below MPI_THREAD_MULTIPLE.
+		return fmt.Errorf("%s: MPI failed it%s: %w", what, peer, err)
+	}
+	ranks, aerr := c.ann.behind(o.seq)
+	switch {
+	case aerr != nil:
+		return fmt.Errorf("%s: MPI failed it%s (reading the other ranks' announcements failed too: %v): %w", what, peer, aerr, err)
+	case len(ranks) == 0:
+		return fmt.Errorf("%s: MPI failed it%s; every rank entered it: %w", what, peer, err)
+	}
+	return fmt.Errorf("%s: MPI failed it%s; ranks that never arrived: %s: %w", what, peer, rankList(ranks), err)
+}
+
+// rankList is ranks as "2, 3".
+func rankList(ranks []int) string {
+	names := make([]string, len(ranks))
+	for i, r := range ranks {
+		names[i] = fmt.Sprint(r)
+	}
+	return strings.Join(names, ", ")
+}
+
 // collectiveTimeout says which collective timed out and which ranks never
 // announced it.
 func (c *Comm) collectiveTimeout(o *op, cause error) error {
@@ -161,11 +206,7 @@ func (c *Comm) collectiveTimeout(o *op, cause error) error {
 		return fmt.Errorf("%s: no progress after %v; every rank entered it, so its arguments disagree (GPUCOMM_DEBUG=1 compares them): %w",
 			what, c.timeout, comm.ErrTimeout)
 	}
-	names := make([]string, len(ranks))
-	for i, r := range ranks {
-		names[i] = fmt.Sprint(r)
-	}
-	return fmt.Errorf("%s: no progress after %v; ranks that never arrived: %s: %w", what, c.timeout, strings.Join(names, ", "), comm.ErrTimeout)
+	return fmt.Errorf("%s: no progress after %v; ranks that never arrived: %s: %w", what, c.timeout, rankList(ranks), comm.ErrTimeout)
 }
 
 // agreeOnSignature compares the collective's signature across the ranks

@@ -367,19 +367,32 @@ func (c *Comm) runCollective(o *op, body func(*Comm, *op) error) error {
 	return body(c, o)
 }
 
-// finish turns a timeout into the error that names who never arrived and
-// breaks the communicator, and makes every error a *comm.Error.
+// finish turns a timeout into the error that names who never arrived, and
+// a failure of MPI itself (a peer died or cannot be reached) into one that
+// names the peers it involved; either breaks the communicator. It makes
+// every error a *comm.Error.
 func (c *Comm) finish(o *op, err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, comm.ErrTimeout) {
+	switch {
+	case errors.Is(err, comm.ErrTimeout):
 		if o.seq > 0 {
 			err = c.collectiveTimeout(o, err)
 		}
 		c.setBroken(err)
+	case mpiFailed(err):
+		err = c.mpiFailure(o, err)
+		c.setBroken(err)
 	}
 	return c.wrap(o.call.Operation, err)
+}
+
+// mpiFailed reports whether err is MPI's own failure of a call or request
+// (an *mpi.Error), not a bad argument it refused.
+func mpiFailed(err error) bool {
+	var e *mpi.Error
+	return errors.As(err, &e) && !errors.Is(err, comm.ErrInvalidArgument)
 }
 
 // pointToPoint numbers the transfers now, in call order, and runs them in

@@ -24,6 +24,13 @@
 // (mpinode.UnderLauncher) and checks from inside a rank that the job spans
 // them (mpinode.OnItsNode).
 //
+// MPICH jobs get GPUCOMM_MPI_FINALIZE_BOUND=5s from nodes.sh (unless set):
+// internal/mpi then ends a rank left in MPI_Finalize 5 s after every rank
+// passed the barrier before it, with the program's own exit status (Debian's
+// MPICH 4.0.2 + UCX 1.13 hangs there now and then). Extra launcher options
+// go in GPUCOMM_MULTINODE_LAUNCHER_ARGS (the node-kill drill gives Hydra
+// -disable-auto-cleanup, so that the survivors live to report).
+//
 // Families are "openmpi" and "mpich", the values of internal/mpi.Family().
 // Every Up makes its own set of nodes in its own state directory, so tests in
 // parallel packages do not meet; Available says why the harness cannot run

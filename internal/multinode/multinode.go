@@ -220,7 +220,9 @@ var finalizeGrace = FinalizeGrace // shorter in this package's tests
 // (ch4:ucx, UCX 1.13) leaves a rank in MPI_Finalize now and then between
 // nodes (one rank spinning in ucp_worker_progress, the others waiting in the
 // PMI barrier); the test then judges the job by its output and says so. A
-// nil done is Launch.
+// nil done is Launch. nodes.sh now gives MPICH jobs
+// GPUCOMM_MPI_FINALIZE_BOUND=5s, which ends such a rank first with its own
+// status (internal/mpi): the grace is the second line.
 func (n *Nodes) LaunchUntil(t testing.TB, family string, perNode int, limit time.Duration, done func(output string) bool, env []string, argv ...string) Job {
 	t.Helper()
 	if family != OpenMPI && family != MPICH {

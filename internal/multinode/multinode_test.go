@@ -2,6 +2,7 @@ package multinode
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -137,6 +138,34 @@ func TestLaunchPlacesRanksByNode(t *testing.T) {
 			}
 			if !slices.Equal(got, want) {
 				t.Errorf("ranks say\n%s\nwant\n%s\nfull output:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"), j.Output)
+			}
+		})
+	}
+}
+
+// The launcher gets the options of GPUCOMM_MULTINODE_LAUNCHER_ARGS (here
+// one that sets a variable in every rank), and MPICH's ranks get
+// GPUCOMM_MPI_FINALIZE_BOUND=5s unless it is set (Open MPI's none).
+func TestLaunchTakesMoreOptionsAndBoundsMPICHFinalize(t *testing.T) {
+	nodes := Up(t, 2)
+	for _, c := range []struct{ family, args, bound string }{
+		{OpenMPI, "-x GPUCOMM_MULTINODE_MARK=from-args", ""},
+		{MPICH, "-genv GPUCOMM_MULTINODE_MARK from-args", "5s"},
+	} {
+		t.Run(c.family, func(t *testing.T) {
+			t.Setenv("GPUCOMM_MPI_FINALIZE_BOUND", "") // as where CI runs: unset
+			os.Unsetenv("GPUCOMM_MPI_FINALIZE_BOUND")
+			os.Unsetenv("GPUCOMM_MULTINODE_MARK")
+			j := nodes.Launch(t, c.family, 2, time.Minute, []string{"GPUCOMM_MULTINODE_LAUNCHER_ARGS=" + c.args},
+				"sh", "-c", `echo "on $(hostname): mark=$GPUCOMM_MULTINODE_MARK bound=$GPUCOMM_MPI_FINALIZE_BOUND"`)
+			if j.Err != nil {
+				t.Fatalf("%v\n%s", j.Err, j.Output)
+			}
+			for _, node := range []string{"nodeA", "nodeB"} {
+				want := fmt.Sprintf("on %s: mark=from-args bound=%s\n", node, c.bound)
+				if n := strings.Count(j.Output, want); n != 2 {
+					t.Errorf("%d ranks said %q, want 2; output:\n%s", n, want, j.Output)
+				}
 			}
 		})
 	}

@@ -78,8 +78,13 @@ run() {
   sweep
   if ((rc == 0)); then
     echo "   ok    $name ($((SECONDS - t0)) s)"
-    # The verdicts, and the jobs ended after their work (MPICH's finalize).
+    # The verdicts, and the jobs ended after their work (MPICH's finalize):
+    # by the bound in the ranks (how many ranks it ended), or by the
+    # launch's grace (LaunchUntil).
     grep -E '^(--- |    --- )(PASS|SKIP)|was still running .* after its work was done|left MPI_Finalize before' "$bin/log" | sed 's/^ *//; s/^/         /' || true
+    local bounded
+    bounded=$(grep -c 'MPI_Finalize had not returned' "$bin/log" || true)
+    ((bounded == 0)) || echo "         $bounded rank(s) left MPI_Finalize running at GPUCOMM_MPI_FINALIZE_BOUND (the MPICH 4.0.2 + UCX hang)"
   else
     [[ $rc == 124 || $rc == 137 ]] && echo "   FAIL  $name: still running after $limit s, killed" || echo "   FAIL  $name: exit $rc ($((SECONDS - t0)) s)"
     sed 's/^/         /' "$bin/log"
@@ -108,10 +113,8 @@ for family in "${families[@]}"; do
   go test -c -tags "$tag" -o "$bin/$family-cudaaware.test" ./comm/cudaaware
   go test -c -tags "$tag" -o "$bin/$family-gpucomm.test" ./cmd/gpucomm
   go build -tags "$tag" -o "$bin/$family-gpucomm" ./cmd/gpucomm
-  if [[ $family == openmpi ]]; then
-    go test -c -tags "$tag" -o "$bin/$family-nodes.test" ./internal/mpicomm/multinodetest
-    go test -c -tags "$tag" -o "$bin/$family-ipcshare.test" ./examples/ipcshare
-  fi
+  go test -c -tags "$tag" -o "$bin/$family-nodes.test" ./internal/mpicomm/multinodetest
+  go test -c -tags "$tag" -o "$bin/$family-ipcshare.test" ./examples/ipcshare
   echo "   built in $((SECONDS - t0)) s"
   phase "$family: 2 nodes x 2 ranks"
   run "$family: conformance + solver on mpi" 660 comm/mpi \
@@ -123,15 +126,14 @@ for family in "${families[@]}"; do
     "$bin/$family-gpucomm.test" -test.run '^TestMultinode' -test.v -test.count=1 -test.timeout=620s -test.short
   # The node tests (local ranks, node path, NodeShared, another node's
   # handle, a whole node killed, a rank alone on its node) and ipcshare
-  # across nodes. Open MPI only in CI: under MPICH 4.0.2 + UCX they pass,
-  # but about half of their jobs then hang in MPI_Finalize, and their
-  # launches have no finalize watchdog yet (LaunchUntil) to end them.
-  if [[ $family == openmpi ]]; then
-    run "$family: node tests" 400 internal/mpicomm/multinodetest \
-      "$bin/$family-nodes.test" -test.run '^TestMultinode' -test.v -test.count=1 -test.timeout=380s
-    run "$family: ipcshare across nodes" 200 examples/ipcshare \
-      "$bin/$family-ipcshare.test" -test.run 'Multinode' -test.v -test.count=1 -test.timeout=180s
-  fi
+  # across nodes. Under MPICH 4.0.2 + UCX a rank is left in MPI_Finalize now
+  # and then: nodes.sh gives MPICH jobs GPUCOMM_MPI_FINALIZE_BOUND=5s, so
+  # such a rank ends 5 s after the barrier before MPI_Finalize with its own
+  # status (internal/mpi), and the line it prints is shown below.
+  run "$family: node tests" 400 internal/mpicomm/multinodetest \
+    "$bin/$family-nodes.test" -test.run '^TestMultinode' -test.v -test.count=1 -test.timeout=380s
+  run "$family: ipcshare across nodes" 200 examples/ipcshare \
+    "$bin/$family-ipcshare.test" -test.run 'Multinode' -test.v -test.count=1 -test.timeout=180s
 done
 
 if ((${#failed[@]})); then

@@ -27,7 +27,18 @@
 # tmpfs holding the namespaces (bind-mounted files), the per-node files and
 # /dev/shm tmpfs mounts. Two directories give two independent sets of nodes.
 # Launchers: GPUCOMM_MULTINODE_MPIRUN / GPUCOMM_MULTINODE_MPIEXEC name them,
-# else mpirun.openmpi (or mpirun) and mpiexec.hydra (or mpiexec.mpich).
+# else mpirun.openmpi (or mpirun) and mpiexec.hydra (or mpiexec.mpich);
+# GPUCOMM_MULTINODE_LAUNCHER_ARGS holds more options for the launcher, split
+# at blanks (the node-kill drill gives Hydra -disable-auto-cleanup). MPICH
+# jobs get GPUCOMM_MPI_FINALIZE_BOUND=5s unless it is set: Debian's MPICH
+# 4.0.2 + UCX 1.13 leaves a rank in MPI_Finalize now and then between these
+# nodes, and internal/mpi then ends it 5 s after every rank passed the
+# barrier before MPI_Finalize, with the program's own exit status. With the
+# bound (unless it is 0 or off), Hydra gets -disable-auto-cleanup: else the
+# first rank to leave without finishing MPI_Finalize has Hydra SIGKILL the
+# others, and the job fails (exit 9) for a hang that was bounded. The cost:
+# a rank that dies no longer takes the others down with it; they end by
+# their own GPUCOMM_TIMEOUT (MPI_Abort) or the launch's bound.
 # Open MPI's ranks outside nodeA get the variables named in
 # GPUCOMM_MULTINODE_ENV and every GPUCOMM_*, GO*, CGO_*, CUDA_*, NCCL_*, UCX_*,
 # XDG_*, TMPDIR and LD_LIBRARY_PATH variable (mpirun -x); Hydra passes the
@@ -316,10 +327,17 @@ cmd_launch() {
     launcher=${GPUCOMM_MULTINODE_MPIEXEC:-$(command -v mpiexec.hydra || command -v mpiexec.mpich || true)}
     [[ -n $launcher ]] || { echo "SKIP: no MPICH mpiexec"; exit $SKIP; }
     export UCX_NET_DEVICES=${UCX_NET_DEVICES:-eth0}
+    export GPUCOMM_MPI_FINALIZE_BOUND=${GPUCOMM_MPI_FINALIZE_BOUND:-5s}
+    case " ${GPUCOMM_MULTINODE_LAUNCHER_ARGS:-} " in
+    *" -disable-auto-cleanup "*) ;; # given already (Hydra refuses it twice)
+    *) [[ $GPUCOMM_MPI_FINALIZE_BOUND == @(0|0s|off) ]] || args+=(-disable-auto-cleanup) ;;
+    esac
     args+=(-launcher ssh -launcher-exec "$HERE/ssh-agent.sh" -iface eth0 -hosts "$hosts" -np "$np")
     ;;
   esac
-  exec "$SELF" exec nodeA "$launcher" "${args[@]}" "$@"
+  local extra=()
+  read -r -a extra <<<"${GPUCOMM_MULTINODE_LAUNCHER_ARGS:-}"
+  exec "$SELF" exec nodeA "$launcher" "${args[@]}" ${extra[@]+"${extra[@]}"} "$@"
 }
 
 case ${1:-} in

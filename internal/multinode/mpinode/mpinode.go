@@ -53,7 +53,8 @@ func UnderLauncher(t *testing.T, backend string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// As mpitest.RunRanks launches, with a watchdog for MPICH's finalize.
+	// As mpitest.RunRanks launches, with a watchdog for MPICH's finalize
+	// behind the ranks' own bound (nodes.sh sets GPUCOMM_MPI_FINALIZE_BOUND).
 	argv := []string{exe, "-test.run=^TestRank(Conformance|Solver|OnItsNode)$", "-test.v", "-test.count=1",
 		fmt.Sprintf("-test.timeout=%v", Limit)}
 	if testing.Short() {

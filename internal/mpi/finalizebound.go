@@ -1,0 +1,39 @@
+package mpi
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gpucomm/gpucomm/internal/errs"
+)
+
+// FinalizeBoundEnv, when set to a positive duration ("10s"), bounds
+// MPI_Finalize: before it every rank passes a barrier on MPI_COMM_WORLD,
+// and a rank whose MPI_Finalize has not returned that long after the
+// barrier says so on stderr and returns from Finalize (or from the last
+// Release) as if it had, leaving the call running on its thread, so that
+// the program goes on to exit with its own status. It is for Debian's MPICH
+// 4.0.2 with UCX 1.13, which now and then leaves a rank in MPI_Finalize for
+// good (a UCX endpoint-close bug, seen between simulated nodes and on one
+// host with UCX_TLS=tcp,self); scripts/multinode/ci.sh sets it for its
+// MPICH jobs. A rank that never reaches the barrier is not bounded: that is
+// a rank missing, for the launcher's own bound. Run the job under Hydra
+// with -disable-auto-cleanup: the first rank to end without finishing
+// MPI_Finalize otherwise has Hydra SIGKILL the others (and the job exits
+// 9). Open MPI's mpirun fails a job whose rank ended before MPI_Finalize
+// returned, whatever its status: the bound is for MPICH. Unset, "0", "0s" or "off":
+// no barrier and no bound.
+const FinalizeBoundEnv = "GPUCOMM_MPI_FINALIZE_BOUND"
+
+// finalizeBoundFrom reads FinalizeBoundEnv's value v.
+func finalizeBoundFrom(v string) (time.Duration, error) {
+	switch v {
+	case "", "0", "off":
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("mpi: %s=%q: want a positive duration such as 10s, or 0 or off for none: %w", FinalizeBoundEnv, v, errs.ErrInvalidArgument)
+	}
+	return d, nil
+}
