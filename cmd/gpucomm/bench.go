@@ -109,8 +109,15 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		window = r.cfg.Window
 		failed := runMain && code != exitOK && (mainRep == nil || mainRep.Wrong() == 0)
 		reps, rank, err := measurePairs(ctx, r, extra, failed)
-		if err != nil {
+		switch {
+		case err != nil && failed:
+			// Bench's own run has said what is wrong (opening the
+			// backend again, say, fails as it did there).
+		case err != nil && rank >= 0:
 			fmt.Fprintf(stderr, "gpucomm bench: rank %d: point-to-point pairs: %v\n", rank, err)
+			code = exitFail
+		case err != nil:
+			fmt.Fprintf(stderr, "gpucomm bench: point-to-point pairs: %v\n", err)
 			code = exitFail
 		}
 		var wrong int64

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -241,6 +242,9 @@ func pairConfig(args []string, ops []bench.Operation) (pairRun, error) {
 	// Bench's C baseline times ranks 0 and 1 of MPI_COMM_WORLD: no other pair.
 	cfg.NoBaseline = true
 	r := pairRun{cfg: cfg, backend: get("backend"), np: num("np")}
+	if env := os.Getenv("GPUCOMM_BACKEND"); env != "" { // as bench reads it
+		r.backend = env
+	}
 	if timeout, _ := time.ParseDuration(get("timeout")); timeout > 0 {
 		r.opts = append(r.opts, comm.WithTimeout(timeout))
 	}

@@ -78,6 +78,7 @@ func TestPairsAreCheckedAndChosenPerLayout(t *testing.T) {
 // The pairs read bench's flags as bench does: every flag bench has is
 // known (so none of them stops the pairs), and the values are bench's.
 func TestPairConfigReadsEveryBenchFlag(t *testing.T) {
+	t.Setenv("GPUCOMM_BACKEND", "")
 	var out, usage bytes.Buffer
 	bench.Main(context.Background(), []string{"-h"}, &out, &usage)
 	names := regexp.MustCompile(`(?m)^  -(\w+)`).FindAllStringSubmatch(usage.String(), -1)
@@ -105,6 +106,10 @@ func TestPairConfigReadsEveryBenchFlag(t *testing.T) {
 	def := bench.DefaultConfig()
 	if err != nil || r.backend != "local" || r.np != 4 || r.cfg.MinBytes != def.MinBytes || r.cfg.MaxBytes != def.MaxBytes || r.cfg.Iters != def.Iters || r.cfg.DType != def.DType || len(r.opts) != 0 {
 		t.Errorf("pairConfig of no flags: %+v (%v), want bench's defaults", r, err)
+	}
+	t.Setenv("GPUCOMM_BACKEND", "cudaaware") // overrides -backend, as in bench
+	if r, err := pairConfig([]string{"-backend", "mpi"}, ops); err != nil || r.backend != "cudaaware" {
+		t.Errorf("GPUCOMM_BACKEND=cudaaware -backend mpi: backend %q (%v)", r.backend, err)
 	}
 }
 
