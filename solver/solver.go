@@ -57,6 +57,7 @@ type stepper interface {
 	residual() float64
 	step(n int) error
 	gather(root int) ([]float64, error)
+	checksum() (uint64, error)
 	close() error
 }
 
@@ -694,27 +695,15 @@ func (s *solverT[T]) gather(root int) ([]float64, error) {
 	if root < 0 || root >= size {
 		return nil, invalid("Gather to root %d of %d ranks", root, size)
 	}
-	cfg, l := s.cfg, s.l
+	cfg := s.cfg
 	blockLen := ceilDiv(cfg.N-2, cfg.Px) * ceilDiv(cfg.M-2, cfg.Py)
 	block, err := devmem.AllocSlice[T](s.dev, blockLen)
 	if err != nil {
 		return nil, err
 	}
 	defer block.Free()
-	// Pack the owned cells, row after row, into the block.
-	cur, nx := s.u[s.cur], l.nx()
-	for i := range l.rows {
-		src, err := cur.Sub((i+1)*nx+1, (i+1)*nx+1+l.cols)
-		if err != nil {
-			return nil, err
-		}
-		dst, err := block.Sub(i*l.cols, (i+1)*l.cols)
-		if err != nil {
-			return nil, err
-		}
-		if err := devmem.Copy(dst.Buffer(), src.Buffer(), s.compute); err != nil {
-			return nil, err
-		}
+	if err := s.pack(block); err != nil {
+		return nil, err
 	}
 	var all devmem.Slice[T]
 	if s.c.Rank() == root {
@@ -754,6 +743,27 @@ func (s *solverT[T]) gather(root int) ([]float64, error) {
 		}
 	}
 	return field, nil
+}
+
+// pack queues on the compute stream the copy of the cells this rank owns,
+// row after row, into the first rows×cols elements of block.
+func (s *solverT[T]) pack(block devmem.Slice[T]) error {
+	l := s.l
+	cur, nx := s.u[s.cur], l.nx()
+	for i := range l.rows {
+		src, err := cur.Sub((i+1)*nx+1, (i+1)*nx+1+l.cols)
+		if err != nil {
+			return err
+		}
+		dst, err := block.Sub(i*l.cols, (i+1)*l.cols)
+		if err != nil {
+			return err
+		}
+		if err := devmem.Copy(dst.Buffer(), src.Buffer(), s.compute); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *solverT[T]) close() error {

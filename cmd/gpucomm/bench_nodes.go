@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpucomm/gpucomm/bench"
 	"github.com/gpucomm/gpucomm/comm/local"
 	"github.com/gpucomm/gpucomm/internal/launcher"
 	"github.com/gpucomm/gpucomm/internal/mpi"
@@ -26,23 +27,27 @@ type benchNode struct {
 	Ranks []int  `json:"ranks"`
 }
 
-// benchPair is the pair the point-to-point tests (pingpong, bw) run on.
+// benchPair is a pair the point-to-point tests (pingpong, bw) ran on, with
+// its results (those of ranks 0 and 1 are also in the report's own).
 type benchPair struct {
-	Ranks     [2]int    `json:"ranks"`
-	Hosts     [2]string `json:"hosts"`
-	InterNode bool      `json:"inter_node"`
+	Ranks     [2]int         `json:"ranks"`
+	Hosts     [2]string      `json:"hosts"`
+	InterNode bool           `json:"inter_node"`
+	Results   []bench.Result `json:"results,omitempty"`
 }
 
 // benchPlacement is what -json adds to bench's report.
 type benchPlacement struct {
 	Nodes []benchNode `json:"nodes"`
-	// Pair is the point-to-point pair; absent with fewer than 2 ranks.
-	Pair *benchPair `json:"p2p_pair,omitempty"`
+	// Pairs are the point-to-point pairs; absent without a point-to-point
+	// test or with fewer than 2 ranks.
+	Pairs []benchPair `json:"p2p_pairs,omitempty"`
 	// InterNodeCollectives: the collectives' ranks span more than one node.
 	InterNodeCollectives bool `json:"inter_node_collectives"`
 }
 
-func (l nodeLayout) placement() benchPlacement {
+// placement is the layout with pairs and their results.
+func (l nodeLayout) placement(pairs []rankPair, res pairResults) benchPlacement {
 	var p benchPlacement
 	for r, h := range l.hosts {
 		i := slices.IndexFunc(p.Nodes, func(n benchNode) bool { return n.Host == h })
@@ -52,8 +57,9 @@ func (l nodeLayout) placement() benchPlacement {
 		}
 		p.Nodes[i].Ranks = append(p.Nodes[i].Ranks, r)
 	}
-	if len(l.hosts) >= 2 {
-		p.Pair = &benchPair{Ranks: [2]int{0, 1}, Hosts: [2]string{l.hosts[0], l.hosts[1]}, InterNode: l.hosts[0] != l.hosts[1]}
+	for _, pr := range pairs {
+		h := [2]string{l.hosts[pr[0]], l.hosts[pr[1]]}
+		p.Pairs = append(p.Pairs, benchPair{Ranks: pr, Hosts: h, InterNode: h[0] != h[1], Results: res[pr]})
 	}
 	p.InterNodeCollectives = len(p.Nodes) > 1
 	return p
@@ -69,16 +75,16 @@ func where(inter bool) string {
 
 // header is the table's lines on the layout, each starting with "#" as
 // bench's own header lines do.
-func (l nodeLayout) header() string {
-	p := l.placement()
+func (l nodeLayout) header(pairs []rankPair) string {
+	p := l.placement(pairs, nil)
 	var b strings.Builder
 	nodes := make([]string, len(p.Nodes))
 	for i, n := range p.Nodes {
 		nodes[i] = fmt.Sprintf("%s (ranks %s)", n.Host, rankRanges(n.Ranks))
 	}
 	fmt.Fprintf(&b, "# nodes: %d: %s\n", len(p.Nodes), strings.Join(nodes, ", "))
-	if p.Pair != nil {
-		fmt.Fprintf(&b, "# pingpong, bw: ranks 0 (%s) and 1 (%s): %s\n", p.Pair.Hosts[0], p.Pair.Hosts[1], where(p.Pair.InterNode))
+	for _, pr := range p.Pairs {
+		fmt.Fprintf(&b, "# pingpong, bw: ranks %d (%s) and %d (%s): %s\n", pr.Ranks[0], pr.Hosts[0], pr.Ranks[1], pr.Hosts[1], where(pr.InterNode))
 	}
 	fmt.Fprintf(&b, "# collectives: %d ranks on %d node(s): %s\n", len(l.hosts), len(p.Nodes), where(p.InterNodeCollectives))
 	return b.String()
@@ -102,31 +108,27 @@ func rankRanges(ranks []int) string {
 	return strings.Join(parts, ",")
 }
 
-// annotate adds the layout to bench's output: header lines before the
-// table, a "placement" member in the JSON report; CSV, which has no place
-// for it, is left as it is.
-func (l nodeLayout) annotate(out []byte, format string) []byte {
-	switch format {
-	case "csv":
+// withPlacement adds the "placement" member p to bench's JSON report out;
+// output that is no JSON object is left as it is.
+func withPlacement(out []byte, p benchPlacement) []byte {
+	member, err := json.MarshalIndent(p, "  ", "  ")
+	if err != nil {
 		return out
-	case "json":
-		trimmed := bytes.TrimLeft(out, " \t\r\n")
-		if len(trimmed) == 0 || trimmed[0] != '{' {
-			return out
-		}
-		member, err := json.MarshalIndent(l.placement(), "  ", "  ")
-		if err != nil {
-			return out
-		}
-		joined := append([]byte("{\n  \"placement\": "), member...)
-		joined = append(joined, ',')
-		joined = append(joined, trimmed[1:]...)
-		if !json.Valid(joined) { // an empty report ({}), say: leave it whole
-			return out
-		}
-		return joined
 	}
-	return append([]byte(l.header()), out...)
+	trimmed := bytes.TrimLeft(out, " \t\r\n")
+	if len(trimmed) == 0 {
+		return append(append([]byte("{\n  \"placement\": "), member...), "\n}\n"...)
+	}
+	if trimmed[0] != '{' {
+		return out
+	}
+	joined := append([]byte("{\n  \"placement\": "), member...)
+	joined = append(joined, ',')
+	joined = append(joined, trimmed[1:]...)
+	if !json.Valid(joined) { // an empty report ({}), say: leave it whole
+		return out
+	}
+	return joined
 }
 
 // benchFormat is the output format the arguments ask for: "json", "csv" or

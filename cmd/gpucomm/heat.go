@@ -29,7 +29,10 @@ with -dtype float32, float32) on an N×M grid for a number of steps and
 reports the time per step, the stencil bandwidth achieved (every cell read
 once and written once a step: 16 bytes a cell in float64, 8 in float32, over
 the time) and the share of the time spent waiting for halos. The residual,
-summed in float64, is reduced every K steps (-k; 1 for every step).
+summed in float64, is reduced every K steps (-k; 1 for every step). The
+last line is a checksum of the final field (every cell's bits and place,
+boundary included; solver.FieldChecksum), which a run on any number of
+ranks, nodes, decomposition and backend must print the same as one rank.
 
 With the local backend every rank is a goroutine of this process (-np of
 them). With any other backend run it under mpirun, one process a rank:
@@ -254,6 +257,7 @@ type heatResult struct {
 	haloBytes int64         // summed over ranks
 	stencil   int64         // bytes a step must move over the whole grid
 	residual  float64
+	checksum  uint64 // solver.Checksum of the final field
 	stopped   bool
 }
 
@@ -305,6 +309,9 @@ func heatRank(ctx context.Context, c comm.Communicator, cfg solver.Config, steps
 	res.slowest = time.Duration(slowest[0])
 	res.elapsed, res.haloWait, res.haloBytes = time.Duration(sums[0]), time.Duration(sums[1]), sums[2]
 	res.residual = s.Residual()
+	if res.checksum, err = s.Checksum(); err != nil {
+		res.err = err
+	}
 	return res
 }
 
@@ -359,6 +366,8 @@ func (r heatResult) report(w io.Writer, backend string, asked int) {
 	if cfg.ResidualEvery > 0 && r.steps >= cfg.ResidualEvery {
 		fmt.Fprintf(w, "residual: %.6e (every %d steps)\n", r.residual, cfg.ResidualEvery)
 	}
+	fmt.Fprintf(w, "checksum: %016x (the %d×%d %s field after %d steps; the same for any ranks, decomposition and backend)\n",
+		r.checksum, cfg.N, cfg.M, cfg.DType, r.steps)
 }
 
 func heatBytes(b float64) string {

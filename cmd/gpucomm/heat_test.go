@@ -132,3 +132,62 @@ func TestHeatBarDrawsOnlyWhenOn(t *testing.T) {
 		t.Fatalf("a bar on a non-terminal drew %q", w.String())
 	}
 }
+
+// checksumOf reads the value of heat's checksum line.
+func checksumOf(t *testing.T, out string) uint64 {
+	t.Helper()
+	var sum uint64
+	if _, err := fmt.Sscanf(lineWith(t, out, "checksum: "), "checksum: %x", &sum); err != nil {
+		t.Fatalf("checksum line unreadable (%v):\n%s", err, out)
+	}
+	return sum
+}
+
+// The checksum line is the same on 1, 2 and 4 ranks, rows or 2-D, and is
+// the checksum of the one-rank reference field; a field one cell away from
+// it, or another seed, has another.
+func TestHeatChecksumIsTheSameOnAnyRankCount(t *testing.T) {
+	for _, dt := range []solver.DType{solver.Float64, solver.Float32} {
+		cfg := solver.Config{N: 37, M: 29, Seed: 6, Boundary: solver.Boundary{Top: 1}, DType: dt}
+		const steps = 25
+		field, _, err := solver.Reference(cfg, steps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := solver.FieldChecksum(field, cfg.N, cfg.M, dt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		common := []string{"-n", "37", "-m", "29", "-steps", fmt.Sprint(steps), "-seed", "6", "-k", "5", "-dtype", dt.String()}
+		var line string
+		for _, extra := range [][]string{{"-np", "1"}, {"-np", "2"}, {"-np", "4"}, {"-np", "4", "-decomp", "2d"}, {"-np", "3", "-overlap=false"}} {
+			code, out, errOut := runHeatCLI(t, append(append([]string{}, common...), extra...)...)
+			if code != exitOK {
+				t.Fatalf("%v %v: exit %d\n%s%s", dt, extra, code, out, errOut)
+			}
+			if got := checksumOf(t, out); got != want {
+				t.Errorf("%v %v: checksum %016x, the reference field's %016x", dt, extra, got, want)
+			}
+			l := lineWith(t, out, "checksum: ")
+			if line == "" {
+				line = l
+			} else if l != line {
+				t.Errorf("%v %v: checksum line %q, on one rank %q", dt, extra, l, line)
+			}
+		}
+		for _, k := range []int{0, cfg.M + 1, len(field) / 2, len(field) - 1} {
+			changed := append([]float64(nil), field...)
+			changed[k] += 1.0 / 1024
+			if other, _ := solver.FieldChecksum(changed, cfg.N, cfg.M, dt); other == want {
+				t.Errorf("%v: cell %d changed, checksum unchanged %016x", dt, k, other)
+			}
+		}
+		code, out, errOut := runHeatCLI(t, append(append([]string{}, common...), "-np", "2", "-seed", "7")...)
+		if code != exitOK {
+			t.Fatalf("seed 7: exit %d\n%s%s", code, out, errOut)
+		}
+		if got := checksumOf(t, out); got == want {
+			t.Errorf("%v: seed 7 gives seed 6's checksum %016x", dt, got)
+		}
+	}
+}
