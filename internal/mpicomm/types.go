@@ -72,3 +72,11 @@ func mpiOp(op comm.Op) mpi.Op {
 // halfPrecision reports whether dt's reductions are internal/mpi's user ops,
 // which run on host memory only.
 func halfPrecision(dt comm.DType) bool { return dt == comm.Float16 || dt == comm.BFloat16 }
+
+// MPITypeOf and MPIOpOf are mpiTypeOf and mpiOpOf for bench/cbaseline,
+// whose MPI loop times MPI with the datatypes and ops the backends use
+// (its C turns them into handles with internal/mpi's gc_type and gc_op).
+func MPITypeOf(dt comm.DType) (mpi.Datatype, bool) { return mpiTypeOf(dt) }
+
+// MPIOpOf: see MPITypeOf.
+func MPIOpOf(op comm.Op) (mpi.Op, bool) { return mpiOpOf(op) }
