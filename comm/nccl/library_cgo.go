@@ -95,7 +95,12 @@ func ncclArgs(dt comm.DType, op comm.Op, reduces bool) (nccl.DataType, nccl.RedO
 		return t, 0, nil
 	}
 	o, ok := ncclOp(op)
-	if !ok {
+	switch {
+	case !ok && op.Valid():
+		// One of gpucomm's reductions that NCCL lacks: left out of
+		// internal/ncclmap, refused here, the backend's only word on it.
+		return 0, 0, fmt.Errorf("nccl: NCCL has no reduction %v: %w", op, comm.ErrUnsupported)
+	case !ok:
 		return 0, 0, fmt.Errorf("nccl: reduction %v has no NCCL value: %w", op, comm.ErrInvalidArgument)
 	}
 	return t, o, nil
