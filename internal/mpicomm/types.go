@@ -1,34 +1,39 @@
 package mpicomm
 
 import (
-	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 )
 
-// mpiTypeOf maps each comm.DType to the MPI datatype of the same elements (a
+// The MPI mapping of the mpi and cudaaware backends (and of bench/cbaseline's
+// MPI loop), written against comm/driver's tables, so that a reduction added
+// there that MPI has (internal/mpi holds every predefined MPI_Op) needs one
+// case here and no public name.
+
+// mpiTypeOf maps each driver.DType to the MPI datatype of the same elements (a
 // switch, not a map: it runs on every call); false for a DType it does not
-// know. types_test.go walks comm.DTypes through it.
-func mpiTypeOf(dt comm.DType) (mpi.Datatype, bool) {
+// know. types_test.go walks driver.DTypes through it.
+func mpiTypeOf(dt driver.DType) (mpi.Datatype, bool) {
 	switch dt {
-	case comm.Int8:
+	case driver.Int8:
 		return mpi.Int8, true
-	case comm.Uint8:
+	case driver.Uint8:
 		return mpi.Uint8, true
-	case comm.Int32:
+	case driver.Int32:
 		return mpi.Int32, true
-	case comm.Uint32:
+	case driver.Uint32:
 		return mpi.Uint32, true
-	case comm.Int64:
+	case driver.Int64:
 		return mpi.Int64, true
-	case comm.Uint64:
+	case driver.Uint64:
 		return mpi.Uint64, true
-	case comm.Float16:
+	case driver.Float16:
 		return mpi.Float16, true
-	case comm.BFloat16:
+	case driver.BFloat16:
 		return mpi.BFloat16, true
-	case comm.Float32:
+	case driver.Float32:
 		return mpi.Float32, true
-	case comm.Float64:
+	case driver.Float64:
 		return mpi.Float64, true
 	}
 	return 0, false
@@ -37,7 +42,7 @@ func mpiTypeOf(dt comm.DType) (mpi.Datatype, bool) {
 // mpiType is mpiTypeOf for callers that hand the result straight to
 // internal/mpi: an unknown DType becomes the zero Datatype, which every
 // internal/mpi call refuses with ErrInvalidArgument (never a real type).
-func mpiType(dt comm.DType) mpi.Datatype {
+func mpiType(dt driver.DType) mpi.Datatype {
 	t, _ := mpiTypeOf(dt)
 	return t
 }
@@ -45,17 +50,17 @@ func mpiType(dt comm.DType) mpi.Datatype {
 // mpiOpOf maps a reduction to MPI's; false for an Op it does not know. MPI
 // has no average: Avg reduces as Sum, and the backend divides after (see
 // Comm.average).
-func mpiOpOf(op comm.Op) (mpi.Op, bool) {
+func mpiOpOf(op driver.Op) (mpi.Op, bool) {
 	switch op {
-	case comm.Sum:
+	case driver.Sum:
 		return mpi.Sum, true
-	case comm.Prod:
+	case driver.Prod:
 		return mpi.Prod, true
-	case comm.Min:
+	case driver.Min:
 		return mpi.Min, true
-	case comm.Max:
+	case driver.Max:
 		return mpi.Max, true
-	case comm.Avg:
+	case driver.Avg:
 		return mpi.Sum, true // then divided by the backend
 	}
 	return 0, false
@@ -64,19 +69,19 @@ func mpiOpOf(op comm.Op) (mpi.Op, bool) {
 // mpiOp is mpiOpOf for callers that hand the result straight to
 // internal/mpi: an unknown Op becomes the zero Op, which internal/mpi's
 // reductions refuse with ErrInvalidArgument (it used to become Sum).
-func mpiOp(op comm.Op) mpi.Op {
+func mpiOp(op driver.Op) mpi.Op {
 	o, _ := mpiOpOf(op)
 	return o
 }
 
 // halfPrecision reports whether dt's reductions are internal/mpi's user ops,
 // which run on host memory only.
-func halfPrecision(dt comm.DType) bool { return dt == comm.Float16 || dt == comm.BFloat16 }
+func halfPrecision(dt driver.DType) bool { return dt == driver.Float16 || dt == driver.BFloat16 }
 
 // MPITypeOf and MPIOpOf are mpiTypeOf and mpiOpOf for bench/cbaseline,
 // whose MPI loop times MPI with the datatypes and ops the backends use
 // (its C turns them into handles with internal/mpi's gc_type and gc_op).
-func MPITypeOf(dt comm.DType) (mpi.Datatype, bool) { return mpiTypeOf(dt) }
+func MPITypeOf(dt driver.DType) (mpi.Datatype, bool) { return mpiTypeOf(dt) }
 
 // MPIOpOf: see MPITypeOf.
-func MPIOpOf(op comm.Op) (mpi.Op, bool) { return mpiOpOf(op) }
+func MPIOpOf(op driver.Op) (mpi.Op, bool) { return mpiOpOf(op) }
