@@ -12,7 +12,7 @@ import (
 
 // mpiTypeOf maps each driver.DType to the MPI datatype of the same elements (a
 // switch, not a map: it runs on every call); false for a DType it does not
-// know. types_test.go walks driver.DTypes through it.
+// know. types_test.go walks comm.DTypes (driver's) through it.
 func mpiTypeOf(dt driver.DType) (mpi.Datatype, bool) {
 	switch dt {
 	case driver.Int8:
