@@ -18,23 +18,29 @@ import (
 // a DType or Op added to comm's tables is mapped for the baseline where it
 // is mapped for the backend, and one a mapping lacks is an error here too.
 
-// ncclArgs are gcb_args' dtype and op for the NCCL loop: ncclDataType_t and
-// ncclRedOp_t from internal/ncclmap, the nccl backend's mapping; op is
-// GCB_NO_OP where c does not reduce. A value the mapping lacks is
+// mapArgs are gcb_args' dtype and op as a library's mapping gives them:
+// typeOf's value for a.DType and, where c reduces, opOf's for a.Op
+// (GCB_NO_OP where c does not reduce). A value the mapping lacks is
 // ErrUnsupported, before any C call.
-func ncclArgs(c Coll, a Args) (dtype, op C.int, err error) {
-	t, ok := ncclmap.Type(a.DType)
+func mapArgs[T, O ~int | ~int32](lib string, c Coll, a Args, typeOf func(comm.DType) (T, bool), opOf func(comm.Op) (O, bool)) (dtype, op C.int, err error) {
+	t, ok := typeOf(a.DType)
 	if !ok {
-		return 0, 0, fmt.Errorf("NCCL %v of %v: no NCCL type: %w", c, a.DType, ErrUnsupported)
+		return 0, 0, fmt.Errorf("%s %v of %v: no %s type: %w", lib, c, a.DType, lib, ErrUnsupported)
 	}
 	if !c.reduces() {
 		return C.int(t), C.GCB_NO_OP, nil
 	}
-	o, ok := ncclmap.Op(a.Op)
+	o, ok := opOf(a.Op)
 	if !ok {
-		return 0, 0, fmt.Errorf("NCCL %v with %v: no NCCL reduction: %w", c, a.Op, ErrUnsupported)
+		return 0, 0, fmt.Errorf("%s %v with %v: no %s reduction: %w", lib, c, a.Op, lib, ErrUnsupported)
 	}
 	return C.int(t), C.int(o), nil
+}
+
+// ncclArgs are gcb_args' dtype and op for the NCCL loop: ncclDataType_t and
+// ncclRedOp_t from internal/ncclmap, the nccl backend's mapping.
+func ncclArgs(c Coll, a Args) (dtype, op C.int, err error) {
+	return mapArgs("NCCL", c, a, ncclmap.Type, ncclmap.Op)
 }
 
 // dtypeSize is gcb_args.elt for dt.
