@@ -14,7 +14,7 @@ import (
 
 // The C loops have no table of element types or reductions: each is handed
 // the library's own values, mapped by the mapping its backend uses (MPI:
-// mpiArgs, internal/mpicomm's; NCCL: ncclArgs, internal/ncclmap's), so that
+// mpiArgs, internal/mpimap's; NCCL: ncclArgs, internal/ncclmap's), so that
 // a DType or Op added to comm's tables is mapped for the baseline where it
 // is mapped for the backend, and one a mapping lacks is an error here too.
 

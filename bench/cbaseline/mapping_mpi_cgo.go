@@ -9,11 +9,11 @@ import (
 	"fmt"
 
 	"github.com/gpucomm/gpucomm/comm"
-	"github.com/gpucomm/gpucomm/internal/mpicomm"
+	"github.com/gpucomm/gpucomm/internal/mpimap"
 )
 
 // mpiArgs are gcb_args' dtype and op for the MPI loop: internal/mpi's
-// Datatype and Op, mapped by internal/mpicomm (the mpi and cudaaware
+// Datatype and Op, mapped by internal/mpimap (the mpi and cudaaware
 // backends' mapping; Avg is MPI_SUM there, the part MPI does of it), which
 // the C loop turns into handles with internal/mpi's gc_type and gc_op.
 // float16 and bfloat16 reduce only with gpucomm's own user ops, not the
@@ -23,7 +23,7 @@ func mpiArgs(c Coll, a Args) (dtype, op C.int, err error) {
 	if c.reduces() && (a.DType == comm.Float16 || a.DType == comm.BFloat16) {
 		return 0, 0, fmt.Errorf("MPI %v of %v: MPI has no arithmetic on it: %w", c, a.DType, ErrUnsupported)
 	}
-	return mapArgs("MPI", c, a, mpicomm.MPITypeOf, mpicomm.MPIOpOf)
+	return mapArgs("MPI", c, a, mpimap.Type, mpimap.Op)
 }
 
 // mpiMaps is gcb_mpi_maps: whether internal/mpi's tables have handles for

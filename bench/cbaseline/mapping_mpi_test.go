@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpucomm/gpucomm/comm"
-	"github.com/gpucomm/gpucomm/internal/mpicomm"
+	"github.com/gpucomm/gpucomm/internal/mpimap"
 )
 
 // TestMPILoopMapsEveryDTypeAndOp walks comm.DTypes x comm.Ops through the
@@ -19,7 +19,7 @@ import (
 // refused, never taken as a Sum or an Int8.
 func TestMPILoopMapsEveryDTypeAndOp(t *testing.T) {
 	for _, dt := range comm.DTypes {
-		wantT, _ := mpicomm.MPITypeOf(dt)
+		wantT, _ := mpimap.Type(dt)
 		ct, co, err := mpiArgs(moving, Args{DType: dt})
 		if err != nil || int(ct) != int(wantT) || co != noOp || !mpiMaps(moving, ct, co) {
 			t.Errorf("the MPI loop cannot move %v (type %d, op %d, %v)", dt, ct, co, err)
@@ -34,7 +34,7 @@ func TestMPILoopMapsEveryDTypeAndOp(t *testing.T) {
 			if half && !errors.Is(err, ErrUnsupported) {
 				t.Errorf("MPI %v with %v: %v, want ErrUnsupported", dt, op, err)
 			}
-			if wantO, _ := mpicomm.MPIOpOf(op); got && (int(ct) != int(wantT) || int(co) != int(wantO)) {
+			if wantO, _ := mpimap.Op(op); got && (int(ct) != int(wantT) || int(co) != int(wantO)) {
 				t.Errorf("%v %v reaches the MPI loop as %d, %d: want the backends' %d, %d", dt, op, ct, co, wantT, wantO)
 			}
 		}
