@@ -7,8 +7,9 @@ import "C"
 
 import "unsafe"
 
-// cArgs is a's C form.
-func cArgs(c Coll, a Args) C.gcb_args {
+// cArgs is a's C form, with dtype and op mapped for the loop that runs it
+// (mpiArgs, ncclArgs).
+func cArgs(c Coll, a Args, dtype, op C.int) C.gcb_args {
 	b := func(v bool) C.int {
 		if v {
 			return 1
@@ -17,7 +18,7 @@ func cArgs(c Coll, a Args) C.gcb_args {
 	}
 	return C.gcb_args{
 		coll: C.int(c), send: C.uintptr_t(a.Send), recv: C.uintptr_t(a.Recv), count: C.size_t(a.Count),
-		dtype: cDType(a.DType), op: cOp(a.Op), root: C.int(a.Root), peer: C.int(a.Peer),
+		dtype: dtype, op: op, elt: dtypeSize(a.DType), root: C.int(a.Root), peer: C.int(a.Peer),
 		initiator: b(a.Initiator), window: C.int(a.Window), warmup: C.int(a.Warmup), sync_each: b(a.SyncEach),
 	}
 }

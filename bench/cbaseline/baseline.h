@@ -20,21 +20,6 @@ enum {
 	GCB_BANDWIDTH,
 };
 
-// Element types and reductions: the same values as comm.DType and comm.Op.
-enum {
-	GCB_INT8 = 1,
-	GCB_UINT8,
-	GCB_INT32,
-	GCB_UINT32,
-	GCB_INT64,
-	GCB_UINT64,
-	GCB_FLOAT16,
-	GCB_BFLOAT16,
-	GCB_FLOAT32,
-	GCB_FLOAT64,
-};
-enum { GCB_SUM = 1, GCB_PROD, GCB_MIN, GCB_MAX, GCB_AVG };
-
 // Results other than a library's own error codes (which are positive).
 enum {
 	GCB_OK = 0,
@@ -46,12 +31,24 @@ enum {
 	GCB_ECUDA = -6,    // a CUDA driver call failed; see the message
 };
 
+// gcb_args.op of an operation that does not reduce: no library's reduction,
+// so a loop that finds it where one reduces answers GCB_ETYPE (never a Sum).
+enum { GCB_NO_OP = -1 };
+
 // One timing: what to run and on which buffers.
 typedef struct {
 	int coll;
 	uintptr_t send, recv;
 	size_t count; // the library's count argument (per rank for allgather, reducescatter, alltoall)
-	int dtype, op, root;
+	// The element type and reduction in the library's own numbering, from
+	// gpucomm's mappings (Go maps them; these loops have no table of their
+	// own): for MPI, internal/mpi's Datatype and Op (which its gc_type and
+	// gc_op turn into MPI handles, as for the mpi backends); for NCCL,
+	// ncclDataType_t and ncclRedOp_t (internal/ncclmap, as for the nccl
+	// backend). op is GCB_NO_OP where the operation does not reduce.
+	int dtype, op;
+	size_t elt; // bytes of one element (NCCL's alltoall offsets)
+	int root;
 	int peer;      // the other rank of pingpong and bandwidth
 	int initiator; // 1 on the rank that starts the ping-pong or sends the window
 	int window;    // sends per window (bandwidth)
@@ -64,8 +61,9 @@ typedef struct {
 int gcb_mpi_initialized(void);
 int gcb_mpi_run(const gcb_args *a, int iters, double *times);
 void gcb_mpi_error_string(int code, char *buf, int len);
-// GCB_OK if the MPI loop has a datatype for dtype (with arithmetic when
-// reduces) and, when reduces, an MPI_Op for op; GCB_ETYPE otherwise.
+// GCB_OK if internal/mpi's gc_type has an MPI datatype for dtype and, when
+// reduces, its gc_op an MPI_Op for op (internal/mpi numbering); GCB_ETYPE
+// otherwise.
 int gcb_mpi_maps(int dtype, int reduces, int op);
 
 // NCCL and the CUDA driver, called through the functions gpucomm's loaders
@@ -106,9 +104,6 @@ typedef struct gcb_nccl gcb_nccl;
 int gcb_nccl_unique_id(unsigned char id[128], char *err, int errlen);
 int gcb_nccl_open(int ordinal, int nranks, int rank, const unsigned char id[128], gcb_nccl **out, char *err, int errlen);
 int gcb_nccl_run(gcb_nccl *s, const gcb_args *a, int iters, double *times, char *err, int errlen);
-// GCB_OK if the NCCL loop has an ncclDataType_t for dtype and an ncclRedOp_t
-// for op; GCB_ETYPE otherwise.
-int gcb_nccl_maps(int dtype, int op);
 int gcb_nccl_close(gcb_nccl *s, char *err, int errlen);
 
 #endif

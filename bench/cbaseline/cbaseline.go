@@ -25,6 +25,9 @@ const (
 
 var collNames = [...]string{"", "allreduce", "allgather", "reducescatter", "broadcast", "reduce", "alltoall", "pingpong", "bw"}
 
+// reduces reports whether c takes a reduction (Args.Op).
+func (c Coll) reduces() bool { return c == AllReduce || c == ReduceScatter || c == Reduce }
+
 func (c Coll) String() string {
 	if c < AllReduce || c > Bandwidth {
 		return fmt.Sprintf("Coll(%d)", int(c))
@@ -72,7 +75,7 @@ func (a Args) check(c Coll, times []float64) error {
 		return fmt.Errorf("cbaseline: invalid operation %d: %w", int(c), comm.ErrInvalidArgument)
 	case !a.DType.Valid():
 		return fmt.Errorf("cbaseline: invalid dtype %v: %w", a.DType, comm.ErrInvalidArgument)
-	case (c == AllReduce || c == ReduceScatter || c == Reduce) && !a.Op.Valid():
+	case c.reduces() && !a.Op.Valid():
 		return fmt.Errorf("cbaseline: invalid reduction %v: %w", a.Op, comm.ErrInvalidArgument)
 	case a.Count < 0 || a.Count > 1<<31-1:
 		return fmt.Errorf("cbaseline: count %d out of range: %w", a.Count, comm.ErrInvalidArgument)

@@ -20,6 +20,13 @@
 // files those are. They build with cgo alone, run on a communicator and a
 // CUDA stream of their own, and time each iteration with CUDA events.
 //
+// The loops have no table of element types or reductions of their own: Go
+// hands them the library's values from the mappings the backends use
+// (internal/mpimap, whose internal/mpi numbers the MPI loop turns into
+// handles with internal/mpi's gc_type and gc_op; internal/ncclmap), so a
+// DType or Op is timed as the backend would call it, and one a mapping
+// lacks is ErrUnsupported here too.
+//
 // The timing loops are in C so that the numbers measure only the library.
 // This package must not import gpucomm's backends.
 package cbaseline

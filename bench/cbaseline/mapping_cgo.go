@@ -5,79 +5,49 @@ package cbaseline
 // #include "baseline.h"
 import "C"
 
-import "github.com/gpucomm/gpucomm/comm"
+import (
+	"fmt"
 
-// gcbDType maps comm's element types to baseline.h's GCB_* (by name, not by
-// number, so that a DType added to comm and not to baseline.h is caught);
-// false for a DType it does not know. mapping_test.go walks comm.DTypes.
-func gcbDType(dt comm.DType) (C.int, bool) {
-	switch dt {
-	case comm.Int8:
-		return C.GCB_INT8, true
-	case comm.Uint8:
-		return C.GCB_UINT8, true
-	case comm.Int32:
-		return C.GCB_INT32, true
-	case comm.Uint32:
-		return C.GCB_UINT32, true
-	case comm.Int64:
-		return C.GCB_INT64, true
-	case comm.Uint64:
-		return C.GCB_UINT64, true
-	case comm.Float16:
-		return C.GCB_FLOAT16, true
-	case comm.BFloat16:
-		return C.GCB_BFLOAT16, true
-	case comm.Float32:
-		return C.GCB_FLOAT32, true
-	case comm.Float64:
-		return C.GCB_FLOAT64, true
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/internal/ncclmap"
+)
+
+// The C loops have no table of element types or reductions: each is handed
+// the library's own values, mapped by the mapping its backend uses (MPI:
+// mpiArgs, internal/mpimap's; NCCL: ncclArgs, internal/ncclmap's), so that
+// a DType or Op added to comm's tables is mapped for the baseline where it
+// is mapped for the backend, and one a mapping lacks is an error here too.
+
+// mapArgs are gcb_args' dtype and op as a library's mapping gives them:
+// typeOf's value for a.DType and, where c reduces, opOf's for a.Op
+// (GCB_NO_OP where c does not reduce). A value the mapping lacks is
+// ErrUnsupported, before any C call.
+func mapArgs[T, O ~int | ~int32](lib string, c Coll, a Args, typeOf func(comm.DType) (T, bool), opOf func(comm.Op) (O, bool)) (dtype, op C.int, err error) {
+	t, ok := typeOf(a.DType)
+	if !ok {
+		return 0, 0, fmt.Errorf("%s %v of %v: no %s type: %w", lib, c, a.DType, lib, ErrUnsupported)
 	}
-	return 0, false
+	if !c.reduces() {
+		return C.int(t), C.GCB_NO_OP, nil
+	}
+	o, ok := opOf(a.Op)
+	if !ok {
+		return 0, 0, fmt.Errorf("%s %v with %v: no %s reduction: %w", lib, c, a.Op, lib, ErrUnsupported)
+	}
+	return C.int(t), C.int(o), nil
 }
 
-// gcbOp maps comm's reductions to baseline.h's GCB_*; false for an Op it
-// does not know.
-func gcbOp(op comm.Op) (C.int, bool) {
-	switch op {
-	case comm.Sum:
-		return C.GCB_SUM, true
-	case comm.Prod:
-		return C.GCB_PROD, true
-	case comm.Min:
-		return C.GCB_MIN, true
-	case comm.Max:
-		return C.GCB_MAX, true
-	case comm.Avg:
-		return C.GCB_AVG, true
-	}
-	return 0, false
+// ncclArgs are gcb_args' dtype and op for the NCCL loop: ncclDataType_t and
+// ncclRedOp_t from internal/ncclmap, the nccl backend's mapping.
+func ncclArgs(c Coll, a Args) (dtype, op C.int, err error) {
+	return mapArgs("NCCL", c, a, ncclmap.Type, ncclmap.Op)
 }
 
-// gcbUnmapped is what an unmapped DType or Op becomes in gcb_args: no GCB_*
-// value, so the C loops answer GCB_ETYPE (ErrUnsupported) rather than take a
-// default.
-const gcbUnmapped = -1
+// dtypeSize is gcb_args.elt for dt.
+func dtypeSize(dt comm.DType) C.size_t { return C.size_t(dt.Size()) }
 
-// cDType and cOp are gcb_args' dtype and op for dt and op. A zero Op stays
-// zero: collectives that do not reduce leave Op unset (and Args.check
-// refuses a zero Op where one reduces).
-func cDType(dt comm.DType) C.int {
-	if t, ok := gcbDType(dt); ok {
-		return t
-	}
-	return gcbUnmapped
-}
+// noOp is GCB_NO_OP, for the tests.
+const noOp = C.GCB_NO_OP
 
-func cOp(op comm.Op) C.int {
-	if op == 0 {
-		return 0
-	}
-	if o, ok := gcbOp(op); ok {
-		return o
-	}
-	return gcbUnmapped
-}
-
-// ncclMaps is gcb_nccl_maps: whether the NCCL loop has dt and op.
-func ncclMaps(dt, op C.int) bool { return C.gcb_nccl_maps(dt, op) == C.GCB_OK }
+// cInt is a C int, for the tests.
+func cInt(n int) C.int { return C.int(n) }

@@ -3,76 +3,63 @@
 package cbaseline
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/internal/ncclmap"
 )
 
 // outside are DType and Op values no table holds.
 var (
 	outsideDTypes = []comm.DType{-1, comm.DType(len(comm.DTypes) + 1), 200}
 	outsideOps    = []comm.Op{-1, comm.Op(len(comm.Ops) + 1), 200}
+	// reducing and moving are one operation that reduces and one that
+	// does not, for the walks below.
+	reducing, moving = AllReduce, AllGather
 )
 
-// TestGCBMapsEveryDTypeAndOp walks comm.DTypes x comm.Ops through the Go
-// side (gcbDType, gcbOp: distinct GCB_* values) and the NCCL loop's C side
-// (gcb_nccl_maps, no GPU needed: it only maps), and checks values outside
-// the tables are unmapped on both and reach C as a value C refuses.
+// TestGCBMapsEveryDTypeAndOp walks comm.DTypes x comm.Ops through the NCCL
+// loop's arguments (ncclArgs, then cArgs, the gcb_args the C loop gets; no
+// GPU needed): every pair maps, to exactly the values of the nccl backend's
+// mapping (internal/ncclmap), with the element's size; an operation that
+// does not reduce carries no reduction (GCB_NO_OP, never ncclSum's 0); and
+// values outside the tables are ErrUnsupported before any C call, never a
+// default.
 func TestGCBMapsEveryDTypeAndOp(t *testing.T) {
-	seenT := map[int]comm.DType{}
 	for _, dt := range comm.DTypes {
-		c, ok := gcbDType(dt)
+		wantT, ok := ncclmap.Type(dt)
 		if !ok {
-			t.Errorf("%v has no GCB_* value", dt)
+			t.Errorf("%v has no NCCL type in internal/ncclmap", dt)
 			continue
 		}
-		if prev, dup := seenT[int(c)]; dup || c <= 0 {
-			t.Errorf("%v maps to %d (also %v's)", dt, c, prev)
-		}
-		seenT[int(c)] = dt
-		if cDType(dt) != c {
-			t.Errorf("cDType(%v) = %d, want %d", dt, cDType(dt), c)
-		}
-	}
-	seenO := map[int]comm.Op{}
-	for _, op := range comm.Ops {
-		c, ok := gcbOp(op)
-		if !ok {
-			t.Errorf("%v has no GCB_* value", op)
-			continue
-		}
-		if prev, dup := seenO[int(c)]; dup || c <= 0 {
-			t.Errorf("%v maps to %d (also %v's)", op, c, prev)
-		}
-		seenO[int(c)] = op
-		if cOp(op) != c {
-			t.Errorf("cOp(%v) = %d, want %d", op, cOp(op), c)
-		}
-	}
-	for _, dt := range comm.DTypes {
 		for _, op := range comm.Ops {
-			if !ncclMaps(cDType(dt), cOp(op)) {
-				t.Errorf("the NCCL loop has no mapping for %v %v", dt, op)
+			a := Args{DType: dt, Op: op}
+			ct, co, err := ncclArgs(reducing, a)
+			if err != nil {
+				t.Errorf("the NCCL loop has no mapping for %v %v: %v", dt, op, err)
+				continue
 			}
+			wantO, _ := ncclmap.Op(op)
+			ca := cArgs(reducing, a, ct, co)
+			if int(ca.dtype) != int(wantT) || int(ca.op) != int(wantO) || int(ca.elt) != dt.Size() {
+				t.Errorf("%v %v reaches the NCCL loop as type %d, op %d, %d bytes: want %d, %d, %d",
+					dt, op, ca.dtype, ca.op, ca.elt, wantT, wantO, dt.Size())
+			}
+		}
+		ct, co, err := ncclArgs(moving, Args{DType: dt, Op: comm.Sum})
+		if err != nil || int(ct) != int(wantT) || co != noOp {
+			t.Errorf("%v %v: type %d, op %d, %v: want %d and no reduction (%d)", moving, dt, ct, co, err, wantT, noOp)
 		}
 	}
 	for _, dt := range append(outsideDTypes, 0) {
-		if c, ok := gcbDType(dt); ok {
-			t.Errorf("gcbDType(%v) = %d, true: want unmapped", dt, c)
-		}
-		if ncclMaps(cDType(dt), cOp(comm.Sum)) {
-			t.Errorf("the NCCL loop accepted %v (as %d)", dt, cDType(dt))
+		if _, _, err := ncclArgs(moving, Args{DType: dt}); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("the NCCL loop's mapping of %v: %v, want ErrUnsupported", dt, err)
 		}
 	}
-	for _, op := range outsideOps {
-		if c, ok := gcbOp(op); ok {
-			t.Errorf("gcbOp(%v) = %d, true: want unmapped", op, c)
+	for _, op := range append(outsideOps, 0) {
+		if _, _, err := ncclArgs(reducing, Args{DType: comm.Float32, Op: op}); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("the NCCL loop's mapping of %v: %v, want ErrUnsupported (never a Sum)", op, err)
 		}
-		if ncclMaps(cDType(comm.Float32), cOp(op)) {
-			t.Errorf("the NCCL loop accepted %v (as %d), never a Sum", op, cOp(op))
-		}
-	}
-	if cOp(0) != 0 {
-		t.Errorf("cOp(0) = %d: an unset Op (a collective that does not reduce) must stay 0", cOp(0))
 	}
 }

@@ -28,42 +28,33 @@ void gcb_mpi_error_string(int code, char *buf, int len) {
 	buf[len - 1] = 0;
 }
 
-// Half and bfloat16 move as 16-bit integers; MPI has no arithmetic on them.
-static int mpi_type(int dt, int reduces, MPI_Datatype *t) {
-	switch (dt) {
-	case GCB_INT8: *t = MPI_INT8_T; return GCB_OK;
-	case GCB_UINT8: *t = MPI_UINT8_T; return GCB_OK;
-	case GCB_INT32: *t = MPI_INT32_T; return GCB_OK;
-	case GCB_UINT32: *t = MPI_UINT32_T; return GCB_OK;
-	case GCB_INT64: *t = MPI_INT64_T; return GCB_OK;
-	case GCB_UINT64: *t = MPI_UINT64_T; return GCB_OK;
-	case GCB_FLOAT32: *t = MPI_FLOAT; return GCB_OK;
-	case GCB_FLOAT64: *t = MPI_DOUBLE; return GCB_OK;
-	case GCB_FLOAT16:
-	case GCB_BFLOAT16:
-		if (reduces) return GCB_ETYPE;
-		*t = MPI_UINT16_T;
-		return GCB_OK;
-	}
-	return GCB_ETYPE;
+// internal/mpi's one table from its Datatype and Op numbers to MPI handles
+// (gpucomm_mpi.c, linked into every binary that has this file: mpi_cgo.go
+// imports package mpi): the handles the mpi backends use, the replacement
+// of a library's faulty unsigned min and max included. MPI_DATATYPE_NULL
+// and MPI_OP_NULL for a number it does not know.
+MPI_Datatype gc_type(int dt);
+MPI_Op gc_op(int op, int dt);
+
+static int coll_reduces(int coll) {
+	return coll == GCB_ALLREDUCE || coll == GCB_REDUCESCATTER || coll == GCB_REDUCE;
 }
 
-// Avg has no MPI op: it is timed as MPI_SUM, the part MPI would do of it.
-static int mpi_op(int op, MPI_Op *o) {
-	switch (op) {
-	case GCB_SUM: case GCB_AVG: *o = MPI_SUM; return GCB_OK;
-	case GCB_PROD: *o = MPI_PROD; return GCB_OK;
-	case GCB_MIN: *o = MPI_MIN; return GCB_OK;
-	case GCB_MAX: *o = MPI_MAX; return GCB_OK;
-	}
-	return GCB_ETYPE;
+// The handles for a's dtype and, when reduces, op; GCB_ETYPE for a number
+// internal/mpi does not map.
+static int handles(int dtype, int reduces, int op, MPI_Datatype *t, MPI_Op *o) {
+	*t = gc_type(dtype);
+	*o = MPI_OP_NULL;
+	if (*t == MPI_DATATYPE_NULL) return GCB_ETYPE;
+	if (!reduces) return GCB_OK;
+	if (op == GCB_NO_OP || (*o = gc_op(op, dtype)) == MPI_OP_NULL) return GCB_ETYPE;
+	return GCB_OK;
 }
 
 int gcb_mpi_maps(int dtype, int reduces, int op) {
 	MPI_Datatype t;
 	MPI_Op o;
-	int rc = mpi_type(dtype, reduces, &t);
-	return rc == GCB_OK && reduces ? mpi_op(op, &o) : rc;
+	return handles(dtype, reduces, op, &t, &o);
 }
 
 static int coll_once(const gcb_args *a, int n, MPI_Datatype t, MPI_Op op) {
@@ -159,11 +150,10 @@ static int run_bandwidth(const gcb_args *a, int n, MPI_Datatype t, int iters, do
 int gcb_mpi_run(const gcb_args *a, int iters, double *times) {
 	if (!gcb_mpi_initialized()) return GCB_ENOTINIT;
 	if (a->count > (size_t)0x7fffffff || iters < 0 || a->warmup < 0) return GCB_EARG;
-	int n = (int)a->count, reduces = a->coll == GCB_ALLREDUCE || a->coll == GCB_REDUCESCATTER || a->coll == GCB_REDUCE;
+	int n = (int)a->count;
 	MPI_Datatype t;
-	MPI_Op op = MPI_SUM;
-	int rc = mpi_type(a->dtype, reduces, &t);
-	if (rc == GCB_OK && reduces) rc = mpi_op(a->op, &op);
+	MPI_Op op;
+	int rc = handles(a->dtype, coll_reduces(a->coll), a->op, &t, &op);
 	if (rc != GCB_OK) return rc;
 	switch (a->coll) {
 	case GCB_PINGPONG:

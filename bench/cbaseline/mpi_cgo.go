@@ -32,7 +32,11 @@ func MPI(c Coll, a Args, times []float64) error {
 	if !mpi.Initialized() {
 		return ErrNotInitialized
 	}
-	ca := cArgs(c, a)
+	dtype, op, err := mpiArgs(c, a)
+	if err != nil {
+		return err
+	}
+	ca := cArgs(c, a, dtype, op)
 	var rc C.int
 	// As internal/mpi makes each of its calls: the thread prepared (the
 	// GPU's context current, for MPI on device buffers) and, below

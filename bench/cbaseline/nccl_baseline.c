@@ -25,8 +25,10 @@ typedef void *CUcontext;
 typedef void *CUstream;
 typedef void *CUevent;
 
-enum { ncclInt8, ncclUint8, ncclInt32, ncclUint32, ncclInt64, ncclUint64, ncclFloat16, ncclFloat32, ncclFloat64, ncclBfloat16 };
-enum { ncclSum, ncclProd, ncclMax, ncclMin, ncclAvg };
+// The types and reductions come mapped from Go (internal/ncclmap); the loop
+// itself names only those of its barrier and its acknowledgement.
+enum { ncclUint8 = 1 };
+enum { ncclMax = 2 };
 enum { CU_STREAM_NON_BLOCKING = 1, CU_EVENT_DEFAULT = 0 };
 
 // The functions, typed; filled from gcb_nccl_bind's table (GCB_FN_*).
@@ -180,7 +182,7 @@ static int events(gcb_nccl *s, int n, char *err, int errlen) {
 	return GCB_OK;
 }
 
-static int one(gcb_nccl *s, const gcb_args *a, size_t elt, char *err, int errlen) {
+static int one(gcb_nccl *s, const gcb_args *a, char *err, int errlen) {
 	const void *sb = (const void *)a->send;
 	void *rb = (void *)a->recv;
 	int dt = a->dtype, op = a->op;
@@ -194,7 +196,7 @@ static int one(gcb_nccl *s, const gcb_args *a, size_t elt, char *err, int errlen
 		// As nccl-tests: one send and one receive per peer in a group.
 		NCCL(L.GroupStart(), "ncclGroupStart");
 		for (int r = 0; r < s->nranks; r++) {
-			size_t off = (size_t)r * a->count * elt;
+			size_t off = (size_t)r * a->count * a->elt;
 			NCCL(L.Send((const char *)sb + off, a->count, dt, r, s->comm, s->stream), "ncclSend");
 			NCCL(L.Recv((char *)rb + off, a->count, dt, r, s->comm, s->stream), "ncclRecv");
 		}
@@ -226,54 +228,18 @@ static int one(gcb_nccl *s, const gcb_args *a, size_t elt, char *err, int errlen
 	return GCB_OK;
 }
 
-static int nccl_type(int dt, int *t, size_t *elt) {
-	switch (dt) {
-	case GCB_INT8: *t = ncclInt8; *elt = 1; return GCB_OK;
-	case GCB_UINT8: *t = ncclUint8; *elt = 1; return GCB_OK;
-	case GCB_INT32: *t = ncclInt32; *elt = 4; return GCB_OK;
-	case GCB_UINT32: *t = ncclUint32; *elt = 4; return GCB_OK;
-	case GCB_INT64: *t = ncclInt64; *elt = 8; return GCB_OK;
-	case GCB_UINT64: *t = ncclUint64; *elt = 8; return GCB_OK;
-	case GCB_FLOAT16: *t = ncclFloat16; *elt = 2; return GCB_OK;
-	case GCB_BFLOAT16: *t = ncclBfloat16; *elt = 2; return GCB_OK;
-	case GCB_FLOAT32: *t = ncclFloat32; *elt = 4; return GCB_OK;
-	case GCB_FLOAT64: *t = ncclFloat64; *elt = 8; return GCB_OK;
-	}
-	return GCB_ETYPE;
-}
-
-static int nccl_op(int op, int *o) {
-	switch (op) {
-	case GCB_SUM: *o = ncclSum; return GCB_OK;
-	case GCB_PROD: *o = ncclProd; return GCB_OK;
-	case GCB_MIN: *o = ncclMin; return GCB_OK;
-	case GCB_MAX: *o = ncclMax; return GCB_OK;
-	case GCB_AVG: *o = ncclAvg; return GCB_OK;
-	}
-	return GCB_ETYPE;
-}
-
-int gcb_nccl_maps(int dtype, int op) {
-	int t, o;
-	size_t elt;
-	int rc = nccl_type(dtype, &t, &elt);
-	return rc == GCB_OK ? nccl_op(op, &o) : rc;
-}
-
 int gcb_nccl_run(gcb_nccl *s, const gcb_args *in, int iters, double *times, char *err, int errlen) {
 	if (s == NULL || iters < 0 || in->warmup < 0) return GCB_EARG;
 	gcb_args a = *in;
-	size_t elt = 0;
-	int rc = nccl_type(in->dtype, &a.dtype, &elt);
-	// Only the reductions map op: an unset op elsewhere is not defaulted to a
-	// Sum, and where one reduces, an unset or unknown op is GCB_ETYPE.
-	int reduces = in->coll == GCB_ALLREDUCE || in->coll == GCB_REDUCESCATTER || in->coll == GCB_REDUCE;
-	if (rc == GCB_OK && reduces) rc = nccl_op(in->op, &a.op);
-	if (rc != GCB_OK) return rc;
+	// Go mapped dtype and op (internal/ncclmap); an unmapped one never comes
+	// this far, and where one reduces, an unset op is GCB_ETYPE, not a Sum.
+	int reduces = a.coll == GCB_ALLREDUCE || a.coll == GCB_REDUCESCATTER || a.coll == GCB_REDUCE;
+	if (a.dtype < 0 || a.elt == 0 || (reduces && a.op == GCB_NO_OP)) return GCB_ETYPE;
+	int rc;
 	CU(L.CtxSetCurrent(s->ctx), "cuCtxSetCurrent");
 	if ((rc = events(s, 2 * iters, err, errlen)) != GCB_OK) return rc;
 	for (int i = 0; i < a.warmup; i++) {
-		if ((rc = one(s, &a, elt, err, errlen)) != GCB_OK) return rc;
+		if ((rc = one(s, &a, err, errlen)) != GCB_OK) return rc;
 	}
 	// A one-element allreduce is the barrier: every rank starts timing after
 	// all have arrived. Point-to-point pairs skip it (the others sit out).
@@ -283,7 +249,7 @@ int gcb_nccl_run(gcb_nccl *s, const gcb_args *in, int iters, double *times, char
 	CU(L.StreamSynchronize(s->stream), "cuStreamSynchronize");
 	for (int i = 0; i < iters; i++) {
 		CU(L.EventRecord(s->ev[2 * i], s->stream), "cuEventRecord");
-		if ((rc = one(s, &a, elt, err, errlen)) != GCB_OK) return rc;
+		if ((rc = one(s, &a, err, errlen)) != GCB_OK) return rc;
 		CU(L.EventRecord(s->ev[2 * i + 1], s->stream), "cuEventRecord");
 	}
 	CU(L.StreamSynchronize(s->stream), "cuStreamSynchronize");

@@ -191,6 +191,10 @@ func (n *NCCL) Run(c Coll, a Args, times []float64) error {
 	if err := a.check(c, times); err != nil {
 		return err
 	}
+	dtype, op, err := ncclArgs(c, a)
+	if err != nil {
+		return err
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.s == nil {
@@ -198,7 +202,7 @@ func (n *NCCL) Run(c Coll, a Args, times []float64) error {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	ca := cArgs(c, a)
+	ca := cArgs(c, a, dtype, op)
 	var msg [512]C.char
 	rc := C.gcb_nccl_run(n.s, &ca, C.int(len(times)), timesPtr(times), &msg[0], C.int(len(msg)))
 	return ncclError(rc, "NCCL "+c.String(), msg[:])

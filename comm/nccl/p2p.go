@@ -53,39 +53,50 @@ func (c *Comm) enqueuePlan(p plan, s *devmem.Stream) error {
 }
 
 func (c *Comm) gather(call driver.Call, fl driver.Flight) error {
-	send, recv, count, dt, root := call.Send, call.Recv, call.Count, call.DType, call.Root
-	var p plan
-	n := count * dt.Size()
-	if c.rank == root {
-		for j := range c.size {
-			if j == root {
-				p.copy(recv, j*n, send, 0, n)
-			} else {
-				p.transfer(comm.RecvKind, j, recv, j*n, count, dt)
-			}
-		}
-	} else {
-		p.transfer(comm.SendKind, root, send, 0, count, dt)
-	}
-	return c.collective(call, fl, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
+	return c.collective(call, fl, c.rootedPlan(call, true).enqueueOn(c))
 }
 
 func (c *Comm) scatter(call driver.Call, fl driver.Flight) error {
+	return c.collective(call, fl, c.rootedPlan(call, false).enqueueOn(c))
+}
+
+// rootedPlan is Gather's plan (gather) or Scatter's: the root receives
+// block j of its receive buffer from rank j (Gather) or sends block j of
+// its send buffer to it (Scatter), and copies its own block; every other
+// rank sends or receives its one block.
+func (c *Comm) rootedPlan(call driver.Call, gather bool) plan {
 	send, recv, count, dt, root := call.Send, call.Recv, call.Count, call.DType, call.Root
+	// The root's blocks, and which way they go there and off the root.
+	blocks, atRoot, offRoot := send, comm.SendKind, comm.RecvKind
+	if gather {
+		blocks, atRoot, offRoot = recv, comm.RecvKind, comm.SendKind
+	}
 	var p plan
 	n := count * dt.Size()
-	if c.rank == root {
-		for j := range c.size {
-			if j == root {
-				p.copy(recv, 0, send, j*n, n)
-			} else {
-				p.transfer(comm.SendKind, j, send, j*n, count, dt)
-			}
+	if c.rank != root {
+		one := recv
+		if gather {
+			one = send
 		}
-	} else {
-		p.transfer(comm.RecvKind, root, recv, 0, count, dt)
+		p.transfer(offRoot, root, one, 0, count, dt)
+		return p
 	}
-	return c.collective(call, fl, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
+	for j := range c.size {
+		switch {
+		case j != root:
+			p.transfer(atRoot, j, blocks, j*n, count, dt)
+		case gather:
+			p.copy(recv, j*n, send, 0, n)
+		default:
+			p.copy(recv, 0, send, j*n, n)
+		}
+	}
+	return p
+}
+
+// enqueueOn is the function that queues p on a stream, for collective.
+func (p plan) enqueueOn(c *Comm) func(s *devmem.Stream) error {
+	return func(s *devmem.Stream) error { return c.enqueuePlan(p, s) }
 }
 
 func (c *Comm) allToAll(call driver.Call, fl driver.Flight) error {
@@ -100,7 +111,7 @@ func (c *Comm) allToAll(call driver.Call, fl driver.Flight) error {
 		p.transfer(comm.SendKind, j, send, j*n, count, dt)
 		p.transfer(comm.RecvKind, j, recv, j*n, count, dt)
 	}
-	return c.collective(call, fl, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
+	return c.collective(call, fl, p.enqueueOn(c))
 }
 
 // pointToPoint issues a Send's, a Recv's or a GroupP2P's transfers as one
@@ -120,7 +131,7 @@ func (c *Comm) pointToPoint(call driver.Call, ops []comm.P2P, fl driver.Flight) 
 	if len(p.self) == 0 && len(p.remote) == 0 {
 		return nil
 	}
-	return c.runLocked(call, fl, func(s *devmem.Stream) error { return c.enqueuePlan(p, s) })
+	return c.runLocked(call, fl, p.enqueueOn(c))
 }
 
 func (c *Comm) p2pPlan(op driver.Operation, ops []comm.P2P) (plan, error) {

@@ -76,9 +76,14 @@ func (dt Datatype) String() string {
 // Reducible reports whether reductions are defined on dt (all but Byte).
 func (dt Datatype) Reducible() bool { return dt.Valid() && dt != Byte }
 
-// Op is a reduction. Average is left to callers: divide a Sum.
+// Op is a reduction: one of MPI's predefined reductions, all of them, so
+// that a reduction gpucomm adds (comm/driver's table) that MPI has needs
+// only its line in internal/mpicomm's mapping (types.go), not this table.
+// Average is left to callers: divide a Sum.
 type Op int
 
+// The arithmetic reductions, defined on every reducible Datatype (float16
+// and bfloat16 through user ops written in C).
 const (
 	Sum Op = iota + 1
 	Prod
@@ -86,25 +91,46 @@ const (
 	Max
 )
 
-// Valid reports whether op is one of the declared ops.
-func (op Op) Valid() bool { return op >= Sum && op <= Max }
+// The logical and bitwise reductions, defined on the integer Datatypes only
+// (on the others the C table has no op, and MPI refuses the call). Their
+// numbers stand apart from the arithmetic ones, which Ops lists.
+const (
+	LAnd Op = iota + 16
+	LOr
+	LXor
+	BAnd
+	BOr
+	BXor
+)
 
-func (op Op) String() string {
-	switch op {
-	case Sum:
-		return "sum"
-	case Prod:
-		return "prod"
-	case Min:
-		return "min"
-	case Max:
-		return "max"
-	}
-	return fmt.Sprintf("Op(%d)", int(op))
+var opNames = map[Op]string{
+	Sum: "sum", Prod: "prod", Min: "min", Max: "max",
+	LAnd: "land", LOr: "lor", LXor: "lxor", BAnd: "band", BOr: "bor", BXor: "bxor",
 }
 
-// Ops lists every valid Op, in order.
+// Valid reports whether op is one of the declared ops.
+func (op Op) Valid() bool { return op.Arithmetic() || op.Integral() }
+
+// Arithmetic reports whether op is Sum, Prod, Min or Max.
+func (op Op) Arithmetic() bool { return op >= Sum && op <= Max }
+
+// Integral reports whether op is a logical or bitwise reduction, defined on
+// the integer Datatypes only.
+func (op Op) Integral() bool { return op >= LAnd && op <= BXor }
+
+func (op Op) String() string {
+	if !op.Valid() {
+		return fmt.Sprintf("Op(%d)", int(op))
+	}
+	return opNames[op]
+}
+
+// Ops lists the arithmetic Ops, in order: the ones every reducible Datatype
+// has.
 func Ops() []Op { return []Op{Sum, Prod, Min, Max} }
+
+// IntegralOps lists the logical and bitwise Ops, in order.
+func IntegralOps() []Op { return []Op{LAnd, LOr, LXor, BAnd, BOr, BXor} }
 
 // ThreadSupport is a level of thread support, MPI_THREAD_SINGLE to
 // MPI_THREAD_MULTIPLE.

@@ -282,7 +282,19 @@ MPI_Datatype gc_type(int dt) {
 	return MPI_DATATYPE_NULL;
 }
 
+static int gc_integer(int dt) {
+	switch (dt) {
+	case GC_INT8: case GC_UINT8: case GC_INT32: case GC_UINT32: case GC_INT64: case GC_UINT64:
+		return 1;
+	}
+	return 0;
+}
+
+// The one table from Op (and, for the user ops, Datatype) to MPI_Op;
+// MPI_OP_NULL, which MPI refuses, for an op dt does not have.
 MPI_Op gc_op(int op, int dt) {
+	if (op >= GC_LAND && !gc_integer(dt))
+		return MPI_OP_NULL;
 	int u = gc_uint_index(dt);
 	if (u >= 0 && (op == GC_MIN || op == GC_MAX) && gc_uint_fixed[u][op == GC_MAX])
 		return gc_uint_ops[u][op == GC_MAX];
@@ -293,6 +305,12 @@ MPI_Op gc_op(int op, int dt) {
 	case GC_PROD: return MPI_PROD;
 	case GC_MIN: return MPI_MIN;
 	case GC_MAX: return MPI_MAX;
+	case GC_LAND: return MPI_LAND;
+	case GC_LOR: return MPI_LOR;
+	case GC_LXOR: return MPI_LXOR;
+	case GC_BAND: return MPI_BAND;
+	case GC_BOR: return MPI_BOR;
+	case GC_BXOR: return MPI_BXOR;
 	}
 	return MPI_OP_NULL;
 }

@@ -23,8 +23,11 @@ enum {
 	GC_BYTE,
 };
 
-// Op numbers: the same values as the Op constants in datatype.go.
+// Op numbers: the same values as the Op constants in datatype.go, every
+// predefined reduction of MPI's (the logical and bitwise ones on integer
+// types only).
 enum { GC_SUM = 1, GC_PROD, GC_MIN, GC_MAX };
+enum { GC_LAND = 16, GC_LOR, GC_LXOR, GC_BAND, GC_BOR, GC_BXOR };
 
 // Rank and tag wildcards as Go spells them (AnySource, ProcNull, AnyTag);
 // gc_peer and gc_tag turn them into the library's own values.
