@@ -71,37 +71,3 @@ func TestMultinodeCheckPasses(t *testing.T) {
 		})
 	}
 }
-
-// gpucomm heat across the nodes ends with the residual that one in-process
-// rank computes, for row slabs and for a 2-D split of the grid.
-func TestMultinodeHeatMatchesOneRank(t *testing.T) {
-	nodes, bin := multinodeCommand(t)
-	for _, c := range []struct {
-		backend string
-		args    []string
-	}{
-		{"mpi", []string{"-n", "96", "-m", "80", "-steps", "60", "-k", "10", "-seed", "5"}},
-		{"mpi", []string{"-n", "96", "-m", "80", "-steps", "60", "-k", "10", "-seed", "5", "-decomp", "2d", "-dtype", "float32"}},
-		{"cudaaware", []string{"-n", "70", "-steps", "40", "-k", "4", "-seed", "9", "-overlap=false"}},
-	} {
-		t.Run(c.backend+"/"+strings.Join(c.args, " "), func(t *testing.T) {
-			code, one, errOut := runCLI(t, append([]string{"heat", "-backend", "local", "-np", "1", "-noprogress"}, c.args...)...)
-			if code != exitOK {
-				t.Fatalf("heat on one local rank: exit %d\n%s%s", code, one, errOut)
-			}
-			j := nodes.LaunchUntil(t, mpi.Family(), multinodePerNode, 3*time.Minute, finalizeWatch("\nresidual: "), []string{"GPUCOMM_DEVICE=host"},
-				append([]string{bin, "heat", "-backend", c.backend, "-noprogress"}, c.args...)...)
-			if j.Err != nil && !j.Lingered {
-				t.Fatalf("heat across nodes: %v\n%s", j.Err, j.Output)
-			}
-			if h := lineWith(t, j.Output, "heat: "); !strings.Contains(h, "4 ranks on "+c.backend) {
-				t.Errorf("header %q; want 4 ranks on %s", h, c.backend)
-			}
-			for _, prefix := range []string{"steps: ", "residual: "} {
-				if got, want := lineWith(t, j.Output, prefix), lineWith(t, one, prefix); got != want {
-					t.Errorf("across nodes %q, on one rank %q", got, want)
-				}
-			}
-		})
-	}
-}

@@ -370,9 +370,6 @@ func TestRankIPCCollectives(t *testing.T) {
 	}
 	ipcExpect(t, "Broadcast", y, want)
 	want3 := int64(3)
-	if dev.Kind() == devmem.CUDA {
-		want3 = 0 // reductions and Broadcast on a GPU stay staged (ipcCollective)
-	}
 	if got := mc.IPCCollectives() - before; int64(got) != want3 {
 		t.Errorf("%d collectives through the IPC path, want %d", got, want3)
 	}

@@ -81,7 +81,7 @@ run() {
     # The verdicts, and the jobs ended after their work (MPICH's finalize):
     # by the bound in the ranks (how many ranks it ended), or by the
     # launch's grace (LaunchUntil).
-    grep -E '^(--- |    --- )(PASS|SKIP)|was still running .* after its work was done|left MPI_Finalize before' "$bin/log" | sed 's/^ *//; s/^/         /' || true
+    grep -E '^(--- |    --- )(PASS|SKIP)|was still running .* after its work was done|left MPI_Finalize before|: checksum: [0-9a-f]{16} ' "$bin/log" | sed 's/^ *//; s/^/         /' || true
     local bounded
     bounded=$(grep -c 'MPI_Finalize had not returned' "$bin/log" || true)
     ((bounded == 0)) || echo "         $bounded rank(s) left MPI_Finalize running at GPUCOMM_MPI_FINALIZE_BOUND (the MPICH 4.0.2 + UCX hang)"
