@@ -9,6 +9,8 @@
 #   bash .gpupack/run.sh compare  # public peers (carried in .peers) beside gpucomm
 #   bash .gpupack/run.sh ipc      # the mpi backend's IPC path: its GPU tests, then its figures
 #                                 # beside the ring, cudaaware and the device copy
+#   bash .gpupack/run.sh extra    # a one-off experiment's steps: .gpu-extra/extra.sh (ignored
+#                                 # by git, packed by build.sh), sourced here with step and count
 #
 # Each step has its own time limit; its output goes to $OUT/log-PART.txt and
 # one line per step (name, exit code, seconds) to $OUT/summary-PART.txt.
@@ -162,6 +164,11 @@ compare() { # public peers, built here from the sources carried in .peers (never
     done
     step bench-nccl-np1 60 mpirun $NB -np 1 $B/gpucomm bench -backend nccl -op allreduce -b 8 -e 256M -f 8 -noprogress
   fi
+}
+
+extra() { # a session's own experiment (an A/B pair, a new benchmark), not kept as a part
+  [ -f $B/extra.sh ] || { echo "no extra.sh in the pack: put one in .gpu-extra before build.sh" | tee -a "$SUM"; return 1; }
+  . $B/extra.sh
 }
 
 $part
