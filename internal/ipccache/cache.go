@@ -100,6 +100,13 @@ type entry struct {
 	reach int64 // the end of the furthest view: a lower bound of the mapping's size
 	refs  int
 	elem  *list.Element
+	// holders are the open Handles that have opened it (Shared's cache):
+	// when the last of them closes, the entry closes too (at its last
+	// Release if a Ref is out), so that a communicator's Close gives back
+	// the mappings it made and no other open communicator uses, rather than
+	// leaving them to the cache's limits. Nil for an entry opened through
+	// Cache.Open only.
+	holders map[*Handle]struct{}
 }
 
 type view struct {
@@ -252,6 +259,13 @@ func (c *Cache) take(e *entry, buf devmem.Buffer, hit bool, hd *Handle) *Ref {
 	e.refs++
 	if hd != nil {
 		hd.refs++
+		if _, ok := hd.held[e]; !ok {
+			if e.holders == nil {
+				e.holders = map[*Handle]struct{}{}
+			}
+			e.holders[hd] = struct{}{}
+			hd.held[e] = struct{}{}
+		}
 	}
 	c.lru.MoveToFront(e.elem)
 	return &Ref{Buf: buf, Hit: hit, c: c, e: e, hd: hd}
@@ -275,7 +289,7 @@ func (r *Ref) Release() error {
 		return nil
 	}
 	c.inUse--
-	if c.closed {
+	if c.closed || orphan(e) {
 		return c.dropLocked(e)
 	}
 	c.evictLocked()
@@ -302,8 +316,15 @@ func (c *Cache) over() bool {
 	return len(c.entries) > c.limits.Entries || c.bytes > c.limits.Bytes
 }
 
+// orphan reports whether e was opened through Handles only, all of them
+// closed since.
+func orphan(e *entry) bool { return e.holders != nil && len(e.holders) == 0 }
+
 // dropLocked closes e's views and forgets it.
 func (c *Cache) dropLocked(e *entry) error {
+	for hd := range e.holders {
+		delete(hd.held, e)
+	}
 	var errs []error
 	for _, v := range e.views {
 		errs = append(errs, v.buf.CloseIPC())
@@ -377,12 +398,15 @@ type Handle struct {
 	hits, misses int64
 	refs         int // its Refs not yet released
 	closed       bool
+	held         map[*entry]struct{} // the entries it holds (entry.holders)
 }
 
 // Shared returns a Handle on the process's cache of handles opened on dev's
 // device, making the cache at the first call (with limits l; later calls'
-// limits are ignored). Each Handle is closed once; the cache, and with it
-// every mapping it holds, closes with the last.
+// limits are ignored). Each Handle is closed once: the entries it opened
+// that no other open Handle has opened close with it (an entry in use at
+// its last Release); the cache, and with it every mapping it holds, closes
+// with the last Handle.
 func Shared(dev *devmem.Device, l Limits) (*Handle, error) {
 	if dev == nil {
 		return nil, fmt.Errorf("ipccache: no device: %w", devmem.ErrInvalidArgument)
@@ -404,7 +428,7 @@ func Shared(dev *devmem.Device, l Limits) (*Handle, error) {
 	c.mu.Lock()
 	c.users++
 	c.mu.Unlock()
-	return &Handle{c: c}, nil
+	return &Handle{c: c, held: map[*entry]struct{}{}}, nil
 }
 
 // Open is Cache.Open through the shared cache, counted for hd.
@@ -442,6 +466,16 @@ func (hd *Handle) Close() error {
 	}
 	c.users--
 	last := c.users == 0
+	// The entries only hd held close now, or at their last Release.
+	for e := range hd.held {
+		delete(e.holders, hd)
+		if orphan(e) && e.refs == 0 && !last {
+			if derr := c.dropLocked(e); derr != nil && err == nil {
+				err = derr
+			}
+		}
+	}
+	hd.held = nil
 	c.mu.Unlock()
 	if last {
 		if shared[*c.shared] == c {

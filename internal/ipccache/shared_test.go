@@ -523,3 +523,76 @@ func TestStaleEntriesOnAGPU(t *testing.T) {
 		t.Errorf("%d views open after the last Handle closed", got)
 	}
 }
+
+// A communicator's Close gives back the mappings that only it opened, while
+// another communicator of the process keeps the cache (and what it opened)
+// alive: gpucomm check's per-case communicators beside its world
+// communicator left every peer buffer of a case mapped on the H200 (the
+// case's leak check counted them) until this.
+func TestHandleCloseClosesWhatOnlyItOpened(t *testing.T) { handleCloseCloses(t, "") }
+
+// The same on a GPU (GPUCOMM_GPU_TESTS=1).
+func TestHandleCloseClosesWhatOnlyItOpenedOnAGPU(t *testing.T) {
+	needGPU(t)
+	handleCloseCloses(t, "cuda:0")
+}
+
+func handleCloseCloses(t *testing.T, spec string) {
+	s := startServer(t, spec)
+	dev := testDev(t, spec)
+	const n = 32 << 10
+	x, y, z := s.handle("alloc x %d 11", n), s.handle("alloc y %d 12", n), s.handle("alloc z %d 13", n)
+	opened := func(want int64, when string) {
+		t.Helper()
+		if got := dev.Stats().Opened; got != want {
+			t.Errorf("%s: %d views open, want %d", when, got, want)
+		}
+	}
+	release := func(rs ...*Ref) {
+		t.Helper()
+		for _, r := range rs {
+			if err := r.Release(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	keep := sharedHandle(t, dev) // the long-lived communicator
+	ry := open(t, keep, y)
+	a := sharedHandle(t, dev) // a case's communicator
+	rx, ray := open(t, a, x), open(t, a, y)
+	if !ray.Hit {
+		t.Errorf("y through the second Handle: not served by the first's view")
+	}
+	readBack(t, "x", rx.Buf, patternN(11, n))
+	release(rx, ray)
+	opened(2, "x and y opened, released")
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	opened(1, "after the case's Handle closed: y only, which the other Handle opened")
+	if st := keep.Total(); st.Entries != 1 || st.Views != 1 {
+		t.Errorf("the shared cache after the case's Close: %+v, want y's entry alone", st)
+	}
+	readBack(t, "y after the case's Handle closed", ry.Buf, patternN(12, n))
+	// A Ref still out when its Handle closes: the entry closes at its Release.
+	b := sharedHandle(t, dev)
+	rz := open(t, b, z)
+	if err := b.Close(); !errors.Is(err, devmem.ErrInvalidArgument) {
+		t.Errorf("Close with a Ref out: %v, want ErrInvalidArgument", err)
+	}
+	opened(2, "z in use after its Handle closed")
+	readBack(t, "z in use after its Handle closed", rz.Buf, patternN(13, n))
+	release(rz)
+	opened(1, "z released after its Handle closed")
+	// Opened again through the long-lived Handle, x is a miss, a new view.
+	rx2 := open(t, keep, x)
+	if rx2.Hit {
+		t.Errorf("x after its only Handle closed: a hit on a view that should be closed")
+	}
+	readBack(t, "x opened again", rx2.Buf, patternN(11, n))
+	release(ry, rx2)
+	if err := keep.Close(); err != nil {
+		t.Fatal(err)
+	}
+	opened(0, "after the last Handle closed")
+}

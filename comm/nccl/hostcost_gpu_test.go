@@ -1,0 +1,113 @@
+//go:build cgo
+
+package nccl
+
+import (
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/internal/cuda"
+	"github.com/gpucomm/gpucomm/internal/devhook"
+	"github.com/gpucomm/gpucomm/internal/nccl"
+)
+
+// BenchmarkGPUAllReduceHostCost splits a one-rank stream-ordered 8-byte
+// AllReduce's host time (issue 23.2: bench's figure is host-bound there) into
+// what each layer adds: NCCL called from Go on the communicator's own
+// ncclComm_t and the stream's handle (raw), the same through the Comm
+// (comm), an event record through devmem and through internal/cuda, and a
+// whole wait for a nil-stream operation (comm-nil) against NCCL plus
+// cuStreamSynchronize from Go. ns/op is host wall time a call; the queue is
+// drained every 64 calls outside the timing. Run it as one rank:
+// mpirun -np 1 comm_nccl.test -test.run XXX -test.bench GPUAllReduceHostCost.
+func BenchmarkGPUAllReduceHostCost(b *testing.B) {
+	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
+		b.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU and NCCL, and run as one rank")
+	}
+	if v := Probe(); !v.Usable {
+		b.Skip("NCCL cannot run here: " + v.Reason)
+	}
+	cc, err := comm.Open(Name, comm.WithDevice("cuda"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Close()
+	c := cc.(*Comm)
+	e, ok := c.eng.(*ncclEngine)
+	if !ok {
+		b.Skip("not the real NCCL engine")
+	}
+	dev := c.Device()
+	buf, err := dev.Alloc(64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer buf.Free()
+	s, err := dev.NewStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Destroy()
+	ev, err := dev.NewEvent()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ev.Destroy()
+	cev, err := func() (cuda.Event, error) {
+		var ev cuda.Event
+		err := cuda.WithContext(e.ctx, func() error {
+			var err error
+			ev, err = cuda.EventCreate(0)
+			return err
+		})
+		return ev, err
+	}()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cuda.WithContext(e.ctx, func() error { return cuda.EventDestroy(cev) })
+	h := cuda.Stream(devhook.StreamHandle(s))
+	p := cuda.DevicePtr(buf.Addr())
+	cases := []struct {
+		name string
+		call func() error
+	}{
+		{"raw", func() error { return nccl.AllReduce(e.ctx, p, p, 2, nccl.Float32, nccl.Sum, e.h, h) }},
+		{"comm", func() error { return cc.AllReduce(buf, buf, 2, comm.Float32, comm.Sum, s) }},
+		{"raw-record", func() error { return cuda.EventRecordIn(e.ctx, cev, h) }},
+		{"devmem-record", func() error { return ev.Record(s) }},
+		{"raw-and-sync", func() error {
+			if err := nccl.AllReduce(e.ctx, p, p, 2, nccl.Float32, nccl.Sum, e.h, h); err != nil {
+				return err
+			}
+			return cuda.WithContext(e.ctx, func() error { return cuda.StreamSynchronize(h) })
+		}},
+		{"comm-nil", func() error { return cc.AllReduce(buf, buf, 2, comm.Float32, comm.Sum, nil) }},
+	}
+	for _, k := range cases {
+		b.Run(k.name, func(b *testing.B) {
+			var spent time.Duration
+			i := 0
+			for b.Loop() {
+				t0 := time.Now()
+				if err := k.call(); err != nil {
+					b.Fatal(err)
+				}
+				spent += time.Since(t0)
+				if i++; i%64 == 0 {
+					if err := s.Synchronize(); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			if err := s.Synchronize(); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(spent.Nanoseconds())/float64(b.N), "host-ns/call")
+			runtime.KeepAlive(buf)
+		})
+	}
+}
