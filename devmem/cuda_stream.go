@@ -96,12 +96,6 @@ func (s *cudaStream) issue(fn func(h cuda.Stream) error, ev *cudaEvent) error {
 // through internal/devhook.EnqueueIn), which saves cuda.WithContext's three
 // cgo calls and locked thread on every call.
 func (s *cudaStream) issueAs(fn func(h cuda.Stream) error, ev *cudaEvent, inCtx bool) error {
-	call := func() error {
-		if inCtx {
-			return s.c.do(func() error { return fn(s.h) })
-		}
-		return fn(s.h)
-	}
 	s.mu.Lock()
 	var seq uint64
 	if ev != nil {
@@ -109,7 +103,7 @@ func (s *cudaStream) issueAs(fn func(h cuda.Stream) error, ev *cudaEvent, inCtx 
 	}
 	if !s.busyLocked() {
 		s.mu.Unlock()
-		err := call()
+		err := s.call(fn, inCtx)
 		s.issued.Add(1) // after: idle must not count it as waited for before it is in CUDA
 		if ev != nil {
 			ev.recordIssued(seq)
@@ -117,7 +111,7 @@ func (s *cudaStream) issueAs(fn func(h cuda.Stream) error, ev *cudaEvent, inCtx 
 		return err
 	}
 	s.pushLocked(work{run: func() error {
-		err := call()
+		err := s.call(fn, inCtx)
 		s.issued.Add(1)
 		if ev != nil {
 			ev.recordIssued(seq)
@@ -126,6 +120,33 @@ func (s *cudaStream) issueAs(fn func(h cuda.Stream) error, ev *cudaEvent, inCtx 
 	}})
 	s.mu.Unlock()
 	return nil
+}
+
+// call runs fn on s's handle, in the device's context when inCtx (a method,
+// not a closure, so that issuing on an idle stream allocates nothing for it).
+func (s *cudaStream) call(fn func(h cuda.Stream) error, inCtx bool) error {
+	if inCtx {
+		return s.c.do(func() error { return fn(s.h) })
+	}
+	return fn(s.h)
+}
+
+// recordNow records e on s at once when nothing is queued on the host
+// before it, as issueAs does, without the closures issueAs's queue needs
+// (an event is recorded twice every timed iteration of bench); false when
+// s is busy and the record must be queued.
+func (s *cudaStream) recordNow(e *cudaEvent) (bool, error) {
+	s.mu.Lock()
+	if s.busyLocked() {
+		s.mu.Unlock()
+		return false, nil
+	}
+	seq := e.recordCalled()
+	s.mu.Unlock()
+	err := cuda.EventRecordIn(e.c.ctx, e.h, s.h)
+	s.issued.Add(1)
+	e.recordIssued(seq)
+	return true, err
 }
 
 // work is an item of the host queue. run does it. poll, when not nil, says
@@ -626,7 +647,11 @@ func (e *cudaEvent) record(s streamImpl) error {
 		err = cuda.EventRecordIn(e.c.ctx, e.h, e.c.now)
 		e.recordIssued(seq)
 	} else {
-		err = s.(*cudaStream).issueAs(func(h cuda.Stream) error { return cuda.EventRecordIn(e.c.ctx, e.h, h) }, e, false)
+		cs := s.(*cudaStream)
+		var now bool
+		if now, err = cs.recordNow(e); !now {
+			err = cs.issueAs(func(h cuda.Stream) error { return cuda.EventRecordIn(e.c.ctx, e.h, h) }, e, false)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("devmem: recording an event on %v: %w", e.c.dev, err)

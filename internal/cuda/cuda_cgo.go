@@ -636,7 +636,8 @@ func EventCreate(flags uint32) (Event, error) {
 }
 
 // EventRecordIn records e on s with ctx current on the calling thread for
-// the call, and what was current before put back, all in one C call: what
+// the call, and another context that was current before put back (where
+// none was, ctx stays current: see gc_leave), all in one C call: what
 // WithContext(ctx, func() error { return EventRecord(e, s) }) does, without
 // its two other cgo calls and its locked thread. An event is recorded on
 // every timed iteration of a benchmark and around every operation a

@@ -118,7 +118,11 @@ static CUresult gc_cuCtxGetCurrent(uintptr_t* ctx) {
 	return r;
 }
 // gc_enter makes ctx current on this thread and leaves in *prev what was
-// current; gc_leave puts it back. Both run inside one C call of the caller's
+// current; gc_leave puts back another context that was current, and leaves
+// ctx current where none was: Go's threads start with none and carry no
+// other library's, and the next call on the thread then finds ctx current
+// and sets nothing (one driver call a call instead of three; the cudaaware
+// backend's MPI threads keep the context so too). Both run inside one C call of the caller's
 // (gc_cuEventRecordIn here; internal/nccl's collectives through the two
 // pointers gc_ctxfns hands out), so no Go thread switch can come between
 // them: one cgo call where cuda.WithContext makes three and locks the
@@ -134,7 +138,7 @@ static CUresult gc_enter(uintptr_t ctx, CUcontext* prev, int* stage) {
 	return r;
 }
 static void gc_leave(uintptr_t ctx, CUcontext prev) {
-	if (prev != H(CUcontext, ctx)) CU(cuCtxSetCurrent, (CUcontext))(prev);
+	if (prev != NULL && prev != H(CUcontext, ctx)) CU(cuCtxSetCurrent, (CUcontext))(prev);
 }
 static CUresult gc_cuEventRecordIn(uintptr_t ctx, uintptr_t e, uintptr_t s, int* stage) {
 	CUcontext prev = NULL;

@@ -325,8 +325,9 @@ func TestCallsCarryArgumentsAndResults(t *testing.T) {
 	dev, err := MemAlloc(64)
 	check("MemAlloc", dev, DevicePtr(0x1000), err)
 
-	// EventRecordIn makes ctx current for the record and puts back what
-	// was current, on this thread (the fake's current is per thread).
+	// EventRecordIn makes ctx current for the record and puts back another
+	// context that was current, on this thread (the fake's current is per
+	// thread).
 	runtime.LockOSThread()
 	if err := CtxSetCurrent(0x11); err != nil {
 		t.Fatal(err)
@@ -349,6 +350,15 @@ func TestCallsCarryArgumentsAndResults(t *testing.T) {
 	}
 	now, err = CtxGetCurrent()
 	check("the context after a failed record", now, Context(0x99), err)
+	// From a thread with no context current (a Go thread's start) the
+	// context stays current after the record, so that the next call on the
+	// thread makes no driver call to set it.
+	if err := CtxSetCurrent(0); err != nil {
+		t.Fatal(err)
+	}
+	check("EventRecordIn(0x99) from no context", true, true, EventRecordIn(0x99, 0x99, s))
+	now, err = CtxGetCurrent()
+	check("the context after a record from none", now, Context(0x99), err)
 	_ = CtxSetCurrent(0)
 	runtime.UnlockOSThread()
 	if e := ErrorOf("cuCtxSetCurrent", 201); !IsCode(e, 201) || !strings.Contains(e.Error(), "cuCtxSetCurrent") {

@@ -115,8 +115,11 @@ static int gn_enter(uintptr_t ctx, uintptr_t* prev, gn_ret* ret) {
 	}
 	return ret->cu == 0;
 }
+// gn_leave puts back another context that was current; where none was it
+// leaves ctx current, as internal/cuda's gc_leave does (and for the same
+// reason: a Go thread's next call then sets nothing).
 static void gn_leave(uintptr_t ctx, uintptr_t prev) {
-	if (prev != ctx) ((int (*)(uintptr_t))gn_ctxset)(prev);
+	if (prev != 0 && prev != ctx) ((int (*)(uintptr_t))gn_ctxset)(prev);
 }
 #define GN_IN(ctx, call) \
 	gn_ret ret = {0, 0, 0}; \
