@@ -221,12 +221,7 @@ func (s *cudaStream) query() (bool, error) {
 	if s.synced.Load() == n {
 		return true, nil
 	}
-	var done bool
-	err := s.c.do(func() error {
-		var err error
-		done, err = cuda.StreamQuery(s.h)
-		return err
-	})
+	done, err := cuda.StreamQueryIn(s.c.ctx, s.h) // one cgo call: polled in loops
 	if err != nil {
 		return false, fmt.Errorf("devmem: querying a stream of %v: %w", s.c.dev, err)
 	}

@@ -261,7 +261,7 @@ var contextFree = map[string]bool{
 	"HasVMM": true,
 	// These make the context they are given current themselves, inside
 	// their own C call, or use none.
-	"EventRecordIn": true, "CtxFuncs": true, "ErrorOf": true,
+	"EventRecordIn": true, "StreamQueryIn": true, "CtxFuncs": true, "ErrorOf": true,
 }
 
 // TestCUDACallsRunInsideTheContext enforces the threading rule on the

@@ -617,6 +617,22 @@ func StreamQuery(s Stream) (done bool, err error) {
 	return r == CUDA_SUCCESS, result("cuStreamQuery", r)
 }
 
+// StreamQueryIn is StreamQuery with ctx made current inside the same C
+// call, as EventRecordIn records: one cgo call where WithContext around
+// StreamQuery makes two to four and locks the thread. A wait that polls a
+// stream (a nil-stream operation of the nccl backend) calls it in a loop.
+func StreamQueryIn(ctx Context, s Stream) (done bool, err error) {
+	if err := ready(); err != nil {
+		return false, err
+	}
+	var stage C.int
+	r := C.gc_cuStreamQueryIn(C.uintptr_t(ctx), C.uintptr_t(s), &stage)
+	if r == CUDA_ERROR_NOT_READY && stage == 3 {
+		return false, nil
+	}
+	return r == CUDA_SUCCESS, result(stageCall(int(stage), "cuStreamQuery"), r)
+}
+
 // StreamWaitEvent makes later work on s wait for e's last record.
 func StreamWaitEvent(s Stream, e Event) error {
 	if err := ready(); err != nil {

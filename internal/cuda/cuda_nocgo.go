@@ -65,6 +65,7 @@ func StreamWaitEvent(s Stream, e Event) error                              { ret
 func EventCreate(flags uint32) (Event, error)                              { return 0, errNoCgo }
 func EventRecord(e Event, s Stream) error                                  { return errNoCgo }
 func EventRecordIn(ctx Context, e Event, s Stream) error                   { return errNoCgo }
+func StreamQueryIn(ctx Context, s Stream) (done bool, err error)           { return false, errNoCgo }
 func CtxFuncs() (get, set uintptr, err error)                              { return 0, 0, errNoCgo }
 func ErrorOf(call string, code int) error                                  { return errNoCgo }
 func EventSynchronize(e Event) error                                       { return errNoCgo }

@@ -149,6 +149,15 @@ static CUresult gc_cuEventRecordIn(uintptr_t ctx, uintptr_t e, uintptr_t s, int*
 	gc_leave(ctx, prev);
 	return r;
 }
+static CUresult gc_cuStreamQueryIn(uintptr_t ctx, uintptr_t s, int* stage) {
+	CUcontext prev = NULL;
+	CUresult r = gc_enter(ctx, &prev, stage);
+	if (r != 0) return r;
+	*stage = 3;
+	r = CU(cuStreamQuery, (CUstream))(H(CUstream, s));
+	gc_leave(ctx, prev);
+	return r;
+}
 static void gc_ctxfns(uintptr_t* get, uintptr_t* set) {
 	*get = (uintptr_t)gpucomm_cu[F_cuCtxGetCurrent];
 	*set = (uintptr_t)gpucomm_cu[F_cuCtxSetCurrent];

@@ -66,7 +66,11 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t n) { memcpy(me
 CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t n) { memcpy(dst, mem + (src - BASE), n); return 0; }
 CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) { memset(mem + (dst - BASE), v, n); return 0; }
 CUresult cuStreamCreate(void** s, unsigned flags) { *s = (void*)(uintptr_t)(0x5000 + flags); return 0; }
-CUresult cuStreamQuery(void* s) { return s ? 0 : 600; }
+// Stream 0x5002 is busy, and queries only with context 0x99 current.
+CUresult cuStreamQuery(void* s) {
+	if (s == (void*)0x5002) return current == (void*)0x99 ? 600 : 201;
+	return s ? 0 : 600;
+}
 CUresult cuEventElapsedTime_v2(float* ms, void* a, void* b) { *ms = 1.5f; return 0; }
 CUresult cuIpcGetMemHandle(Handle* h, CUdeviceptr p) { for (int i = 0; i < 64; i++) h->b[i] = (unsigned char)(i * 3 + 1); return 0; }
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, Handle h, unsigned flags) {
@@ -359,6 +363,22 @@ func TestCallsCarryArgumentsAndResults(t *testing.T) {
 	check("EventRecordIn(0x99) from no context", true, true, EventRecordIn(0x99, 0x99, s))
 	now, err = CtxGetCurrent()
 	check("the context after a record from none", now, Context(0x99), err)
+	// StreamQueryIn queries in the context it is given, in one C call.
+	if err := CtxSetCurrent(0x11); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := StreamQuery(0x5002); !IsCode(err, 201) {
+		t.Errorf("StreamQuery with another context current = %v, want the fake's refusal", err)
+	}
+	done, err = StreamQueryIn(0x99, 0x5002)
+	check("StreamQueryIn(busy)", done, false, err)
+	now, err = CtxGetCurrent()
+	check("the context after StreamQueryIn", now, Context(0x11), err)
+	if _, err := StreamQueryIn(0x98, 0x5002); !IsCode(err, 201) || !strings.Contains(err.Error(), "cuStreamQuery") {
+		t.Errorf("StreamQueryIn with a context the query refuses = %v, want cuStreamQuery's error", err)
+	}
+	done, err = StreamQueryIn(0x99, s)
+	check("StreamQueryIn(idle)", done, true, err)
 	_ = CtxSetCurrent(0)
 	runtime.UnlockOSThread()
 	if e := ErrorOf("cuCtxSetCurrent", 201); !IsCode(e, 201) || !strings.Contains(e.Error(), "cuCtxSetCurrent") {
