@@ -58,6 +58,10 @@ if why=$(has_family mpich); then
   # One package at a time: MPICH's ranks busy-poll, and two jobs of four
   # ranks on two cores starve the timeout tests' ranks of their output.
   go test -count=1 -short -p 1 -tags mpich $mpi_pkgs
+  # The drills (a rank skipping a collective, an MPI corrupting one
+  # operation, the probe's IPC check) launch jobs of their own, which -short
+  # skips: they run under MPICH too (the killed rank: scripts/multinode/ci.sh).
+  go test -count=1 -p 1 -tags mpich -run 'TestDrillUnderLauncher|TestProbeFlagsTheOneCorrupted|TestCheckOfACorruptingBackend|TestProbeIPCUnderLauncher' ./cmd/gpucomm
 else
   phase "MPICH skipped: $why (.ci/run installs it)"
 fi

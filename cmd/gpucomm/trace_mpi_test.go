@@ -40,15 +40,18 @@ func TestDrillUnderLauncherIsDiagnosedByTrace(t *testing.T) {
 				t.Fatalf("the drill's job succeeded; output:\n%s", j.out)
 			}
 			if tc.mode == "kill" && mpi.Family() == "mpich" {
-				// MPICH's library ends every rank as soon as it sees a peer's
-				// connection close (errors are fatal), even under
-				// -disable-auto-cleanup: no rank lives to write a record. The
-				// launcher's report is the diagnosis there.
-				if !strings.Contains(j.out, "signal 9") {
-					t.Fatalf("the launcher did not report the killed rank; output:\n%s", j.out)
-				}
-				t.Logf("MPICH: the killed rank is named by the launcher only:\n%s", j.out)
-				return
+				// Under Hydra every rank of a node hangs off one proxy, which
+				// ends them all when one dies, even under
+				// -disable-auto-cleanup: no rank lives to write a record, and
+				// the launcher's report, the only diagnosis, names the killed
+				// rank ("signal 9") in most runs, but in about one in six
+				// (Debian's MPICH 4.0.2, 2026-12-04) the proxy fails forwarding
+				// a PMI response to the dead rank and the job ends with exit
+				// 255 naming no one. So under MPICH a killed rank is diagnosed
+				// by the node-kill drill across simulated nodes instead
+				// (internal/mpicomm/multinodetest, run by scripts/multinode/ci.sh
+				// under both MPIs), where the survivors live and name it.
+				t.Skipf("MPICH: a killed rank takes its node's proxy and every rank on it; the multinode node-kill drill diagnoses it (launcher output: %q)", lastLine(j.out))
 			}
 			out, err := exec.Command(bin, "trace", dir).CombinedOutput()
 			var exit *exec.ExitError
@@ -59,6 +62,12 @@ func TestDrillUnderLauncherIsDiagnosedByTrace(t *testing.T) {
 			t.Logf("gpucomm trace:\n%s", out)
 		})
 	}
+}
+
+// lastLine is out's last non-empty line.
+func lastLine(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	return lines[len(lines)-1]
 }
 
 func asExit(err error, exit **exec.ExitError) bool {
