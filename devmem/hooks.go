@@ -15,6 +15,7 @@ func init() {
 		StreamHandle:     (*Stream).handle,
 		Context:          (*Device).context,
 		IsVMM:            Buffer.isVMM,
+		OnStaleViews:     onStaleViews,
 	})
 }
 

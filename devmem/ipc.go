@@ -483,7 +483,7 @@ func (e *export) finalRelease() error {
 // exited): the exporter's service is asked first.
 //
 // An open refused with ErrAlreadyMapped asks every function registered with
-// OnStaleViews to close the idle views it keeps of the exporter's memory,
+// internal/devhook.OnStaleViews (gpucomm's cache of opened handles) to close the idle views it keeps of the exporter's memory,
 // and when one closed some, opens once more.
 func (d *Device) OpenIPC(h IPCHandle) (Buffer, error) {
 	b, err := d.openIPC(h)
@@ -496,20 +496,20 @@ func (d *Device) OpenIPC(h IPCHandle) (Buffer, error) {
 	return b, err
 }
 
-// The functions OnStaleViews registered, by id.
+// The functions onStaleViews registered, by id.
 var (
 	staleMu    sync.Mutex
 	staleFuncs = map[int]func(*Device, int) int{}
 	staleNext  int
 )
 
-// OnStaleViews registers f, which closes the views of memory of process pid
+// onStaleViews registers f, which closes the views of memory of process pid
 // opened on d's device that its owner keeps open while nothing uses them
 // (a cache of opened handles keeps such idle views), and says how many it
 // closed: an OpenIPC refused with ErrAlreadyMapped calls it, with no lock of
 // devmem's held, and opens again when some were closed. The returned
-// function unregisters f.
-func OnStaleViews(f func(d *Device, pid int) int) (unregister func()) {
+// function unregisters f. Backends reach it as internal/devhook.OnStaleViews.
+func onStaleViews(f func(d *Device, pid int) int) (unregister func()) {
 	staleMu.Lock()
 	defer staleMu.Unlock()
 	id := staleNext

@@ -107,3 +107,14 @@ func Context(d *devmem.Device) uintptr { return funcs.Context(d) }
 // between the ranks of a node, does not work on such memory. It is false
 // for the zero Buffer and for every buffer of a host device.
 func IsVMM(b devmem.Buffer) bool { return funcs.IsVMM(b) }
+
+// OnStaleViews registers f with devmem: when Device.OpenIPC is refused
+// with devmem.ErrAlreadyMapped (the exporter freed memory that a view kept
+// open in this process still maps, and allocated what the open names in its
+// place), f is asked to close the idle views of process pid's memory it
+// keeps on d's device, and says how many it closed; the open is tried once
+// more when some were. f runs with no lock of devmem's held. The returned
+// function unregisters f. internal/ipccache registers each cache.
+func OnStaleViews(f func(d *devmem.Device, pid int) int) (unregister func()) {
+	return funcs.OnStaleViews(f)
+}

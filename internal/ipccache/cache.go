@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/devhook"
 )
 
 // Key is an allocation's identity across processes: a marshalled
@@ -89,7 +90,7 @@ type Cache struct {
 	shared *sharedKey // set for the process's cache of a device (Shared)
 	users  int        // its Handles not closed
 
-	unregister func() // of closeStale, with devmem.OnStaleViews
+	unregister func() // of closeStale, with devhook.OnStaleViews
 }
 
 // entry is one allocation: the views opened of it, each a range of it.
@@ -129,7 +130,7 @@ func New(dev *devmem.Device, l Limits) (*Cache, error) {
 		l.Bytes = DefaultBytes
 	}
 	c := &Cache{dev: dev, limits: l, entries: map[Key]*entry{}}
-	c.unregister = devmem.OnStaleViews(c.closeStale)
+	c.unregister = devhook.OnStaleViews(c.closeStale)
 	return c, nil
 }
 

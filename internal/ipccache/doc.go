@@ -26,7 +26,7 @@
 //     (devmem.ErrAlreadyMapped, CUDA_ERROR_ALREADY_MAPPED; the host device
 //     refuses it too): an open that meets that, through a cache or not
 //     (NodeShared, a user's OpenIPC), has devmem ask every cache
-//     (devmem.OnStaleViews) to close the exporter's idle entries on that
+//     (internal/devhook.OnStaleViews) to close the exporter's idle entries on that
 //     device (Stats.Stale: their memory was freed, or will open again), and
 //     tries once more. An entry in use is never closed; the open then
 //     fails, and the caller takes another path.

@@ -442,7 +442,7 @@ func TestUserOpenBesideTheCache(t *testing.T) {
 
 // NodeShared's case: a user's own devmem.OpenIPC of memory its exporter
 // allocated in the place of memory the cache keeps an idle entry of: devmem
-// asks the cache (devmem.OnStaleViews) to close the stale entry, and opens.
+// asks the cache (devhook.OnStaleViews) to close the stale entry, and opens.
 func TestUserOpenBesideAStaleEntry(t *testing.T) {
 	s := startServer(t, "")
 	dev := devmem.NewHostDevice()

@@ -15,6 +15,7 @@ type Funcs[S, D, B any] struct {
 	StreamHandle     func(s S) uintptr
 	Context          func(d D) uintptr
 	IsVMM            func(b B) bool
+	OnStaleViews     func(f func(d D, pid int) int) (unregister func())
 }
 
 // funcs holds the one Funcs that devmem set.
@@ -28,7 +29,7 @@ func Set[S, D, B any](f Funcs[S, D, B]) { funcs = f }
 func Get[S, D, B any]() (Funcs[S, D, B], bool) {
 	f, ok := funcs.(Funcs[S, D, B])
 	if !ok || f.HostWait == nil || f.HostFuncDeferred == nil || f.Enqueue == nil || f.EnqueueIn == nil ||
-		f.StreamHandle == nil || f.Context == nil || f.IsVMM == nil {
+		f.StreamHandle == nil || f.Context == nil || f.IsVMM == nil || f.OnStaleViews == nil {
 		return Funcs[S, D, B]{}, false
 	}
 	return f, true
