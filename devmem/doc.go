@@ -51,6 +51,20 @@
 // check) judges opened views by the memory they open: a view of a buffer
 // overlaps that buffer.
 //
+// A process maps a legacy CUDA IPC allocation once: devmem maps it on the
+// first OpenIPC and counts the views, however often it is opened. CUDA
+// refuses to map new memory that the exporter allocated in the place of
+// freed memory this process still maps (CUDA_ERROR_ALREADY_MAPPED), and
+// any allocation that a CUDA-aware MPI already maps in this process outside
+// gpucomm; OpenIPC then fails with ErrAlreadyMapped (and ErrBadHandle). The
+// host device refuses the first kind too, the place being the exporter's
+// descriptor number, so that code keeping views of freed memory open meets
+// the GPU's rule on machines without one. Code that keeps idle views (a
+// cache of opened handles, as internal/ipccache) registers with
+// OnStaleViews a function that closes the idle views of one exporter's
+// memory on a device: an OpenIPC refused with ErrAlreadyMapped calls every
+// such function and, when one closed some, opens once more.
+//
 // # What backends use besides
 //
 // gpucomm's own backends need more of a stream and a device than a user

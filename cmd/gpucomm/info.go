@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/comm/cudaaware"
@@ -48,14 +49,18 @@ for every pair of ranks, which way a message of GPUCOMM_NODE_BYTES or more
 goes (IPC: one device copy; the node's pinned ring; or host-staged MPI) and
 why, and which way reductions and Broadcast go.`
 
-// knobs are the environment variables gpucomm programs read (every one that
-// code outside tests reads: grep -rn 'GPUCOMM_' --include=*.go), the first
-// seven through comm.DefaultOptions, the others where they act; the test
-// harness's own (GPUCOMM_GPU_TESTS, GPUCOMM_MPIRUN) are listed last.
+// knobs are the environment variables gpucomm programs and scripts read
+// (every one that Go code outside tests names, and every one that the
+// scripts under scripts/ read: info_knobs_test.go holds the list to both),
+// the first seven through comm.DefaultOptions, the others where they act;
+// the test harness's and the simulated nodes' own are listed after them.
+// trace.go adds the flight recorder's.
 var knobs = []string{"GPUCOMM_BACKEND", "GPUCOMM_DEVICE", "GPUCOMM_TIMEOUT", "GPUCOMM_DEBUG", "GPUCOMM_CHUNK_BYTES", "GPUCOMM_NODE_BYTES", "GPUCOMM_STAGE_REDUCE_BYTES",
-	"GPUCOMM_CUDA_AWARE", "GPUCOMM_MPI_THREAD_LEVEL", "GPUCOMM_IPC", "GPUCOMM_TRACE_PIPELINE", "GPUCOMM_CACHE_DIR",
+	"GPUCOMM_CUDA_AWARE", "GPUCOMM_MPI_THREAD_LEVEL", "GPUCOMM_MPI_FINALIZE_BOUND", "GPUCOMM_IPC", "GPUCOMM_TRACE_PIPELINE", "GPUCOMM_CACHE_DIR",
 	"GPUCOMM_CUDA_LIB", "GPUCOMM_NVRTC_LIB", "GPUCOMM_NCCL_LIB", "GPUCOMM_GPU_TESTS", "GPUCOMM_MPIRUN",
-	"GPUCOMM_NODE_IPC", "GPUCOMM_MULTINODE", "GPUCOMM_MULTINODE_DIR", "GPUCOMM_MULTINODE_SCRIPTS", "GPUCOMM_MULTINODE_PER_NODE"}
+	"GPUCOMM_NODE_IPC", "GPUCOMM_MULTINODE", "GPUCOMM_MULTINODE_DIR", "GPUCOMM_MULTINODE_SCRIPTS", "GPUCOMM_MULTINODE_PER_NODE",
+	"GPUCOMM_MULTINODE_LAUNCHER_ARGS", "GPUCOMM_MULTINODE_ENV", "GPUCOMM_MULTINODE_MPIRUN", "GPUCOMM_MULTINODE_MPIEXEC",
+	"GPUCOMM_MULTINODE_SHM_SIZE", "GPUCOMM_MULTINODE_REQUIRED"}
 
 // otherKnobs describes the knobs comm.DefaultOptions does not read: what
 // unset means, what a value does (%s is the value), and, for those read as
@@ -85,6 +90,14 @@ var otherKnobs = map[string]struct {
 	"GPUCOMM_MULTINODE_DIR":      {"simulated nodes keep their state in /run/gpucomm-multinode", "simulated nodes keep their state in %s", "", nil},
 	"GPUCOMM_MULTINODE_SCRIPTS":  {"the simulated-node tests use scripts/multinode", "the simulated-node tests use the scripts in %s", "", nil},
 	"GPUCOMM_MULTINODE_PER_NODE": {"set by the simulated-node tests for their ranks", "simulated-node test ranks: %s a node", "", nil},
+	"GPUCOMM_MULTINODE_LAUNCHER_ARGS": {"scripts/multinode/nodes.sh gives the launcher no options of yours",
+		"scripts/multinode/nodes.sh gives the launcher these options too, split at blanks: %s", "", nil},
+	"GPUCOMM_MULTINODE_ENV": {"nodes.sh forwards GPUCOMM_*, GO*, CGO_*, CUDA_*, NCCL_*, UCX_*, XDG_*, TMPDIR and LD_LIBRARY_PATH to Open MPI's ranks on other nodes",
+		"nodes.sh forwards %s to Open MPI's ranks on other nodes too", "", nil},
+	"GPUCOMM_MULTINODE_MPIRUN":   {"nodes.sh launches Open MPI jobs with mpirun.openmpi (or mpirun)", "nodes.sh launches Open MPI jobs with %s", "", nil},
+	"GPUCOMM_MULTINODE_MPIEXEC":  {"nodes.sh launches MPICH jobs with mpiexec.hydra (or mpiexec.mpich)", "nodes.sh launches MPICH jobs with %s", "", nil},
+	"GPUCOMM_MULTINODE_SHM_SIZE": {"each simulated node's /dev/shm holds up to 2g", "each simulated node's /dev/shm holds up to %s", "", nil},
+	"GPUCOMM_MULTINODE_REQUIRED": {"scripts/multinode/ci.sh skips where simulated nodes cannot run", "scripts/multinode/ci.sh fails where simulated nodes cannot run when this is 1 (now %s)", "", nil},
 	"GPUCOMM_IPC": {"node-shared GPU memory is VMM where the GPU supports it, else legacy CUDA IPC", "node-shared GPU memory: %s",
 		"auto, vmm or legacy", func(v string) bool {
 			return slices.Contains([]string{"auto", "vmm", "legacy"}, strings.ToLower(strings.TrimSpace(v)))
@@ -336,6 +349,9 @@ func knobEffect(name, value string, opts comm.Options, optsErr error) (effect, p
 		}
 		return "GPU " + strings.TrimPrefix(spec, "cuda:") + " for every rank", ""
 	}
+	if name == mpi.FinalizeBoundEnv {
+		return finalizeBoundEffect(value)
+	}
 	if k, ok := otherKnobs[name]; ok {
 		switch {
 		case value == "":
@@ -377,6 +393,21 @@ func knobEffect(name, value string, opts comm.Options, optsErr error) (effect, p
 			"cudaaware reductions from %d bytes go through host staging"), ""
 	}
 	return "", ""
+}
+
+// finalizeBoundEffect reads GPUCOMM_MPI_FINALIZE_BOUND as internal/mpi
+// does when MPI starts (finalizeBoundFrom there): unset, "0" or "off" is
+// no bound, else a duration of 0 or more.
+func finalizeBoundEffect(value string) (effect, problem string) {
+	d, err := time.ParseDuration(value)
+	switch {
+	case value == "" || value == "0" || value == "off" || err == nil && d == 0:
+		return "MPI_Finalize unbounded, with no barrier before it", ""
+	case err != nil || d < 0:
+		return "invalid", fmt.Sprintf("%s=%q: want a positive duration such as 10s, or 0 or off for none", mpi.FinalizeBoundEnv, value)
+	}
+	return fmt.Sprintf("MPICH: a rank whose MPI_Finalize has not returned %v after the barrier before it leaves it running and ends with its own status "+
+		"(launch with Hydra's -disable-auto-cleanup; Open MPI fails such a job)", d), ""
 }
 
 func writeInfoText(w io.Writer, rep infoReport) {
