@@ -61,7 +61,7 @@
 // descriptor number, so that code keeping views of freed memory open meets
 // the GPU's rule on machines without one. Code that keeps idle views (a
 // cache of opened handles, as internal/ipccache) registers with
-// OnStaleViews a function that closes the idle views of one exporter's
+// internal/devhook.OnStaleViews a function that closes the idle views of one exporter's
 // memory on a device: an OpenIPC refused with ErrAlreadyMapped calls every
 // such function and, when one closed some, opens once more.
 //
