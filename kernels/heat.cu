@@ -17,6 +17,11 @@
 // 64×2, against 0.84 without __restrict__ (heat_step_plain), 0.76 with two
 // rows a thread, 0.82 with six or eight, and 0.78 with eight rows unrolled.
 //
+// The plain step the solver takes between residuals is heat_step_f32_pair /
+// heat_step_f64_pair (two columns a thread, below): on the H200 on
+// 2026-12-04 0.905-0.909 of the copy in float32 and 0.92 in float64, where
+// heat_step_f32/_f64 gave 0.83 and 0.90; those stay, measured beside it.
+//
 // heat_norm is heat_step that also sums, in double, (dst - src)^2 over the
 // cells it writes, and writes one sum a block into
 // partial[blockIdx.y * gridDim.x + blockIdx.x]: the residual comes out of

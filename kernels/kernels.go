@@ -91,7 +91,7 @@ func HeatBlocks(rows, cols int) int {
 }
 
 func heatPlan[T Float](s *devmem.Stream, dst, src devmem.Slice[T], nx, rowLo, rowHi, colLo, colHi int, r T) (plan, error) {
-	return heatPlanShape(heatDefault, s, dst, src, nil, nx, rowLo, rowHi, colLo, colHi, r)
+	return heatPlanShape(heatStep, s, dst, src, nil, nx, rowLo, rowHi, colLo, colHi, r)
 }
 
 // heatShape is one heat kernel and its launch shape. An empty kernel name
@@ -114,9 +114,15 @@ func (sh heatShape) grid(rows, cols int) (gx, gy int) {
 	return ceilDiv(cols, sh.blockX), min(ceilDiv(rows, sh.blockY*sh.rows), maxGridY)
 }
 
-// heatDefault is the heat kernel the solver uses; heatShapes are the ones
-// measured against it.
+// heatStep is the kernel of the plain step (HeatStep, HeatStepRect): two
+// columns a thread in one 8- or 16-byte load, 4 rows, blocks of 128×1, the
+// fastest shape in both types on the H200 (2026-12-04, kernels'
+// BenchmarkHeatStepShapesAgainstDeviceCopy: 0.905-0.909 of the device
+// copy in float32 and 0.92 in float64, where heatDefault's step gave 0.83
+// and 0.90). heatDefault is the step with the residual (HeatStepNorm) and
+// its partials' layout (HeatBlocks); heatShapes are the shapes measured.
 var (
+	heatStep    = heatShape{"heat_step_%s_pair", 4, 1, 128, ""}
 	heatDefault = heatShape{"", heatRows, heatBlockY, heatBlockX, ""}
 	heatShapes  = []heatShape{heatDefault, {"heat_step_f64", heatRows, 4, 32, ""}, {"heat_step_plain", heatRows, 4, 32, ""},
 		{"heat_step_r6", 6, heatBlockY, heatBlockX, ""}, {"heat_step_r2", 2, 8, heatBlockX, ""}, {"heat_step_r8", 8, 2, heatBlockX, ""},

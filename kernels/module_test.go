@@ -357,7 +357,7 @@ func TestLaunchArgumentsMatchTheKernelSignatures(t *testing.T) {
 	cases[0].work = [3]int{nx * ny, 1}
 	cases[1].work = [3]int{1000, 1}
 	cases[2].work, cases[3].work = cases[0].work, cases[1].work
-	cases[4].work = [3]int{nx - 2, 1} // rows are grid-stride
+	cases[4].work = [3]int{heatStep.threadsX(1, nx-1), 1} // a pair of columns a thread; rows are grid-stride
 	cases[5].work, cases[6].work = [3]int{ny - 2, 1}, [3]int{ny - 2, 1}
 	cases[7].work = [3]int{(ny - 2) * residualThreads, 1}
 	cases[8].work = [3]int{1, 1}
@@ -366,8 +366,10 @@ func TestLaunchArgumentsMatchTheKernelSignatures(t *testing.T) {
 	defer a32.Free()
 	defer b32.Free()
 	parts := alloc(t, d, HeatBlocks(ny-2, nx-2), nil)
+	f32step := mk(heatPlan(nil, a32, b32, nx, 1, ny-1, 1, nx-1, float32(0.1)))
+	f32step.work = [3]int{heatStep.threadsX(1, nx-1), 1}
+	cases = append(cases, f32step)
 	for _, c := range []planned{
-		mk(heatPlan(nil, a32, b32, nx, 1, ny-1, 1, nx-1, float32(0.1))),
 		mk(heatPlanShape(heatDefault, nil, a, b, &parts, nx, 1, ny-1, 1, nx-1, 0.1)),
 		mk(heatPlanShape(heatDefault, nil, a32, b32, &parts, nx, 1, ny-1, 1, nx-1, float32(0.1))),
 	} {
