@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/comm/driver"
@@ -56,7 +57,10 @@ func init() {
 // The per-operation probe flags the one operation the double corrupts and
 // recommends the backend for the others only.
 func TestProbeFlagsTheOneCorruptedOperation(t *testing.T) {
-	ops := probeGroup(corruptGroup(t, 4), 0x7fffffff)
+	// A bound no operation meets even on a loaded 2-core machine (2.1 s
+	// did not always hold there): this test is about content, not time.
+	const bound = 2 * time.Minute
+	ops := probeGroup(corruptGroup(t, 4), bound)
 	if len(ops) != len(probeOps) {
 		t.Fatalf("%d results, want %d: %+v", len(ops), len(probeOps), ops)
 	}
@@ -78,7 +82,7 @@ func TestProbeFlagsTheOneCorruptedOperation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, o := range probeGroup(cs, 0x7fffffff) {
+	for _, o := range probeGroup(cs, bound) {
 		if !o.OK {
 			t.Errorf("%s failed on a correct backend: %s", o.Op, o.Problem)
 		}
