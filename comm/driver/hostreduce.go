@@ -20,21 +20,21 @@ func ReduceInto(dt DType, op Op, acc, src []byte) error {
 	var ok bool
 	switch dt {
 	case Int8:
-		ok = foldInts(devmem.FromBytes[int8](acc), devmem.FromBytes[int8](src), op)
+		ok = fold(devmem.FromBytes[int8](acc), devmem.FromBytes[int8](src), op)
 	case Uint8:
-		ok = foldInts(devmem.FromBytes[uint8](acc), devmem.FromBytes[uint8](src), op)
+		ok = fold(devmem.FromBytes[uint8](acc), devmem.FromBytes[uint8](src), op)
 	case Int32:
-		ok = foldInts(devmem.FromBytes[int32](acc), devmem.FromBytes[int32](src), op)
+		ok = fold(devmem.FromBytes[int32](acc), devmem.FromBytes[int32](src), op)
 	case Uint32:
-		ok = foldInts(devmem.FromBytes[uint32](acc), devmem.FromBytes[uint32](src), op)
+		ok = fold(devmem.FromBytes[uint32](acc), devmem.FromBytes[uint32](src), op)
 	case Int64:
-		ok = foldInts(devmem.FromBytes[int64](acc), devmem.FromBytes[int64](src), op)
+		ok = fold(devmem.FromBytes[int64](acc), devmem.FromBytes[int64](src), op)
 	case Uint64:
-		ok = foldInts(devmem.FromBytes[uint64](acc), devmem.FromBytes[uint64](src), op)
+		ok = fold(devmem.FromBytes[uint64](acc), devmem.FromBytes[uint64](src), op)
 	case Float32:
-		ok = foldFloats(devmem.FromBytes[float32](acc), devmem.FromBytes[float32](src), op)
+		ok = fold(devmem.FromBytes[float32](acc), devmem.FromBytes[float32](src), op)
 	case Float64:
-		ok = foldFloats(devmem.FromBytes[float64](acc), devmem.FromBytes[float64](src), op)
+		ok = fold(devmem.FromBytes[float64](acc), devmem.FromBytes[float64](src), op)
 	case Float16:
 		ok = foldNarrow(devmem.FromBytes[Half](acc), devmem.FromBytes[Half](src), op, Half.Float32, HalfFrom)
 	case BFloat16:
@@ -48,34 +48,14 @@ func ReduceInto(dt DType, op Op, acc, src []byte) error {
 	return nil
 }
 
-// foldInts folds s into a; false, with a untouched, for an Op it lacks.
-func foldInts[T constraints.Integer](a, s []T, op Op) bool {
-	switch op {
-	case Sum, Avg: // Avg folds as Sum; DivideInto finishes it
-		for i := range a {
-			a[i] += s[i]
-		}
-	case Prod:
-		for i := range a {
-			a[i] *= s[i]
-		}
-	case Min:
-		for i := range a {
-			a[i] = min(a[i], s[i])
-		}
-	case Max:
-		for i := range a {
-			a[i] = max(a[i], s[i])
-		}
-	default:
-		return false
-	}
-	return true
+// number is the element type of the host folds: Go's integer and float types.
+type number interface {
+	constraints.Integer | constraints.Float
 }
 
-// foldFloats folds s into a; false, with a untouched, for an Op it lacks.
-// Min and Max propagate NaN, as NCCL and MPI do on GPUs.
-func foldFloats[T constraints.Float](a, s []T, op Op) bool {
+// fold folds s into a; false, with a untouched, for an Op it lacks. Min and
+// Max propagate NaN for floats, as NCCL and MPI do on GPUs.
+func fold[T number](a, s []T, op Op) bool {
 	switch op {
 	case Sum, Avg: // Avg folds as Sum; DivideInto finishes it
 		for i := range a {
@@ -123,15 +103,16 @@ func foldNarrow[T Half | BF16](a, s []T, op Op, widen func(T) float32, narrow fu
 func add32(x, y float32) float32 { return x + y }
 func mul32(x, y float32) float32 { return x * y }
 
-// minNaN and maxNaN propagate NaN, as NCCL and MPI do on GPUs.
-func minNaN[T constraints.Float](a, b T) T {
+// minNaN and maxNaN propagate NaN, as NCCL and MPI do on GPUs (x != x holds
+// only for a float NaN; for integers they are min and max).
+func minNaN[T number](a, b T) T {
 	if a != a || b != b {
 		return a + b
 	}
 	return min(a, b)
 }
 
-func maxNaN[T constraints.Float](a, b T) T {
+func maxNaN[T number](a, b T) T {
 	if a != a || b != b {
 		return a + b
 	}
