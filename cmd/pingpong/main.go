@@ -424,24 +424,38 @@ func commSide(name string, c comm.Communicator, maxN int, onStream bool) (*side,
 	}, nil
 }
 
-// timeTrips times iters round trips after two to warm up; ranks past 1 only
-// wait at the barriers.
-func timeTrips(host *mpi.Comm, s *side, n, iters int) (time.Duration, error) {
+// loop times iters runs of do, stopping at its first error.
+func loop(iters int, do func() error) (time.Duration, error) {
+	start := time.Now()
+	for range iters {
+		if err := do(); err != nil {
+			return 0, err
+		}
+	}
+	return time.Since(start), nil
+}
+
+// warmLoop runs do twice to warm up, meets the other ranks at a barrier, and
+// times iters more runs.
+func warmLoop(host *mpi.Comm, iters int, do func() error) (time.Duration, error) {
 	for range 2 {
-		if err := s.roundTrip(n); err != nil {
+		if err := do(); err != nil {
 			return 0, err
 		}
 	}
 	if err := host.Barrier(); err != nil {
 		return 0, err
 	}
-	start := time.Now()
-	for range iters {
-		if err := s.roundTrip(n); err != nil {
-			return 0, err
-		}
+	return loop(iters, do)
+}
+
+// timeTrips times iters round trips after two to warm up; ranks past 1 only
+// wait at the barriers.
+func timeTrips(host *mpi.Comm, s *side, n, iters int) (time.Duration, error) {
+	d, err := warmLoop(host, iters, func() error { return s.roundTrip(n) })
+	if err != nil {
+		return 0, err
 	}
-	d := time.Since(start)
 	if err := s.check(n); err != nil {
 		return 0, err
 	}
@@ -721,23 +735,11 @@ func allReduceTable(cfg config, host *mpi.Comm, staged, direct comm.Communicator
 			fmt.Fprintf(tw, "%s\t", bench.FormatSize(int64(n)))
 		}
 		times, err := measureRounds(cfg.rounds, len(sides), func(i int) (time.Duration, error) {
-			s := sides[i]
-			for range 2 {
-				if err := s.do(n); err != nil {
-					return 0, err
-				}
-			}
-			if err := host.Barrier(); err != nil {
+			d, err := warmLoop(host, iters, func() error { return sides[i].do(n) })
+			if err != nil {
 				return 0, err
 			}
-			start := time.Now()
-			for range iters {
-				if err := s.do(n); err != nil {
-					return 0, err
-				}
-			}
-			d := time.Since(start) / time.Duration(iters)
-			return d, host.Barrier()
+			return d / time.Duration(iters), host.Barrier()
 		})
 		if err != nil {
 			return err
@@ -784,13 +786,11 @@ func chunkTable(cfg config, host *mpi.Comm, dev *devmem.Device) error {
 		}
 		copyBW := func(dst, src devmem.Buffer) (float64, error) {
 			iters := iterations(cfg.budget, chunk)
-			start := time.Now()
-			for range iters {
-				if err := devmem.CopyN(dst, src, chunk, nil); err != nil {
-					return 0, err
-				}
+			d, err := loop(iters, func() error { return devmem.CopyN(dst, src, chunk, nil) })
+			if err != nil {
+				return 0, err
 			}
-			return gbps(chunk, time.Since(start)/time.Duration(iters)), nil
+			return gbps(chunk, d/time.Duration(iters)), nil
 		}
 		d2h, err := copyBW(pbuf, dbuf)
 		if err != nil {
@@ -880,16 +880,14 @@ func copyTable(cfg config, host *mpi.Comm, dev *devmem.Device) error {
 			if err := host.Barrier(); err != nil {
 				return 0, err
 			}
-			start := time.Now()
+			var d time.Duration // what a rank that only waits reports is not printed
 			if who() {
-				for range iters {
-					if err := pair(); err != nil {
-						return 0, err
-					}
+				var err error
+				if d, err = loop(iters, pair); err != nil {
+					return 0, err
 				}
 			}
-			d := time.Since(start) / time.Duration(iters)
-			return d, host.Barrier()
+			return d / time.Duration(iters), host.Barrier()
 		}
 		alone, err := timed(func() bool { return me == 0 })
 		if err != nil {
@@ -902,8 +900,7 @@ func copyTable(cfg config, host *mpi.Comm, dev *devmem.Device) error {
 		if err := host.Barrier(); err != nil {
 			return err
 		}
-		start := time.Now()
-		for range iters {
+		d, err := loop(iters, func() error {
 			switch me {
 			case 0:
 				if err := pair(); err != nil {
@@ -912,9 +909,8 @@ func copyTable(cfg config, host *mpi.Comm, dev *devmem.Device) error {
 				if err := host.Send(token.Addr(), 1, mpi.Byte, 1, 9); err != nil {
 					return err
 				}
-				if _, err := host.Recv(token.Addr(), 1, mpi.Byte, 1, 9); err != nil {
-					return err
-				}
+				_, err := host.Recv(token.Addr(), 1, mpi.Byte, 1, 9)
+				return err
 			case 1:
 				if _, err := host.Recv(token.Addr(), 1, mpi.Byte, 0, 9); err != nil {
 					return err
@@ -922,12 +918,14 @@ func copyTable(cfg config, host *mpi.Comm, dev *devmem.Device) error {
 				if err := pair(); err != nil {
 					return err
 				}
-				if err := host.Send(token.Addr(), 1, mpi.Byte, 0, 9); err != nil {
-					return err
-				}
+				return host.Send(token.Addr(), 1, mpi.Byte, 0, 9)
 			}
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		alt := time.Since(start) / time.Duration(2*iters)
+		alt := d / time.Duration(2*iters)
 		if err := host.Barrier(); err != nil {
 			return err
 		}
@@ -1010,13 +1008,11 @@ func loadRow(cfg config, dev *devmem.Device, n int, measure bool) ([6]float64, e
 		if err := f(); err != nil { // warm: first touches, first use of a path
 			return 0, err
 		}
-		start := time.Now()
-		for range iters {
-			if err := f(); err != nil {
-				return 0, err
-			}
+		d, err := loop(iters, f)
+		if err != nil {
+			return 0, err
 		}
-		return gbps(n, time.Since(start)/time.Duration(iters)), nil
+		return gbps(n, d/time.Duration(iters)), nil
 	}
 	d2h := func() error { return devmem.CopyN(pbuf, dbuf, n, nil) }
 	h2d := func() error { return devmem.CopyN(dbuf, pbuf, n, nil) }
