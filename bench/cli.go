@@ -138,14 +138,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.plot, "plot", "", "draw bandwidth and time against size to `FILE` (.png or .svg)")
 	fs.Var(&o.compare, "compare", "overlay earlier -json reports from `FILE`s in the plot (repeat or comma-separate)")
 	fs.StringVar(&o.label, "label", "", "name this run in plots and JSON (default: backend and rank count)")
-	fs.BoolVar(&o.noProgress, "noprogress", false, "no progress bar, even on a terminal")
-	fs.BoolFunc("progress", "-progress=false is -noprogress (as heat reads it)", func(v string) error {
-		on, err := strconv.ParseBool(v)
-		if err == nil {
-			o.noProgress = !on
-		}
-		return err
-	})
+	ProgressFlags(fs, &o.noProgress, "no progress bar, even on a terminal", "-progress=false is -noprogress (as heat reads it)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK
@@ -158,6 +151,20 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	o.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
 	return o.run(ctx, fs, stdout, stderr)
+}
+
+// ProgressFlags defines -noprogress on fs, which sets *noProgress, and its
+// other spelling -progress, whose value sets the opposite: the pair every
+// gpucomm command with a progress bar takes.
+func ProgressFlags(fs *flag.FlagSet, noProgress *bool, noUsage, progressUsage string) {
+	fs.BoolVar(noProgress, "noprogress", false, noUsage)
+	fs.BoolFunc("progress", progressUsage, func(v string) error {
+		on, err := strconv.ParseBool(v)
+		if err == nil {
+			*noProgress = !on
+		}
+		return err
+	})
 }
 
 func usageError(fs *flag.FlagSet, format string, args ...any) int {

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/term"
 
+	"github.com/gpucomm/gpucomm/bench"
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/comm/local"
 	"github.com/gpucomm/gpucomm/devmem"
@@ -75,14 +76,7 @@ func runHeat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&f.k, "k", solver.DefaultResidualEvery, "reduce the residual every `K` steps (0: never)")
 	fs.Uint64Var(&f.seed, "seed", 1, "`seed` of the random initial field")
 	fs.StringVar(&f.device, "device", "", "device `SPEC`: auto, host, cuda or cuda:N (default GPUCOMM_DEVICE, else auto; local runs on host devices only)")
-	fs.BoolVar(&f.noProg, "noprogress", false, "no progress bar, even on a terminal (as bench's -noprogress)")
-	fs.BoolFunc("progress", "deprecated: -progress=false is -noprogress", func(v string) error {
-		on, err := strconv.ParseBool(v)
-		if err == nil {
-			f.noProg = !on
-		}
-		return err
-	})
+	bench.ProgressFlags(fs, &f.noProg, "no progress bar, even on a terminal (as bench's -noprogress)", "deprecated: -progress=false is -noprogress")
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
