@@ -29,19 +29,12 @@ func TestChecksumEqualsTheReferenceFieldsOnEveryRankAndSplit(t *testing.T) {
 			for n := 1; n <= 4; n++ {
 				t.Run(fmt.Sprintf("%v/%v/np%d", dt, decomp, n), func(t *testing.T) {
 					sums := make([]uint64, n)
-					errs := run(t, n, func(c comm.Communicator) error {
-						s, err := solver.New(c, cfg)
-						if err != nil {
-							return err
-						}
-						defer s.Close()
-						if err := s.Step(9); err != nil {
-							return err
-						}
+					err := stepped(t, n, cfg, 9, func(c comm.Communicator, s *solver.Solver) error {
+						var err error
 						sums[c.Rank()], err = s.Checksum()
 						return err
 					})
-					if err := errors.Join(errs...); err != nil {
+					if err != nil {
 						t.Fatal(err)
 					}
 					for r, got := range sums {

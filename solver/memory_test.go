@@ -2,12 +2,11 @@ package solver
 
 import (
 	"errors"
+	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/gpucomm/gpucomm/comm"
-	"github.com/gpucomm/gpucomm/comm/local"
 	"github.com/gpucomm/gpucomm/devmem"
 )
 
@@ -15,25 +14,7 @@ import (
 // errors, closing what opened.
 func newAll(t *testing.T, n int, cfg Config) ([]comm.Communicator, []error) {
 	t.Helper()
-	cs, err := local.NewGroup(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s, err := New(c, cfg)
-			errs[i] = err
-			if err == nil {
-				s.Close()
-			}
-		}()
-	}
-	wg.Wait()
-	return cs, errs
+	return NewOnRanks(t, n, func(int) Config { return cfg })
 }
 
 // gpucomm heat -n 60000 allocated until the machine killed it: New must
@@ -96,28 +77,23 @@ func TestDeviceBytesCountsWhatSetupAllocates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cs, err := local.NewGroup(4)
-	if err != nil {
-		t.Fatal(err)
+	_, errs := RunRanks(t, 4, func(c comm.Communicator) error {
+		s, err := New(c, cfg)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		st := c.Device().Stats()
+		// What setup allocated, less the 8-byte pinned residual and the
+		// int64 buffers of agree and checkMemory (freed by now).
+		if got, want := st.Bytes-8, newLayout(cfg, c.Rank()).deviceBytes(cfg); got != want {
+			return fmt.Errorf("rank %d: %d bytes on the device, deviceBytes says %d", c.Rank(), got, want)
+		}
+		return nil
+	})
+	for _, err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
 	}
-	var wg sync.WaitGroup
-	for r, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s, err := New(c, cfg)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer s.Close()
-			st := c.Device().Stats()
-			// What setup allocated, less the 8-byte pinned residual and the
-			// int64 buffers of agree and checkMemory (freed by now).
-			if got, want := st.Bytes-8, newLayout(cfg, r).deviceBytes(cfg); got != want {
-				t.Errorf("rank %d: %d bytes on the device, deviceBytes says %d", r, got, want)
-			}
-		}()
-	}
-	wg.Wait()
 }

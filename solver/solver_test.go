@@ -85,18 +85,26 @@ func TestCasesCoverBothDecompositionsOverlapAndUnevenSplits(t *testing.T) {
 // run runs fn on every rank of a fresh local group, each in its goroutine.
 func run(t *testing.T, n int, fn func(c comm.Communicator) error) []error {
 	t.Helper()
-	comms, err := local.NewGroup(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i, c := range comms {
-		wg.Add(1)
-		go func() { defer wg.Done(); errs[i] = fn(c) }()
-	}
-	wg.Wait()
+	_, errs := solver.RunRanks(t, n, fn)
 	return errs
+}
+
+// stepped opens a Solver of cfg on every rank of a fresh local group of n,
+// takes steps steps, runs fn, closes the Solver, and gives the ranks' errors
+// joined.
+func stepped(t *testing.T, n int, cfg solver.Config, steps int, fn func(c comm.Communicator, s *solver.Solver) error) error {
+	t.Helper()
+	return errors.Join(run(t, n, func(c comm.Communicator) error {
+		s, err := solver.New(c, cfg)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		if err := s.Step(steps); err != nil {
+			return err
+		}
+		return fn(c, s)
+	})...)
 }
 
 func TestGatheredFieldEqualsReferenceAtAnyRoot(t *testing.T) {
@@ -108,20 +116,13 @@ func TestGatheredFieldEqualsReferenceAtAnyRoot(t *testing.T) {
 	}
 	fields := make([][]float64, 3)
 	residuals := make([]float64, 3)
-	errs := run(t, 3, func(c comm.Communicator) error {
-		s, err := solver.New(c, cfg)
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		if err := s.Step(7); err != nil {
-			return err
-		}
+	err = stepped(t, 3, cfg, 7, func(c comm.Communicator, s *solver.Solver) error {
 		residuals[c.Rank()] = s.Residual()
+		var err error
 		fields[c.Rank()], err = s.Gather(2)
 		return err
 	})
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
 	if fields[0] != nil || fields[1] != nil {
@@ -141,15 +142,7 @@ func TestGatheredFieldEqualsReferenceAtAnyRoot(t *testing.T) {
 
 func TestResidualNeverGrowsAndIsNaNBeforeTheFirst(t *testing.T) {
 	cfg := solver.Config{N: 30, M: 20, ResidualEvery: 5, Seed: 4}
-	errs := run(t, 2, func(c comm.Communicator) error {
-		s, err := solver.New(c, cfg)
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		if err := s.Step(4); err != nil {
-			return err
-		}
+	err := stepped(t, 2, cfg, 4, func(_ comm.Communicator, s *solver.Solver) error {
 		if !math.IsNaN(s.Residual()) {
 			return fmt.Errorf("residual %v before any residual step", s.Residual())
 		}
@@ -166,7 +159,7 @@ func TestResidualNeverGrowsAndIsNaNBeforeTheFirst(t *testing.T) {
 		}
 		return nil
 	})
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		t.Fatal(err)
 	}
 }
@@ -209,22 +202,14 @@ func TestStatsCountStepsBytesAndWait(t *testing.T) {
 	for _, noOverlap := range []bool{false, true} {
 		cfg := solver.Config{N: 12, M: 10, Decomp: solver.Grid2D, Px: 2, Py: 2, ResidualEvery: 4, NoOverlap: noOverlap}
 		stats := make([]solver.Stats, 4)
-		errs := run(t, 4, func(c comm.Communicator) error {
-			s, err := solver.New(c, cfg)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			if err := s.Step(9); err != nil {
-				return err
-			}
+		err := stepped(t, 4, cfg, 9, func(c comm.Communicator, s *solver.Solver) error {
 			if s.StencilBytes() != 2*8*12*10 {
 				return fmt.Errorf("stencil bytes %d", s.StencilBytes())
 			}
 			stats[c.Rank()] = s.Stats()
 			return nil
 		})
-		if err := errors.Join(errs...); err != nil {
+		if err != nil {
 			t.Fatal(err)
 		}
 		// 10 interior rows and 8 columns: each rank owns 5×4 and sends one
@@ -296,13 +281,7 @@ func TestBadConfigsFailOnEveryRank(t *testing.T) {
 	for name, mutate := range cases {
 		cfg := good
 		mutate(&cfg)
-		errs := run(t, 3, func(c comm.Communicator) error {
-			s, err := solver.New(c, cfg)
-			if err == nil {
-				s.Close()
-			}
-			return err
-		})
+		_, errs := solver.NewOnRanks(t, 3, func(int) solver.Config { return cfg })
 		for r, err := range errs {
 			if !errors.Is(err, comm.ErrInvalidArgument) {
 				t.Errorf("%s: rank %d: %v, want ErrInvalidArgument", name, r, err)
@@ -318,49 +297,30 @@ func TestBadConfigsFailOnEveryRank(t *testing.T) {
 }
 
 func TestRanksWithDifferentConfigsFailTogether(t *testing.T) {
-	errs := run(t, 2, func(c comm.Communicator) error {
-		cfg := solver.Config{N: 10, M: 10, Seed: uint64(c.Rank())}
-		s, err := solver.New(c, cfg)
-		if err == nil {
-			s.Close()
-		}
-		return err
-	})
-	for r, err := range errs {
-		if !errors.Is(err, comm.ErrMismatch) {
-			t.Errorf("rank %d: %v, want ErrMismatch", r, err)
-		}
-	}
-	errs = run(t, 2, func(c comm.Communicator) error {
-		s, err := solver.New(c, solver.Config{N: 10, M: 10, DType: solver.DType(c.Rank())})
-		if err == nil {
-			s.Close()
-		}
-		return err
-	})
-	for r, err := range errs {
-		if !errors.Is(err, comm.ErrMismatch) {
-			t.Errorf("float64 against float32: rank %d: %v, want ErrMismatch", r, err)
-		}
-	}
-	errs = run(t, 2, func(c comm.Communicator) error {
-		cfg := solver.Config{N: 10, M: 10}
-		if c.Rank() == 1 {
-			cfg.R = 1
-		}
-		s, err := solver.New(c, cfg)
-		if err == nil {
-			s.Close()
-		}
-		return err
-	})
-	for r, err := range errs {
-		if !errors.Is(err, comm.ErrInvalidArgument) {
-			t.Errorf("one bad rank: rank %d: %v, want ErrInvalidArgument", r, err)
+	for _, tc := range []struct {
+		what string
+		cfg  func(rank int) solver.Config
+		want error
+	}{
+		{"seeds that differ", func(r int) solver.Config { return solver.Config{N: 10, M: 10, Seed: uint64(r)} }, comm.ErrMismatch},
+		{"float64 against float32", func(r int) solver.Config { return solver.Config{N: 10, M: 10, DType: solver.DType(r)} }, comm.ErrMismatch},
+		{"one bad rank", func(r int) solver.Config {
+			cfg := solver.Config{N: 10, M: 10}
+			if r == 1 {
+				cfg.R = 1
+			}
+			return cfg
+		}, comm.ErrInvalidArgument},
+	} {
+		_, errs := solver.NewOnRanks(t, 2, tc.cfg)
+		for r, err := range errs {
+			if !errors.Is(err, tc.want) {
+				t.Errorf("%s: rank %d: %v, want %v", tc.what, r, err, tc.want)
+			}
 		}
 	}
 	// Overlap is a local choice: ranks may differ in it.
-	errs = run(t, 2, func(c comm.Communicator) error {
+	errs := run(t, 2, func(c comm.Communicator) error {
 		s, err := solver.New(c, solver.Config{N: 10, M: 10, NoOverlap: c.Rank() == 0})
 		if err != nil {
 			return err
@@ -489,25 +449,18 @@ func TestFloat32StepsInFloat32(t *testing.T) {
 	}
 	for n := 1; n <= 4; n++ {
 		fields := make([][]float64, n)
-		errs := run(t, n, func(c comm.Communicator) error {
-			s, err := solver.New(c, cfg)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
+		err := stepped(t, n, cfg, 10, func(c comm.Communicator, s *solver.Solver) error {
 			if s.StencilBytes() != 2*4*21*17 {
 				return fmt.Errorf("stencil bytes %d, want %d", s.StencilBytes(), 2*4*21*17)
-			}
-			if err := s.Step(10); err != nil {
-				return err
 			}
 			if r := s.Residual(); math.Abs(r-wantRes) > solver.ResidualTolerance(cfg)*wantRes {
 				return fmt.Errorf("residual %v, reference %v", r, wantRes)
 			}
+			var err error
 			fields[c.Rank()], err = s.Gather(0)
 			return err
 		})
-		if err := errors.Join(errs...); err != nil {
+		if err != nil {
 			t.Fatalf("%d ranks: %v", n, err)
 		}
 		for k := range want {
@@ -530,15 +483,7 @@ func TestStepsWithoutResidualKeepTheFieldAndLeaveTheResidualAlone(t *testing.T) 
 				t.Fatal(err)
 			}
 			_, want7, _ := solver.Reference(cfg, 7)
-			errs := run(t, 4, func(c comm.Communicator) error {
-				s, err := solver.New(c, cfg)
-				if err != nil {
-					return err
-				}
-				defer s.Close()
-				if err := s.Step(6); err != nil {
-					return err
-				}
+			err = stepped(t, 4, cfg, 6, func(_ comm.Communicator, s *solver.Solver) error {
 				if st := s.Stats(); st.Residuals != 0 || !math.IsNaN(s.Residual()) {
 					return fmt.Errorf("after 6 steps: %d residuals, residual %v", st.Residuals, s.Residual())
 				}
@@ -565,7 +510,7 @@ func TestStepsWithoutResidualKeepTheFieldAndLeaveTheResidualAlone(t *testing.T) 
 				}
 				return nil
 			})
-			if err := errors.Join(errs...); err != nil {
+			if err != nil {
 				t.Fatalf("%v k=%d: %v", dt, k, err)
 			}
 		}
