@@ -27,6 +27,23 @@ func (e *fakeEngine) Run(call Call) error { return e.err }
 
 type flightEngine struct{ fakeEngine }
 
+// flightFront turns tracing on for t and gives a Front of rank 0 of 2 on a
+// flightEngine, a stream (destroyed when t ends) and two 64-byte host
+// buffers: the stage of the tests of flights' starts and ends.
+func flightFront(t *testing.T) (Front, *flightEngine, *devmem.Stream, devmem.Buffer, devmem.Buffer) {
+	t.Helper()
+	traceOn(t)
+	dev, a, b := hostBufs(t, 64)
+	eng := &flightEngine{}
+	f := NewFront(FrontConfig{Backend: "fake", Rank: 0, Size: 2, Device: dev}, eng)
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Destroy() })
+	return f, eng, s, a, b
+}
+
 func (e *flightEngine) RunFlight(call Call, f Flight) error {
 	e.last = f
 	return e.err
@@ -167,15 +184,7 @@ func TestRecorderKeepsEachOperationWithItsArguments(t *testing.T) {
 
 // A FlightRunner reports the start and end of a stream-ordered call.
 func TestFlightRunnerReportsStartAndEnd(t *testing.T) {
-	traceOn(t)
-	dev, a, b := hostBufs(t, 64)
-	eng := &flightEngine{}
-	f := NewFront(FrontConfig{Backend: "fake", Rank: 0, Size: 2, Device: dev}, eng)
-	s, err := dev.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	f, eng, s, a, b := flightFront(t)
 	if err := f.AllGather(a, b, 4, Int32, s); err != nil {
 		t.Fatal(err)
 	}
@@ -406,15 +415,7 @@ func BenchmarkRecorderCost(b *testing.B) {
 // queueing for the word, or with an error, goes through the lock with the
 // same result.
 func TestLateEndsDoNotTouchTheSlotsNextOperation(t *testing.T) {
-	traceOn(t)
-	dev, a, b := hostBufs(t, 64)
-	eng := &flightEngine{}
-	f := NewFront(FrontConfig{Backend: "fake", Rank: 0, Size: 2, Device: dev}, eng)
-	s, err := dev.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	f, eng, s, a, b := flightFront(t)
 	state := func(seq uint64) string {
 		for _, e := range f.Recorder().Snapshot("").Entries {
 			if e.Seq == seq {
@@ -493,15 +494,7 @@ func TestLateEndsDoNotTouchTheSlotsNextOperation(t *testing.T) {
 // Ends from many goroutines at once, some lock-free and some through the
 // lock: each operation ends once, with the first end's outcome.
 func TestConcurrentEndsEndEachOperationOnce(t *testing.T) {
-	traceOn(t)
-	dev, a, b := hostBufs(t, 64)
-	eng := &flightEngine{}
-	f := NewFront(FrontConfig{Backend: "fake", Rank: 0, Size: 2, Device: dev}, eng)
-	s, err := dev.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	f, eng, s, a, b := flightFront(t)
 	const n = 200
 	flights := make([]Flight, n)
 	for i := range flights {
