@@ -373,25 +373,27 @@ func (c *Comm) stagedBlocks(o *op) error {
 			self = func() error { return devmem.CopyN(dst, src, n, nil) }
 		}
 	}
+	// gather fills Recv with every rank's block: the others' by receiving,
+	// this rank's own from Send.
+	gather := func() {
+		for _, j := range others() {
+			recvFrom(block(call.Recv, j), j)
+		}
+		local(block(call.Recv, c.rank), call.Send)
+	}
 	root := c.rank == call.Root
 	switch call.Operation {
 	case driver.OpAllGather:
 		if c.size > 1 {
 			sendTo(call.Send, others()...)
 		}
-		for _, j := range others() {
-			recvFrom(block(call.Recv, j), j)
-		}
-		local(block(call.Recv, c.rank), call.Send)
+		gather()
 	case driver.OpGather:
 		if !root {
 			sendTo(call.Send, call.Root)
 			break
 		}
-		for _, j := range others() {
-			recvFrom(block(call.Recv, j), j)
-		}
-		local(block(call.Recv, c.rank), call.Send)
+		gather()
 	case driver.OpScatter:
 		if !root {
 			recvFrom(call.Recv, call.Root)
