@@ -20,8 +20,15 @@ import (
 // a rank missing, for the launcher's own bound. Run the job under Hydra
 // with -disable-auto-cleanup: the first rank to end without finishing
 // MPI_Finalize otherwise has Hydra SIGKILL the others (and the job exits
-// 9). Open MPI's mpirun fails a job whose rank ended before MPI_Finalize
-// returned, whatever its status: the bound is for MPICH. Unset, "0", "0s" or "off":
+// 9). From the barrier on, SIGUSR1 is ignored: Hydra sends it to every rank
+// when one ends with MPI_Finalize unfinished, and arriving on one of
+// MPICH's or UCX's threads it would end a Go program. Hydra 4.0.2 may still
+// report status 1 for such a rank, whatever status it ended with (its proxy
+// gives the rank a provisional 1 when its PMI connection closes before
+// PMI's finalize, and keeps it when it reaped the rank first; mpiexec then
+// says "Hangup (signal 1)"): the ranks' output decides such a job. Open
+// MPI's mpirun fails a job whose rank ended before MPI_Finalize returned,
+// whatever its status: the bound is for MPICH. Unset, "0", "0s" or "off":
 // no barrier and no bound.
 const FinalizeBoundEnv = "GPUCOMM_MPI_FINALIZE_BOUND"
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"regexp"
 	"strconv"
 	"strings"
@@ -98,6 +99,9 @@ func TestMain(m *testing.M) {
 	}
 	if v := os.Getenv(exitEnv); v != "" && code == 0 {
 		code, _ = strconv.Atoi(v)
+	}
+	if finalizeLeft {
+		fmt.Printf("rank %d: ends with status %d\n", rank, code)
 	}
 	os.Exit(code)
 }
@@ -316,6 +320,9 @@ func checkBoundedFinalize(left bool) error {
 	if finalizeLeft != left {
 		return fmt.Errorf("Finalize took %v with bound %v: left MPI_Finalize running %v, want %v", took, finalizeBound, finalizeLeft, left)
 	}
+	if left && !signal.Ignored(syscall.SIGUSR1) {
+		return fmt.Errorf("MPI_Finalize left running, but SIGUSR1 (Hydra's word that a rank ended so) is not ignored")
+	}
 	if left && (took < finalizeBound || took > finalizeBound+5*time.Second) {
 		return fmt.Errorf("Finalize gave up on MPI_Finalize after %v, want about its bound %v", took, finalizeBound)
 	}
@@ -454,14 +461,28 @@ func TestUnderLauncherFinalizeBoundEndsAStuckFinalize(t *testing.T) {
 			if took > 40*time.Second {
 				t.Errorf("the job took %v, with MPI_Finalize stalled 1 minute and bounded at 1 s", took)
 			}
+			// Each rank ends with its own status. Hydra 4.0.2 does not
+			// always report it: a rank whose PMI connection closed before
+			// PMI's finalize gets a provisional status 1, which stands when
+			// the proxy reads the close after it reaped the rank (about 1
+			// run in 4 here); mpiexec then says the job ended on signal 1.
+			ends := fmt.Sprintf(": ends with status %d\n", status)
+			hydraOne := strings.Contains(out, hydraProvisionalStatus)
 			var exit *exec.ExitError
 			switch {
 			case strings.Count(out, "finalize checks passed") != np:
 				t.Errorf("not every rank passed its finalize checks")
-			case status == 0 && err != nil:
+			case strings.Count(out, ends) != np:
+				t.Errorf("%d of %d ranks said they end with status %d", strings.Count(out, ends), np, status)
+			case strings.Contains(out, "fatal error") || strings.Contains(out, "goroutine "):
+				t.Errorf("a rank crashed after leaving MPI_Finalize")
+			case status == 0 && err != nil && !(hydraOne && errors.As(err, &exit) && exit.ExitCode() == 1):
 				t.Errorf("the ranks' tests passed, but the launcher returned %v", err)
-			case status != 0 && (!errors.As(err, &exit) || exit.ExitCode() != status):
+			case status != 0 && (!errors.As(err, &exit) || (exit.ExitCode() != status && !hydraOne)):
 				t.Errorf("the ranks exited with status %d, but the launcher returned %v", status, err)
+			}
+			if hydraOne {
+				t.Logf("Hydra reported its provisional status 1 for a rank it reaped before reading its PMI close (%v); the ranks' own statuses are above", err)
 			}
 			if t.Failed() {
 				t.Logf("output:\n%s", out)
@@ -469,6 +490,11 @@ func TestUnderLauncherFinalizeBoundEndsAStuckFinalize(t *testing.T) {
 		})
 	}
 }
+
+// hydraProvisionalStatus is what MPICH 4.0.2's mpiexec prints when a
+// rank's reported wait status is 1: the provisional status its proxy gives
+// a rank whose PMI connection closed before PMI's finalize.
+const hydraProvisionalStatus = "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Hangup (signal 1)"
 
 // The bound counts from the barrier before MPI_Finalize: a rank that
 // reaches Finalize late holds the others in the barrier, longer than the

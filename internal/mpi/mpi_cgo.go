@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"os/signal"
 	"runtime"
 	"strings"
 	"sync"
@@ -306,6 +307,11 @@ func finalizeWithin(bound time.Duration) error {
 		<-done
 		return errors.Join(err, check("MPI_Finalize", rc))
 	}
+	// From here on a rank may end with MPI_Finalize unfinished, and Hydra
+	// (-disable-auto-cleanup) sends SIGUSR1 to every other rank when one
+	// ends so; delivered on one of MPICH's or UCX's own threads, it would
+	// end a Go program (a fatal "signal handler without SA_ONSTACK").
+	signal.Ignore(syscall.SIGUSR1)
 	timer := time.NewTimer(bound)
 	defer timer.Stop()
 	select {

@@ -175,7 +175,9 @@ type Job struct {
 	Err     error
 	Elapsed time.Duration
 	// Lingered: LaunchUntil's done said the work was over, and the job was
-	// ended FinalizeGrace later.
+	// ended FinalizeGrace later, or (MPICH) a rank ended by the finalize
+	// bound made Hydra report status 1 whatever the ranks' statuses: the
+	// output decides.
 	Lingered bool
 }
 
@@ -207,6 +209,14 @@ func (n *Nodes) Launch(t testing.TB, family string, perNode int, limit time.Dura
 	t.Helper()
 	return n.LaunchUntil(t, family, perNode, limit, nil, env, argv...)
 }
+
+// finalizeLeftLine starts what internal/mpi prints when its finalize bound
+// ends a rank with MPI_Finalize unfinished; hydraProvisionalStatus is what
+// MPICH 4.0.2's mpiexec prints when a rank's reported status is 1.
+const (
+	finalizeLeftLine       = "MPI_Finalize had not returned"
+	hydraProvisionalStatus = "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Hangup (signal 1)"
+)
 
 // FinalizeGrace is how long LaunchUntil lets a job run once its output says
 // that its work is done.
@@ -284,6 +294,15 @@ func (n *Nodes) LaunchUntil(t testing.TB, family string, perNode int, limit time
 	case j.Lingered:
 		j.Err = fmt.Errorf("still running %v after its output said it was done, ended: %w", finalizeGrace, err)
 		t.Logf("%s: the job was still running %v after its work was done, and was ended (a rank left in MPI_Finalize, as Debian's MPICH 4.0.2 + UCX does now and then); its output decides", family, finalizeGrace)
+	case family == MPICH && done != nil && done(j.Output) && errors.As(err, &exit) && exit.ExitCode() == 1 &&
+		strings.Contains(j.Output, finalizeLeftLine) && strings.Contains(j.Output, hydraProvisionalStatus):
+		// A rank the finalize bound ended closed its PMI connection
+		// before PMI's finalize: Hydra 4.0.2's proxy gives it status 1
+		// until it reaps it, and keeps the 1 when it reads the close
+		// after the reaping, whatever status the rank ended with.
+		j.Lingered = true
+		j.Err = fmt.Errorf("after its work was done, Hydra reported the status 1 it gives a rank that ended with MPI_Finalize unfinished (GPUCOMM_MPI_FINALIZE_BOUND): %w", err)
+		t.Logf("%s: a rank ended with MPI_Finalize unfinished after the job's work was done, and Hydra reported its provisional status 1; its output decides", family)
 	}
 	t.Logf("%s, %d nodes × %d ranks: %v", family, n.N, perNode, j.Elapsed.Round(time.Millisecond))
 	return j

@@ -220,6 +220,26 @@ func TestLaunchUntilEndsAJobThatLingersAfterItsWork(t *testing.T) {
 			if j.Lingered || j.Err != nil {
 				t.Errorf("a job that ends: Lingered %v, Err %v\n%s", j.Lingered, j.Err, j.Output)
 			}
+			if family != MPICH {
+				return
+			}
+			// Status 1 after the work, with a rank ended by the finalize
+			// bound and Hydra's provisional-status line (printed here by the
+			// job itself): the output decides. Without the bound's line, or
+			// with another status, the failure stands.
+			for _, c := range []struct {
+				script string
+				judged bool
+			}{
+				{"echo work done; echo 'gpucomm: rank 0: " + finalizeLeftLine + " 5s'; echo '" + hydraProvisionalStatus + "'; exit 1", true},
+				{"echo work done; echo '" + hydraProvisionalStatus + "'; exit 1", false},
+				{"echo work done; echo 'gpucomm: rank 0: " + finalizeLeftLine + " 5s'; echo '" + hydraProvisionalStatus + "'; exit 2", false},
+			} {
+				j = nodes.LaunchUntil(t, family, 1, time.Minute, done, nil, "sh", "-c", c.script)
+				if j.Err == nil || j.Lingered != c.judged {
+					t.Errorf("job %q: Lingered %v, Err %v; want an error and Lingered %v\n%s", c.script, j.Lingered, j.Err, c.judged, j.Output)
+				}
+			}
 		})
 	}
 }
