@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -374,25 +375,33 @@ func TestReallocationAtTheSameAddressOnAGPU(t *testing.T) {
 	reallocation(t, "cuda:0")
 }
 
-func reallocation(t *testing.T, spec string) {
+// startChild starts this test binary as a child in role on device spec
+// (deviceEnv), and gives its standard input, its output by lines, and the
+// wait for it to end.
+func startChild(t *testing.T, spec, role string) (io.WriteCloser, *bufio.Scanner, func() error) {
+	t.Helper()
 	t.Setenv(deviceEnv, spec)
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=realloc")
+	cmd.Env = append(os.Environ(), childEnv+"="+role)
 	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
+	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := cmd.StdoutPipe()
+	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Wait()
+	return in, bufio.NewScanner(out), cmd.Wait
+}
+
+func reallocation(t *testing.T, spec string) {
+	stdin, out, wait := startChild(t, spec, "realloc")
+	defer wait()
 	defer stdin.Close()
-	out := bufio.NewScanner(stdout)
 	read := func() (devmem.IPCHandle, uint64) {
 		t.Helper()
 		if !out.Scan() {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -162,28 +161,14 @@ type server struct {
 
 func startServer(t *testing.T, spec string) *server {
 	t.Helper()
-	t.Setenv(deviceEnv, spec)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=serve")
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	in, out, wait := startChild(t, spec, "serve")
 	t.Cleanup(func() {
 		in.Close()
-		if err := cmd.Wait(); err != nil {
+		if err := wait(); err != nil {
 			t.Errorf("serving child: %v", err)
 		}
 	})
-	return &server{t: t, in: in, out: bufio.NewScanner(out)}
+	return &server{t: t, in: in, out: out}
 }
 
 // do sends one command and returns the answer's fields.
