@@ -3,7 +3,6 @@ package mpi_test
 import (
 	"fmt"
 	"os"
-	"slices"
 	"testing"
 	"time"
 
@@ -81,7 +80,7 @@ func TestRankIPCReallocated(t *testing.T) {
 	sum := func(seed, n int) []float64 {
 		want := make([]float64, n)
 		for q := range p {
-			for i, v := range ipcValues(q*7919+seed, n) {
+			for i, v := range mpitest.Values(q*7919+seed, n) {
 				want[i] += v
 			}
 		}
@@ -89,12 +88,12 @@ func TestRankIPCReallocated(t *testing.T) {
 	}
 	reduce := func(c comm.Communicator, what string, x devmem.Slice[float64], seed, n int) {
 		t.Helper()
-		y := ipcUpload(t, dev, slices.Repeat([]float64{ipcPoison}, n))
+		y := mpitest.Poisoned(t, dev, n)
 		defer y.Free()
 		if err := comm.AllReduce(c, x, y, comm.Sum, nil); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
-		ipcExpect(t, what, y, sum(seed, n))
+		mpitest.Expect(t, what, y, sum(seed, n))
 	}
 	before1 := m1.IPCCollectives()
 	_, _, staged0 := m1.IPCMessages()
@@ -102,7 +101,7 @@ func TestRankIPCReallocated(t *testing.T) {
 	// before the next is allocated (in its place, or over it).
 	sizes := []int{128 << 10, 256 << 10, 64 << 10, 512 << 10, 128 << 10, 384 << 10}
 	for i, n := range sizes {
-		x := ipcUpload(t, dev, ipcValues(r*7919+i, n))
+		x := mpitest.Upload(t, dev, mpitest.Values(r*7919+i, n))
 		reduce(c1, fmt.Sprintf("AllReduce %d of %d float64s", i, n), x, i, n)
 		x.Free()
 	}
@@ -116,7 +115,7 @@ func TestRankIPCReallocated(t *testing.T) {
 	// The second communicator on the first's buffer: the peers' send
 	// buffers are open already (hits); only c2's scratches are new.
 	const n = 100_000
-	x := ipcUpload(t, dev, ipcValues(r*7919+50, n))
+	x := mpitest.Upload(t, dev, mpitest.Values(r*7919+50, n))
 	reduce(c1, "AllReduce on the first communicator", x, 50, n)
 	st0 := m2.IPCCache()
 	reduce(c2, "AllReduce of the same buffer on the second", x, 50, n)
@@ -130,7 +129,7 @@ func TestRankIPCReallocated(t *testing.T) {
 	x.Free()
 
 	// Two halves of one allocation, each reduced: two views of one entry.
-	whole := ipcUpload(t, dev, append(ipcValues(r*7919+60, n), ipcValues(r*7919+61, n)...))
+	whole := mpitest.Upload(t, dev, append(mpitest.Values(r*7919+60, n), mpitest.Values(r*7919+61, n)...))
 	for h := range 2 {
 		half, err := whole.Sub(h*n, (h+1)*n)
 		if err != nil {

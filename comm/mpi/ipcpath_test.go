@@ -1,9 +1,7 @@
 package mpi_test
 
 import (
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -45,42 +43,6 @@ func TestIPCPathUnderLauncher(t *testing.T) {
 // ipcOffRankEnv names the rank that sets GPUCOMM_NODE_IPC=off itself
 // before it opens (a launcher sets the environment of every rank alike).
 const ipcOffRankEnv = "GPUCOMM_TEST_IPC_OFF_RANK"
-
-func ipcValues(seed, n int) []float64 {
-	r := rand.New(rand.NewPCG(uint64(seed), 22))
-	v := make([]float64, n)
-	for i := range v {
-		v[i] = float64(r.IntN(1<<20)) - 5e5
-	}
-	return v
-}
-
-const ipcPoison = -7.25
-
-func ipcUpload(t *testing.T, dev *devmem.Device, v []float64) devmem.Slice[float64] {
-	t.Helper()
-	s, err := devmem.AllocSlice[float64](dev, len(v))
-	if err == nil {
-		err = s.CopyFrom(v, nil)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func ipcExpect(t *testing.T, what string, s devmem.Slice[float64], want []float64) {
-	t.Helper()
-	got, err := s.ToHost(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("%s: element %d is %v, want %v", what, i, got[i], want[i])
-		}
-	}
-}
 
 // TestRankIPCPath: with a node path from 1000 bytes, messages from that
 // size between ranks of the node go through the IPC path (its counters say
@@ -134,7 +96,7 @@ func TestRankIPCPath(t *testing.T) {
 	}
 	// With the path off on a rank, its ring neighbours use the ring.
 	ipcNext, ipcPrev := peers != nil && peers[next], peers != nil && peers[prev]
-	poison := func(n int) devmem.Slice[float64] { return ipcUpload(t, dev, slices.Repeat([]float64{ipcPoison}, n)) }
+	poison := func(n int) devmem.Slice[float64] { return mpitest.Poisoned(t, dev, n) }
 	sent0, got0, _ := mc.IPCMessages()
 	wantSent, wantGot := int64(0), int64(0)
 	count := func(n int) {
@@ -148,20 +110,20 @@ func TestRankIPCPath(t *testing.T) {
 	sizes := []int{100, 512, 5000, 46 * 512}
 	var sends, recvs []devmem.Slice[float64]
 	for _, n := range sizes {
-		sends = append(sends, ipcUpload(t, dev, ipcValues(r*1000+n, n)))
+		sends = append(sends, mpitest.Upload(t, dev, mpitest.Values(r*1000+n, n)))
 		recvs = append(recvs, poison(n))
 	}
 	for round := range 2 {
 		for i, n := range sizes {
 			if round == 1 {
-				if err := recvs[i].CopyFrom(slices.Repeat([]float64{ipcPoison}, n), nil); err != nil {
+				if err := recvs[i].CopyFrom(slices.Repeat([]float64{mpitest.Poison}, n), nil); err != nil {
 					t.Fatal(err)
 				}
 			}
 			if err := c.GroupP2P([]comm.P2P{comm.SendSlice(next, sends[i]), comm.RecvSlice(prev, recvs[i])}, nil); err != nil {
 				t.Fatalf("round %d: ring exchange of %d float64s: %v", round, n, err)
 			}
-			ipcExpect(t, fmt.Sprintf("round %d: %d float64s from rank %d", round, n, prev), recvs[i], ipcValues(prev*1000+n, n))
+			mpitest.Expect(t, fmt.Sprintf("round %d: %d float64s from rank %d", round, n, prev), recvs[i], mpitest.Values(prev*1000+n, n))
 			count(n)
 		}
 	}
@@ -176,30 +138,7 @@ func TestRankIPCPath(t *testing.T) {
 
 	// A stream-ordered send behind a host function that holds its stream,
 	// its buffer overwritten after it on the same stream.
-	s, err := dev.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	const ns = 7000
-	data, later, recv := ipcUpload(t, dev, ipcValues(r+5000, ns)), ipcUpload(t, dev, ipcValues(r+6000, ns)), poison(ns)
-	gate := make(chan struct{})
-	if err := s.HostFunc(func() error { <-gate; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.GroupP2P([]comm.P2P{comm.SendSlice(next, data), comm.RecvSlice(prev, recv)}, s); err != nil {
-		t.Fatal(err)
-	}
-	if err := devmem.Copy(data.Buffer(), later.Buffer(), s); err != nil {
-		t.Fatal(err)
-	}
-	close(gate)
-	if err := s.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	ipcExpect(t, "stream-ordered receive", recv, ipcValues(prev+5000, ns))
-	if err := s.Destroy(); err != nil {
-		t.Fatal(err)
-	}
+	mpitest.StreamOrderedSend(t, c, next, prev)
 
 	// Pinned host memory from AllocPinned cannot be exported: the send
 	// goes through the pipeline, announced by the control message.
@@ -208,14 +147,14 @@ func TestRankIPCPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	pinned := devmem.SliceOf[float64](pb)
-	if err := pinned.CopyFrom(ipcValues(r+7000, 3000), nil); err != nil {
+	if err := pinned.CopyFrom(mpitest.Values(r+7000, 3000), nil); err != nil {
 		t.Fatal(err)
 	}
 	precv := poison(3000)
 	if err := c.GroupP2P([]comm.P2P{comm.SendSlice(next, pinned), comm.RecvSlice(prev, precv)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	ipcExpect(t, "receive of a pinned send", precv, ipcValues(prev+7000, 3000))
+	mpitest.Expect(t, "receive of a pinned send", precv, mpitest.Values(prev+7000, 3000))
 	if _, _, staged := mc.IPCMessages(); staged != b2i(ipcNext)+b2i(ipcPrev) {
 		t.Errorf("%d messages fell back to the pipeline, want %d (the pinned send and its receive)", staged, b2i(ipcNext)+b2i(ipcPrev))
 	}
@@ -224,91 +163,15 @@ func TestRankIPCPath(t *testing.T) {
 	// 3500 (both the IPC path), then 100 (MPI) where rank 1 expects 2000
 	// (the IPC path); then a matching message arrives whole.
 	if r < 2 && peers != nil && peers[1-r] {
-		for _, step := range []struct{ sent, expected int }{{3000, 3500}, {100, 2000}, {2500, 2500}} {
-			if r == 0 {
-				buf := ipcUpload(t, dev, ipcValues(11, step.sent))
-				if err := comm.Send(c, buf, 1, nil); err != nil {
-					t.Errorf("send of %d float64s: %v", step.sent, err)
-				}
-				buf.Free()
-				continue
-			}
-			buf := poison(step.expected)
-			err := comm.Recv(c, buf, 0, nil)
-			if step.sent == step.expected {
-				if err != nil {
-					t.Fatalf("receive after the mismatches: %v", err)
-				}
-				ipcExpect(t, "receive after the mismatches", buf, ipcValues(11, step.sent))
-			} else {
-				if !errors.Is(err, comm.ErrMismatch) {
-					t.Fatalf("receive of %d float64s where %d were sent: %v, want ErrMismatch", step.expected, step.sent, err)
-				}
-				ipcExpect(t, "buffer of a refused receive", buf, slices.Repeat([]float64{ipcPoison}, step.expected))
-			}
-			buf.Free()
-		}
+		mpitest.CountsThatDiffer(t, c)
 	}
 
-	// Blocks of 700 float64s (5600 bytes) to and from every other rank.
-	const nb = 700
-	concat := func(seed func(q int) int) []float64 {
-		var v []float64
-		for q := range p {
-			v = append(v, ipcValues(seed(q), nb)...)
-		}
-		return v
-	}
-	reached := int64(0)
-	for q := range p {
-		if peers != nil && peers[q] {
-			reached++
-		}
-	}
-	sentB, gotB, _ := mc.IPCMessages()
-	mine := ipcUpload(t, dev, ipcValues(r+900, nb))
-	all := poison(nb * p)
-	if err := comm.AllGather(c, mine, all, nil); err != nil {
-		t.Fatal(err)
-	}
-	ipcExpect(t, "AllGather", all, concat(func(q int) int { return q + 900 }))
-	a2aSend, a2aRecv := ipcUpload(t, dev, concat(func(q int) int { return 100*r + q })), poison(nb*p)
-	if err := comm.AllToAll(c, a2aSend, a2aRecv, nil); err != nil {
-		t.Fatal(err)
-	}
-	ipcExpect(t, "AllToAll", a2aRecv, concat(func(q int) int { return 100*q + r }))
-	gathered := poison(nb * p)
-	if err := comm.Gather(c, mine, gathered, 0, nil); err != nil {
-		t.Fatal(err)
-	}
-	if r == 0 {
-		ipcExpect(t, "Gather", gathered, concat(func(q int) int { return q + 900 }))
-	}
-	scattered := poison(nb)
-	if err := comm.Scatter(c, a2aSend, scattered, p-1, nil); err != nil {
-		t.Fatal(err)
-	}
-	ipcExpect(t, "Scatter", scattered, ipcValues(100*(p-1)+r, nb))
-	// AllGather and AllToAll: a block each way with every peer reached;
-	// Gather: one to rank 0; Scatter: one from rank p-1.
-	wantS, wantG := 2*reached, 2*reached
-	if r != 0 && peers != nil && peers[0] {
-		wantS++
-	}
-	if r == 0 {
-		wantG += reached
-	}
-	if r == p-1 {
-		wantS += reached
-	}
-	if r != p-1 && peers != nil && peers[p-1] {
-		wantG++
-	}
-	if s2, g2, _ := mc.IPCMessages(); s2-sentB != wantS || g2-gotB != wantG {
-		t.Errorf("collectives' blocks through the IPC path: %d sent, %d received; want %d, %d", s2-sentB, g2-gotB, wantS, wantG)
-	}
+	// Blocks of 700 float64s (5600 bytes) to and from every other rank,
+	// those with the ranks it reaches through the IPC path.
+	mpitest.BlockCollectives(t, c, "the IPC path", func(q int) bool { return peers != nil && peers[q] },
+		func() (int64, int64) { s, g, _ := mc.IPCMessages(); return s, g })
 
-	for _, b := range append(append(sends, recvs...), data, later, recv, precv, mine, all, a2aSend, a2aRecv, gathered, scattered) {
+	for _, b := range append(append(sends, recvs...), precv) {
 		b.Free()
 	}
 	pinned.Free()
@@ -348,27 +211,27 @@ func TestRankIPCCollectives(t *testing.T) {
 	dev := c.Device()
 	p, r := c.Size(), c.Rank()
 	const n = 1001 // not a multiple of the ranks: parts of different sizes
-	x := ipcUpload(t, dev, ipcValues(r, n))
-	y := ipcUpload(t, dev, slices.Repeat([]float64{ipcPoison}, n))
+	x := mpitest.Upload(t, dev, mpitest.Values(r, n))
+	y := mpitest.Poisoned(t, dev, n)
 	before := mc.IPCCollectives()
 	if err := comm.AllReduce(c, x, y, comm.Sum, nil); err != nil {
 		t.Fatal(err)
 	}
 	want := make([]float64, n)
 	for q := range p {
-		for i, v := range ipcValues(q, n) {
+		for i, v := range mpitest.Values(q, n) {
 			want[i] += v
 		}
 	}
-	ipcExpect(t, "AllReduce", y, want)
+	mpitest.Expect(t, "AllReduce", y, want)
 	if err := comm.AllReduce(c, x, x, comm.Sum, nil); err != nil { // in place
 		t.Fatal(err)
 	}
-	ipcExpect(t, "AllReduce in place", x, want)
+	mpitest.Expect(t, "AllReduce in place", x, want)
 	if err := comm.Broadcast(c, x, y, 1, nil); err != nil {
 		t.Fatal(err)
 	}
-	ipcExpect(t, "Broadcast", y, want)
+	mpitest.Expect(t, "Broadcast", y, want)
 	want3 := int64(3)
 	if got := mc.IPCCollectives() - before; int64(got) != want3 {
 		t.Errorf("%d collectives through the IPC path, want %d", got, want3)

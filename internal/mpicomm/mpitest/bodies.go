@@ -77,8 +77,10 @@ func Solver(t *testing.T, backend string) {
 
 // values is count float64s drawn from a generator seeded by rank: exact in
 // binary, different on every rank.
-func values(rank, count int) []float64 {
-	rng := rand.New(rand.NewPCG(uint64(rank)+1, 0x5eed))
+// Values are count float64s from seed, exact in sums of a job's ranks
+// (multiples of 1/16 below 2^19): the data of the rank tests.
+func Values(seed, count int) []float64 {
+	rng := rand.New(rand.NewPCG(uint64(seed)+1, 0x5eed))
 	v := make([]float64, count)
 	for i := range v {
 		v[i] = float64(rng.IntN(1<<24)-1<<23) / 16
@@ -102,7 +104,7 @@ func NodeShared(t *testing.T, backend string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ns.Mine().CopyFrom(values(c.Rank(), counts(c.Rank())), nil); err != nil {
+	if err := ns.Mine().CopyFrom(Values(c.Rank(), counts(c.Rank())), nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := ns.Barrier(); err != nil {
@@ -114,7 +116,7 @@ func NodeShared(t *testing.T, backend string) {
 	}
 	i, bad := 0, 0
 	for r := range c.Size() {
-		for k, want := range values(r, counts(r)) {
+		for k, want := range Values(r, counts(r)) {
 			if all[i] != want && bad < 5 {
 				t.Errorf("rank %d reads element %d of rank %d's part as %v; rank %d wrote %v", c.Rank(), k, r, all[i], r, want)
 				bad++
@@ -153,7 +155,7 @@ func StreamsKeepCallOrder(t *testing.T, backend string) {
 	defer s1.Destroy()
 	defer s2.Destroy()
 	const n1, n2 = 5000, 777 // different counts: a swap fails or sums the wrong data
-	x1, x2 := values(c.Rank(), n1), values(c.Rank()+100, n2)
+	x1, x2 := Values(c.Rank(), n1), Values(c.Rank()+100, n2)
 	a := upload(t, c, x1)
 	b := upload(t, c, x2)
 	gate := make(chan struct{})
@@ -175,17 +177,17 @@ func StreamsKeepCallOrder(t *testing.T, backend string) {
 	}
 	sum, mx := make([]float64, n1), make([]float64, n2)
 	for r := range p {
-		for i, v := range values(r, n1) {
+		for i, v := range Values(r, n1) {
 			sum[i] += v
 		}
-		for i, v := range values(r+100, n2) {
+		for i, v := range Values(r+100, n2) {
 			if r == 0 || v > mx[i] {
 				mx[i] = v
 			}
 		}
 	}
-	expect(t, "AllReduce(sum) on the held stream", a, sum)
-	expect(t, "AllReduce(max) on the free stream", b, mx)
+	Expect(t, "AllReduce(sum) on the held stream", a, sum)
+	Expect(t, "AllReduce(max) on the free stream", b, mx)
 	if err := errors.Join(a.Free(), b.Free()); err != nil {
 		t.Error(err)
 	}
@@ -193,7 +195,13 @@ func StreamsKeepCallOrder(t *testing.T, backend string) {
 
 func upload(t *testing.T, c comm.Communicator, v []float64) devmem.Slice[float64] {
 	t.Helper()
-	s, err := devmem.AllocSlice[float64](c.Device(), len(v))
+	return Upload(t, c.Device(), v)
+}
+
+// Upload allocates a slice of len(v) float64s on dev holding v.
+func Upload(t *testing.T, dev *devmem.Device, v []float64) devmem.Slice[float64] {
+	t.Helper()
+	s, err := devmem.AllocSlice[float64](dev, len(v))
 	if err == nil {
 		err = s.CopyFrom(v, nil)
 	}
@@ -203,7 +211,19 @@ func upload(t *testing.T, c comm.Communicator, v []float64) devmem.Slice[float64
 	return s
 }
 
-func expect(t *testing.T, what string, s devmem.Slice[float64], want []float64) {
+// Poison is what a receive buffer holds before a test's call fills it.
+const Poison = -7.25
+
+// Poisoned is Upload of n Poisons.
+func Poisoned(t *testing.T, dev *devmem.Device, n int) devmem.Slice[float64] {
+	t.Helper()
+	return Upload(t, dev, slices.Repeat([]float64{Poison}, n))
+}
+
+// Expect checks s against want element by element, reporting the first
+// element that differs; the test goes on (its rank still makes every call
+// the others make).
+func Expect(t *testing.T, what string, s devmem.Slice[float64], want []float64) {
 	t.Helper()
 	got, err := s.ToHost(nil)
 	if err != nil {
@@ -227,7 +247,7 @@ func NothingLeftAfterClose(t *testing.T, backend string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x := upload(t, c, values(c.Rank(), 3000))
+	x := upload(t, c, Values(c.Rank(), 3000))
 	y := upload(t, c, make([]float64, 3000*c.Size()))
 	right, left := (c.Rank()+1)%c.Size(), (c.Rank()+c.Size()-1)%c.Size()
 	for _, err := range []error{
@@ -293,7 +313,7 @@ func DebugNamesMismatch(t *testing.T, backend string) {
 			t.Errorf("rank %d: %q does not say %q", c.Rank(), err, w)
 		}
 	}
-	expect(t, "buffer after a mismatched collective", x, []float64{1, 2, 3, 4})
+	Expect(t, "buffer after a mismatched collective", x, []float64{1, 2, 3, 4})
 
 	// On a stream the mismatch comes back from Synchronize.
 	s, err := c.Device().NewStream()
@@ -318,7 +338,7 @@ func DebugNamesMismatch(t *testing.T, backend string) {
 		t.Fatalf("AllReduce after the mismatch: %v", err)
 	}
 	p := float64(c.Size())
-	expect(t, "AllReduce after the mismatch", x, []float64{p, 2 * p, 3 * p, 4 * p})
+	Expect(t, "AllReduce after the mismatch", x, []float64{p, 2 * p, 3 * p, 4 * p})
 }
 
 // OptionsAgree gives every rank its own chunk size: the ranks use the
@@ -332,7 +352,7 @@ func OptionsAgree(t *testing.T, backend string) {
 		t.Errorf("rank %d: chunk %d bytes, want the smallest asked for, 4096", c.Rank(), got)
 	}
 	const n = 10000
-	x := upload(t, c, values(c.Rank(), n))
+	x := upload(t, c, Values(c.Rank(), n))
 	defer x.Free()
 	y := upload(t, c, make([]float64, n))
 	defer y.Free()
@@ -340,7 +360,7 @@ func OptionsAgree(t *testing.T, backend string) {
 	if err := c.GroupP2P([]comm.P2P{comm.SendSlice(right, x), comm.RecvSlice(left, y)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, "halo of 10000 float64 in chunks of 4096 bytes", y, values(left, n))
+	Expect(t, "halo of 10000 float64 in chunks of 4096 bytes", y, Values(left, n))
 }
 
 // ReceiveOfAnotherSizeIsAMismatch has rank 1 wait for more than rank 0
@@ -357,7 +377,7 @@ func ReceiveOfAnotherSizeIsAMismatch(t *testing.T, backend string) {
 	const sent, wanted = 3000, 5000
 	switch c.Rank() {
 	case 0:
-		x := upload(t, c, values(0, sent))
+		x := upload(t, c, Values(0, sent))
 		if err := comm.Send(c, x, 1, nil); err != nil {
 			t.Errorf("Send: %v", err)
 		}
@@ -381,9 +401,9 @@ func ReceiveOfAnotherSizeIsAMismatch(t *testing.T, backend string) {
 		if err := comm.Recv(c, y, 0, nil); err != nil {
 			t.Fatal(err)
 		}
-		expect(t, "the message after the mismatch", y, values(7, sent))
+		Expect(t, "the message after the mismatch", y, Values(7, sent))
 	} else if c.Rank() == 0 {
-		x := upload(t, c, values(7, sent))
+		x := upload(t, c, Values(7, sent))
 		defer x.Free()
 		if err := comm.Send(c, x, 1, nil); err != nil {
 			t.Fatal(err)
@@ -421,7 +441,7 @@ func Timeout(t *testing.T, backend string) {
 	}
 	c := open(t, backend, comm.WithTimeout(2*time.Second))
 	last := c.Size() - 1
-	x := upload(t, c, values(c.Rank(), 1<<16))
+	x := upload(t, c, Values(c.Rank(), 1<<16))
 	var err error
 	switch {
 	case scenario == "collective" && c.Rank() == last:
@@ -456,7 +476,7 @@ func nodeMismatch(t *testing.T, backend string) {
 	last := c.Size() - 1
 	switch c.Rank() {
 	case 0:
-		x := upload(t, c, values(0, 3000))
+		x := upload(t, c, Values(0, 3000))
 		if err := comm.Send(c, x, last, nil); err != nil {
 			fmt.Fprintf(os.Stderr, "rank 0: the send failed: %v\n", err)
 		}
@@ -501,27 +521,17 @@ func NodePath(t *testing.T, backend string) {
 	}
 	p, r := c.Size(), c.Rank()
 	next, prev := (r+1)%p, (r+p-1)%p
-	poison := func(n int) devmem.Slice[float64] {
-		v := make([]float64, n)
-		for i := range v {
-			v[i] = -7.25
-		}
-		return upload(t, c, v)
-	}
-	allPoison := func(what string, s devmem.Slice[float64]) {
-		t.Helper()
-		expect(t, what, s, slices.Repeat([]float64{-7.25}, s.Len()))
-	}
+	poison := func(n int) devmem.Slice[float64] { return Poisoned(t, c.Device(), n) }
 	// Sizes in float64s: below nodeMin (MPI), one chunk, a chunk and a
 	// bit, exactly the four slots, and 11.5 rings' worth.
 	for _, n := range []int{100, 512, 513, 4 * 512, 23*256 + 3, 46 * 512} {
-		send := upload(t, c, values(r*1000+n, n))
+		send := upload(t, c, Values(r*1000+n, n))
 		recv := poison(n)
 		err := c.GroupP2P([]comm.P2P{comm.SendSlice(next, send), comm.RecvSlice(prev, recv)}, nil)
 		if err != nil {
 			t.Fatalf("ring exchange of %d float64s: %v", n, err)
 		}
-		expect(t, fmt.Sprintf("%d float64s from rank %d", n, prev), recv, values(prev*1000+n, n))
+		Expect(t, fmt.Sprintf("%d float64s from rank %d", n, prev), recv, Values(prev*1000+n, n))
 		send.Free()
 		recv.Free()
 	}
@@ -531,7 +541,7 @@ func NodePath(t *testing.T, backend string) {
 	var ps []comm.P2P
 	var recvs []devmem.Slice[float64]
 	for i, n := range sizes {
-		ps = append(ps, comm.SendSlice(next, upload(t, c, values(r*77+i, n))))
+		ps = append(ps, comm.SendSlice(next, upload(t, c, Values(r*77+i, n))))
 		recvs = append(recvs, poison(n))
 		ps = append(ps, comm.RecvSlice(prev, recvs[i]))
 	}
@@ -539,17 +549,55 @@ func NodePath(t *testing.T, backend string) {
 		t.Fatal(err)
 	}
 	for i, n := range sizes {
-		expect(t, fmt.Sprintf("message %d of the group from rank %d", i, prev), recvs[i], values(prev*77+i, n))
+		Expect(t, fmt.Sprintf("message %d of the group from rank %d", i, prev), recvs[i], Values(prev*77+i, n))
 	}
-	s, err := c.Device().NewStream()
+	StreamOrderedSend(t, c, next, prev)
+	// Counts that differ, to rank 1: both the node path, then MPI against
+	// the node path.
+	if p >= 2 {
+		CountsThatDiffer(t, c)
+	}
+	sent, got := mc.NodeMessages()
+	if sent < 8 || got < 8 {
+		t.Errorf("rank %d sent %d and received %d messages through the node path, want at least 8 each", r, sent, got)
+	}
+
+	// Collectives built from messages take the node path too, with every
+	// other rank.
+	BlockCollectives(t, c, "the node path", func(int) bool { return true }, mc.NodeMessages)
+
+	// One rank turns the node path off: every rank's is off.
+	opt := comm.WithNodeBytes(nodeMin)
+	if r == p-1 {
+		opt = comm.WithNodeBytes(-1)
+	}
+	off := open(t, backend, comm.WithChunkBytes(chunk), opt)
+	defer off.Close()
+	if got := off.(*mpicomm.Comm).NodeBytes(); got != 0 {
+		t.Errorf("NodeBytes() = %d with the node path off on rank %d", got, p-1)
+	}
+	a, b := upload(t, off, Values(r, 5000)), upload(t, off, slices.Repeat([]float64{-7.25}, 5000))
+	if err := off.GroupP2P([]comm.P2P{comm.SendSlice(next, a), comm.RecvSlice(prev, b)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	Expect(t, "exchange with the node path off", b, Values(prev, 5000))
+	if s, g := off.(*mpicomm.Comm).NodeMessages(); s != 0 || g != 0 {
+		t.Errorf("node path off, yet %d sent and %d received through it", s, g)
+	}
+}
+
+// StreamOrderedSend sends 7000 float64s to next and receives as many from
+// prev on a stream that a host function holds, overwrites the sent buffer
+// after the send on the same stream, and checks that the send read it first.
+func StreamOrderedSend(t *testing.T, c comm.Communicator, next, prev int) {
+	t.Helper()
+	dev, r := c.Device(), c.Rank()
+	s, err := dev.NewStream()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Destroy()
 	const ns = 7000
-	data := upload(t, c, values(r+5000, ns))
-	later := upload(t, c, values(r+6000, ns))
-	recv := poison(ns)
+	data, later, recv := Upload(t, dev, Values(r+5000, ns)), Upload(t, dev, Values(r+6000, ns)), Poisoned(t, dev, ns)
 	gate := make(chan struct{})
 	if err := s.HostFunc(func() error { <-gate; return nil }); err != nil {
 		t.Fatal(err)
@@ -565,107 +613,115 @@ func NodePath(t *testing.T, backend string) {
 	if err := s.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, "stream-ordered receive", recv, values(prev+5000, ns))
+	Expect(t, "stream-ordered receive", recv, Values(prev+5000, ns))
+	if err := errors.Join(s.Destroy(), data.Free(), later.Free(), recv.Free()); err != nil {
+		t.Error(err)
+	}
+}
 
-	// Counts that differ: rank 0 sends 3000 float64s to rank 1, which
-	// expects 3500 (both the node path), then 100 (MPI) where rank 1
-	// expects 2000 (the node path); then a matching message still arrives.
-	if p >= 2 && r < 2 {
-		type step struct{ sent, expected int }
-		for _, st := range []step{{3000, 3500}, {100, 2000}, {2500, 2500}} {
-			if r == 0 {
-				buf := upload(t, c, values(11, st.sent))
-				if err := comm.Send(c, buf, 1, nil); err != nil {
-					t.Errorf("send of %d float64s: %v", st.sent, err)
-				}
-				buf.Free()
-				continue
-			}
-			buf := poison(st.expected)
-			err := comm.Recv(c, buf, 0, nil)
-			if st.sent == st.expected {
-				if err != nil {
-					t.Errorf("receive after the mismatches: %v", err)
-				}
-				expect(t, "receive after the mismatches", buf, values(11, st.sent))
-			} else {
-				if !errors.Is(err, comm.ErrMismatch) {
-					t.Errorf("receive of %d float64s where %d were sent: %v, want ErrMismatch", st.expected, st.sent, err)
-				}
-				allPoison(fmt.Sprintf("buffer of a refused receive (%d sent, %d expected)", st.sent, st.expected), buf)
+// CountsThatDiffer, between ranks 0 and 1 (the others do nothing): rank 0
+// sends 3000 float64s where rank 1 expects 3500, then 100 where rank 1
+// expects 2000, each ErrMismatch with the buffer untouched; then 2500 that
+// arrive whole.
+func CountsThatDiffer(t *testing.T, c comm.Communicator) {
+	t.Helper()
+	r, dev := c.Rank(), c.Device()
+	if r > 1 {
+		return
+	}
+	for _, st := range []struct{ sent, expected int }{{3000, 3500}, {100, 2000}, {2500, 2500}} {
+		if r == 0 {
+			buf := Upload(t, dev, Values(11, st.sent))
+			if err := comm.Send(c, buf, 1, nil); err != nil {
+				t.Errorf("send of %d float64s: %v", st.sent, err)
 			}
 			buf.Free()
+			continue
 		}
+		buf := Poisoned(t, dev, st.expected)
+		err := comm.Recv(c, buf, 0, nil)
+		if st.sent == st.expected {
+			if err != nil {
+				t.Errorf("receive after the mismatches: %v", err)
+			}
+			Expect(t, "receive after the mismatches", buf, Values(11, st.sent))
+		} else {
+			if !errors.Is(err, comm.ErrMismatch) {
+				t.Errorf("receive of %d float64s where %d were sent: %v, want ErrMismatch", st.expected, st.sent, err)
+			}
+			Expect(t, fmt.Sprintf("buffer of a refused receive (%d sent, %d expected)", st.sent, st.expected), buf, slices.Repeat([]float64{Poison}, st.expected))
+		}
+		buf.Free()
 	}
-	sent, got := mc.NodeMessages()
-	if sent < 8 || got < 8 {
-		t.Errorf("rank %d sent %d and received %d messages through the node path, want at least 8 each", r, sent, got)
-	}
+}
 
-	// Collectives built from messages take the node path too: blocks of
-	// 700 float64s (5600 bytes, two chunks) to and from every other rank.
+// BlockCollectives runs AllGather, AllToAll, Gather (to rank 0) and Scatter
+// (from the last rank) of blocks of 700 float64s (5600 bytes: two 4 KiB
+// chunks) to and from every other rank and checks every block; and it
+// checks that counter, the messages sent and received through path, grew by
+// a block for each that moved between this rank and a rank q that path
+// reaches (reaches(q)): AllGather and AllToAll one each way with each such
+// rank, Gather one to rank 0, Scatter one from the last rank.
+func BlockCollectives(t *testing.T, c comm.Communicator, path string, reaches func(q int) bool, counter func() (sent, got int64)) {
+	t.Helper()
+	dev := c.Device()
+	p, r := c.Size(), c.Rank()
 	const nb = 700
-	block := func(seed int) []float64 { return values(seed, nb) }
 	concat := func(seed func(q int) int) []float64 {
 		var v []float64
 		for q := range p {
-			v = append(v, block(seed(q))...)
+			v = append(v, Values(seed(q), nb)...)
 		}
 		return v
 	}
-	mine := upload(t, c, block(r+900))
-	all := poison(nb * p)
+	reached := int64(0)
+	for q := range p {
+		if q != r && reaches(q) {
+			reached++
+		}
+	}
+	sent, got := counter()
+	mine := Upload(t, dev, Values(r+900, nb))
+	all := Poisoned(t, dev, nb*p)
 	if err := comm.AllGather(c, mine, all, nil); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, "AllGather through the node path", all, concat(func(q int) int { return q + 900 }))
-	a2aSend, a2aRecv := upload(t, c, concat(func(q int) int { return 100*r + q })), poison(nb*p)
+	Expect(t, "AllGather through "+path, all, concat(func(q int) int { return q + 900 }))
+	a2aSend, a2aRecv := Upload(t, dev, concat(func(q int) int { return 100*r + q })), Poisoned(t, dev, nb*p)
 	if err := comm.AllToAll(c, a2aSend, a2aRecv, nil); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, "AllToAll through the node path", a2aRecv, concat(func(q int) int { return 100*q + r }))
-	gathered := poison(nb * p)
+	Expect(t, "AllToAll through "+path, a2aRecv, concat(func(q int) int { return 100*q + r }))
+	gathered := Poisoned(t, dev, nb*p)
 	if err := comm.Gather(c, mine, gathered, 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	if r == 0 {
-		expect(t, "Gather through the node path", gathered, concat(func(q int) int { return q + 900 }))
+		Expect(t, "Gather through "+path, gathered, concat(func(q int) int { return q + 900 }))
 	}
-	scattered := poison(nb)
+	scattered := Poisoned(t, dev, nb)
 	if err := comm.Scatter(c, a2aSend, scattered, p-1, nil); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, "Scatter through the node path", scattered, block(100*(p-1)+r))
-	// AllGather sends p-1 blocks, AllToAll p-1, Gather one (not from the
-	// root), Scatter p-1 at its root; and receives as many.
-	wantSent := int64(2 * (p - 1))
-	if r != 0 {
-		wantSent++
+	Expect(t, "Scatter through "+path, scattered, Values(100*(p-1)+r, nb))
+	wantS, wantG := 2*reached, 2*reached
+	if r != 0 && reaches(0) {
+		wantS++
+	}
+	if r == 0 {
+		wantG += reached
 	}
 	if r == p-1 {
-		wantSent += int64(p - 1)
+		wantS += reached
 	}
-	if s2, _ := mc.NodeMessages(); s2-sent != wantSent {
-		t.Errorf("rank %d sent %d collective blocks through the node path, want %d", r, s2-sent, wantSent)
+	if r != p-1 && reaches(p-1) {
+		wantG++
 	}
-
-	// One rank turns the node path off: every rank's is off.
-	opt := comm.WithNodeBytes(nodeMin)
-	if r == p-1 {
-		opt = comm.WithNodeBytes(-1)
+	if s2, g2 := counter(); s2-sent != wantS || g2-got != wantG {
+		t.Errorf("rank %d: collectives' blocks through %s: %d sent, %d received; want %d, %d", r, path, s2-sent, g2-got, wantS, wantG)
 	}
-	off := open(t, backend, comm.WithChunkBytes(chunk), opt)
-	defer off.Close()
-	if got := off.(*mpicomm.Comm).NodeBytes(); got != 0 {
-		t.Errorf("NodeBytes() = %d with the node path off on rank %d", got, p-1)
-	}
-	a, b := upload(t, off, values(r, 5000)), upload(t, off, slices.Repeat([]float64{-7.25}, 5000))
-	if err := off.GroupP2P([]comm.P2P{comm.SendSlice(next, a), comm.RecvSlice(prev, b)}, nil); err != nil {
-		t.Fatal(err)
-	}
-	expect(t, "exchange with the node path off", b, values(prev, 5000))
-	if s, g := off.(*mpicomm.Comm).NodeMessages(); s != 0 || g != 0 {
-		t.Errorf("node path off, yet %d sent and %d received through it", s, g)
+	if err := errors.Join(mine.Free(), all.Free(), a2aSend.Free(), a2aRecv.Free(), gathered.Free(), scattered.Free()); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -926,11 +982,11 @@ func StagedReductions(t *testing.T, backend string) {
 	s := c.(stager)
 	for _, count := range []int{512, 511} {
 		block := count / n
-		in := upload(t, c, values(me, count))
+		in := upload(t, c, Values(me, count))
 		out := upload(t, c, make([]float64, count))
 		sum := make([]float64, count)
 		for r := range n {
-			for i, x := range values(r, count) {
+			for i, x := range Values(r, count) {
 				sum[i] += x
 			}
 		}
@@ -944,19 +1000,19 @@ func StagedReductions(t *testing.T, backend string) {
 		if err := c.AllReduce(in.Buffer(), out.Buffer(), count, comm.Float64, comm.Sum, nil); err != nil {
 			t.Fatal(err)
 		}
-		expect(t, fmt.Sprintf("AllReduce of %d", count), out, sum)
+		Expect(t, fmt.Sprintf("AllReduce of %d", count), out, sum)
 		poison()
 		if err := c.Reduce(in.Buffer(), out.Buffer(), count, comm.Float64, comm.Sum, 0, nil); err != nil {
 			t.Fatal(err)
 		}
 		if me == 0 {
-			expect(t, fmt.Sprintf("Reduce of %d", count), out, sum)
+			Expect(t, fmt.Sprintf("Reduce of %d", count), out, sum)
 		}
 		poison()
 		if err := c.ReduceScatter(in.Buffer(), out.Buffer(), block, comm.Float64, comm.Sum, nil); err != nil {
 			t.Fatal(err)
 		}
-		expect(t, fmt.Sprintf("ReduceScatter of %d a rank", block), out, sum[me*block:(me+1)*block])
+		Expect(t, fmt.Sprintf("ReduceScatter of %d a rank", block), out, sum[me*block:(me+1)*block])
 		staged := s.StagedReductions() - before
 		want := int64(0)
 		if count == 512 {
@@ -1001,7 +1057,7 @@ func SendThenClose(t *testing.T, backend string) {
 	mc, _ := c.(*mpicomm.Comm)
 	nodePath := mc != nil && mc.NodeBytes() > 0 && mc.NodeBytes() <= count*8
 	if r%2 == 0 {
-		x := upload(t, c, values(r, count))
+		x := upload(t, c, Values(r, count))
 		err := comm.Send(c, x, peer, nil)
 		if nodePath {
 			if sent, _ := mc.NodeMessages(); sent != 1 {
@@ -1031,7 +1087,7 @@ func SendThenClose(t *testing.T, backend string) {
 			t.Errorf("rank %d received %d messages through the node path, want the one of %d bytes", r, got, count*8)
 		}
 	}
-	expect(t, fmt.Sprintf("rank %d's message, received after it closed", peer), x, values(peer, count))
+	Expect(t, fmt.Sprintf("rank %d's message, received after it closed", peer), x, Values(peer, count))
 }
 
 // UnreceivedSendFailsClose: with a timeout, a rank whose node path message
@@ -1058,7 +1114,7 @@ func UnreceivedSendFailsClose(t *testing.T, backend string) {
 		}
 		return
 	}
-	x := upload(t, c, values(0, count))
+	x := upload(t, c, Values(0, count))
 	defer x.Free()
 	if err := comm.Send(c, x, 1, nil); err != nil {
 		t.Fatalf("Send of %d bytes through the node path: %v", count*8, err)
@@ -1097,7 +1153,7 @@ func SendThenFinalize(t *testing.T, backend string, finalize func() error) {
 	}()
 	switch c.Rank() {
 	case 0:
-		x := upload(t, c, values(0, count))
+		x := upload(t, c, Values(0, count))
 		defer x.Free()
 		if err := comm.Send(c, x, 1, nil); err != nil {
 			t.Fatal(err)
@@ -1116,6 +1172,6 @@ func SendThenFinalize(t *testing.T, backend string, finalize func() error) {
 		if err := comm.Recv(c, x, 0, nil); err != nil {
 			t.Fatalf("Recv 500 ms after rank 0 sent and called Finalize: %v", err)
 		}
-		expect(t, "rank 0's message, received after its Finalize", x, values(0, count))
+		Expect(t, "rank 0's message, received after its Finalize", x, Values(0, count))
 	}
 }
