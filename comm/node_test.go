@@ -8,24 +8,15 @@ import (
 	"testing"
 
 	"github.com/gpucomm/gpucomm/comm"
-	"github.com/gpucomm/gpucomm/comm/local"
 	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/localtest"
 )
 
 // onRanks runs fn on every rank of a new local group of n and returns the
 // errors joined.
 func onRanks(t *testing.T, n int, fn func(c comm.Communicator) error) {
 	t.Helper()
-	cs, err := local.NewGroup(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r, c := range cs {
-		wg.Go(func() { errs[r] = fn(c) })
-	}
-	wg.Wait()
+	_, errs := localtest.Run(t, n, fn)
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}

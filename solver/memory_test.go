@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/localtest"
 )
 
 // newAll runs New on every rank of a fresh local group of n and returns the
@@ -77,7 +78,7 @@ func TestDeviceBytesCountsWhatSetupAllocates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, errs := RunRanks(t, 4, func(c comm.Communicator) error {
+	_, errs := localtest.Run(t, 4, func(c comm.Communicator) error {
 		s, err := New(c, cfg)
 		if err != nil {
 			return err

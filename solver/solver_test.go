@@ -11,6 +11,7 @@ import (
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/comm/local"
 	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/localtest"
 	"github.com/gpucomm/gpucomm/solver"
 	"github.com/gpucomm/gpucomm/solver/solvertest"
 )
@@ -85,7 +86,7 @@ func TestCasesCoverBothDecompositionsOverlapAndUnevenSplits(t *testing.T) {
 // run runs fn on every rank of a fresh local group, each in its goroutine.
 func run(t *testing.T, n int, fn func(c comm.Communicator) error) []error {
 	t.Helper()
-	_, errs := solver.RunRanks(t, n, fn)
+	_, errs := localtest.Run(t, n, fn)
 	return errs
 }
 

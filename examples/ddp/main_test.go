@@ -6,27 +6,21 @@ import (
 	"fmt"
 	"math"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/gpucomm/gpucomm/comm/local"
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/internal/localtest"
 )
 
 func trainAll(t *testing.T, np int, cfg config) ([]result, string) {
 	t.Helper()
-	comms, err := local.NewGroup(np)
-	if err != nil {
-		t.Fatal(err)
-	}
 	results := make([]result, np)
 	outs := make([]bytes.Buffer, np)
-	errs := make([]error, np)
-	var wg sync.WaitGroup
-	for i, c := range comms {
-		wg.Add(1)
-		go func() { defer wg.Done(); results[i], errs[i] = train(c, cfg, &outs[i]) }()
-	}
-	wg.Wait()
+	_, errs := localtest.Run(t, np, func(c comm.Communicator) error {
+		var err error
+		results[c.Rank()], err = train(c, cfg, &outs[c.Rank()])
+		return err
+	})
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
@@ -87,25 +81,15 @@ func TestDDPMatchesOneRankOnTheWholeData(t *testing.T) {
 // A rank that steps differently, as a bug or a broken backend would make it,
 // must be caught by the per-step check on every rank.
 func TestDDPNoticesDivergedParameters(t *testing.T) {
-	comms, err := local.NewGroup(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for i, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			cfg := defaultConfig
-			cfg.Steps = 3
-			if i == 1 {
-				cfg.LR = 0.25
-			}
-			_, errs[i] = train(c, cfg, &bytes.Buffer{})
-		}()
-	}
-	wg.Wait()
+	_, errs := localtest.Run(t, 2, func(c comm.Communicator) error {
+		cfg := defaultConfig
+		cfg.Steps = 3
+		if c.Rank() == 1 {
+			cfg.LR = 0.25
+		}
+		_, err := train(c, cfg, &bytes.Buffer{})
+		return err
+	})
 	for r, err := range errs {
 		if err == nil || !strings.Contains(err.Error(), "parameters differ") {
 			t.Errorf("rank %d: %v, want a parameter mismatch", r, err)

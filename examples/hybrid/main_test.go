@@ -5,26 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 
-	"github.com/gpucomm/gpucomm/comm/local"
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/internal/localtest"
 )
 
 func TestHybridExampleSumsScaledRanksOnLocalBackend(t *testing.T) {
 	for _, np := range []int{1, 2, 4} {
-		comms, err := local.NewGroup(np)
-		if err != nil {
-			t.Fatal(err)
-		}
 		outs := make([]bytes.Buffer, np)
-		errs := make([]error, np)
-		var wg sync.WaitGroup
-		for i, c := range comms {
-			wg.Add(1)
-			go func() { defer wg.Done(); errs[i] = run(c, &outs[i]) }()
-		}
-		wg.Wait()
+		_, errs := localtest.Run(t, np, func(c comm.Communicator) error { return run(c, &outs[c.Rank()]) })
 		if err := errors.Join(errs...); err != nil {
 			t.Fatal(err)
 		}
