@@ -108,15 +108,66 @@ func TestCUDAOnGPUIPCHandleOfFreedMemoryIsRefused(t *testing.T) {
 	}
 }
 
+// cudaChildOpen opens cuda:0 and reads the handle the parent gave in
+// GCT_HANDLE: how the children that open an exporter's memory start.
+func cudaChildOpen() (IPCHandle, *Device, error) {
+	h, err := cudaEnvHandle("GCT_HANDLE")
+	if err != nil {
+		return h, nil, err
+	}
+	d, err := Open("cuda:0", 0)
+	return h, d, err
+}
+
+// cudaRead copies b to the host.
+func cudaRead(b Buffer) ([]byte, error) {
+	got := make([]byte, b.Len())
+	return got, CopyToHost(got, b, nil)
+}
+
+// cudaReportHolds reports "ok" when v, opened from h, holds the exporter's
+// bytes (cudaRandom(71, size)), and that what does not otherwise; it
+// closes v.
+func cudaReportHolds(v Buffer, h IPCHandle, what string) error {
+	got, err := cudaRead(v)
+	if err != nil {
+		return err
+	}
+	if string(got) != string(cudaRandom(71, h.Size())) {
+		cudaReport("%s does not hold the exporter's bytes", what)
+		return v.CloseIPC()
+	}
+	if err := v.CloseIPC(); err != nil {
+		return err
+	}
+	cudaReport("ok")
+	return nil
+}
+
+// cudaMapRaw maps the legacy IPC handle the parent gave in GCT_RAW (hex)
+// with cuIpcOpenMemHandle in ctx, outside gpucomm, as a CUDA-aware MPI
+// maps memory it moved.
+func cudaMapRaw(ctx cuda.Context) (cuda.DevicePtr, error) {
+	var raw cuda.IpcMemHandle
+	b, err := hex.DecodeString(os.Getenv("GCT_RAW"))
+	if err != nil || len(b) != len(raw) {
+		return 0, fmt.Errorf("GCT_RAW: %d bytes, %v", len(b), err)
+	}
+	copy(raw[:], b)
+	var p cuda.DevicePtr
+	err = cuda.WithContext(ctx, func() error {
+		var err error
+		p, err = cuda.IpcOpenMemHandle(raw, cuda.IpcMemLazyEnablePeerAccess)
+		return err
+	})
+	return p, err
+}
+
 // cudaChildExpectBadHandle opens GCT_HANDLE: with GCT_LIVE set it must open
 // and hold cudaRandom(71, size); otherwise OpenIPC must fail with
 // ErrBadHandle and leave nothing open.
 func cudaChildExpectBadHandle() error {
-	h, err := cudaEnvHandle("GCT_HANDLE")
-	if err != nil {
-		return err
-	}
-	d, err := Open("cuda:0", 0)
+	h, d, err := cudaChildOpen()
 	if err != nil {
 		return err
 	}
@@ -126,19 +177,7 @@ func cudaChildExpectBadHandle() error {
 			cudaReport("open of a live handle: %v", err)
 			return nil
 		}
-		got := make([]byte, v.Len())
-		if err := CopyToHost(got, v, nil); err != nil {
-			return err
-		}
-		if want := cudaRandom(71, h.Size()); string(got) != string(want) {
-			cudaReport("the opened memory does not hold the exporter's bytes")
-			return nil
-		}
-		if err := v.CloseIPC(); err != nil {
-			return err
-		}
-		cudaReport("ok")
-		return nil
+		return cudaReportHolds(v, h, "the opened memory")
 	}
 	switch {
 	case err == nil:
@@ -190,11 +229,7 @@ func TestCUDAOnGPUVMMMemoryOutlivesExporterFree(t *testing.T) {
 // parent's "freed", then checks the memory still holds cudaRandom(72, size)
 // and takes a write, and closes.
 func cudaChildHoldAfterFree() error {
-	h, err := cudaEnvHandle("GCT_HANDLE")
-	if err != nil {
-		return err
-	}
-	d, err := Open("cuda:0", 0)
+	h, d, err := cudaChildOpen()
 	if err != nil {
 		return err
 	}
@@ -206,8 +241,8 @@ func cudaChildHoldAfterFree() error {
 	if line, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil || line != "freed\n" {
 		return fmt.Errorf("waiting for the parent: %q, %v", line, err)
 	}
-	got := make([]byte, v.Len())
-	if err := CopyToHost(got, v, nil); err != nil {
+	got, err := cudaRead(v)
+	if err != nil {
 		return err
 	}
 	want := cudaRandom(72, h.Size())
@@ -298,28 +333,13 @@ func TestCUDAOnGPUIPCBesideAForeignLegacyMapping(t *testing.T) {
 // the open must fail with ErrBadHandle naming the collision, otherwise it
 // must open and read cudaRandom(71, size).
 func cudaChildBesideForeignMapping() error {
-	h, err := cudaEnvHandle("GCT_HANDLE")
-	if err != nil {
-		return err
-	}
-	d, err := Open("cuda:0", 0)
+	h, d, err := cudaChildOpen()
 	if err != nil {
 		return err
 	}
 	ctx := cuda.Context(d.context())
-	var foreign cuda.DevicePtr
-	if s := os.Getenv("GCT_RAW"); s != "" {
-		var raw cuda.IpcMemHandle
-		b, err := hex.DecodeString(s)
-		if err != nil || len(b) != len(raw) {
-			return fmt.Errorf("GCT_RAW: %d bytes, %v", len(b), err)
-		}
-		copy(raw[:], b)
-		err = cuda.WithContext(ctx, func() error {
-			var err error
-			foreign, err = cuda.IpcOpenMemHandle(raw, cuda.IpcMemLazyEnablePeerAccess)
-			return err
-		})
+	if os.Getenv("GCT_RAW") != "" {
+		foreign, err := cudaMapRaw(ctx)
 		if err != nil {
 			return fmt.Errorf("the foreign (MPI's) mapping: %w", err)
 		}
@@ -346,19 +366,7 @@ func cudaChildBesideForeignMapping() error {
 		cudaReport("VMM open beside a foreign mapping: %v", err)
 		return nil
 	}
-	got := make([]byte, v.Len())
-	if err := CopyToHost(got, v, nil); err != nil {
-		return err
-	}
-	if string(got) != string(cudaRandom(71, h.Size())) {
-		cudaReport("the VMM view does not hold the exporter's bytes")
-		return v.CloseIPC()
-	}
-	if err := v.CloseIPC(); err != nil {
-		return err
-	}
-	cudaReport("ok")
-	return nil
+	return cudaReportHolds(v, h, "the VMM view")
 }
 
 // TestCUDAOnGPUVMMSettingChoosesTheMemory: GPUCOMM_IPC=legacy gives legacy
@@ -473,18 +481,8 @@ func cudaChildStaleMapping() error {
 		return err
 	}
 	ctx := cuda.Context(d.context())
-	var raw cuda.IpcMemHandle
-	b, err := hex.DecodeString(os.Getenv("GCT_RAW"))
-	if err != nil || len(b) != len(raw) {
-		return fmt.Errorf("GCT_RAW: %d bytes, %v", len(b), err)
-	}
-	copy(raw[:], b)
-	var stale cuda.DevicePtr
-	if err := cuda.WithContext(ctx, func() error {
-		var err error
-		stale, err = cuda.IpcOpenMemHandle(raw, cuda.IpcMemLazyEnablePeerAccess)
-		return err
-	}); err != nil {
+	stale, err := cudaMapRaw(ctx)
+	if err != nil {
 		return err
 	}
 	defer cuda.WithContext(ctx, func() error { return cuda.IpcCloseMemHandle(stale) })
@@ -506,8 +504,7 @@ func cudaChildStaleMapping() error {
 			cudaReport("%v", err)
 			continue
 		}
-		got := make([]byte, v.Len())
-		err = CopyToHost(got, v, nil)
+		got, err := cudaRead(v)
 		switch {
 		case err != nil:
 			cudaReport("read: %v", err)
