@@ -916,30 +916,38 @@ func TestHandleMarshalRoundTrip(t *testing.T) {
 	}
 }
 
-func FuzzUnmarshalHandle(f *testing.F) {
-	d := NewHostDevice()
-	buf, err := d.Alloc(64)
+// seedHandles adds to f's corpus the handle of a live host buffer of size
+// bytes (freed when f ends) and a legacy and a VMM CUDA handle of process
+// pid, and gives the host handle's bytes.
+func seedHandles(f *testing.F, size int, pid uint32) []byte {
+	f.Helper()
+	buf, err := NewHostDevice().Alloc(size)
 	if err != nil {
 		f.Fatal(err)
 	}
-	defer buf.Free()
+	f.Cleanup(func() { buf.Free() })
 	h, err := buf.Export()
 	if err != nil {
 		f.Fatal(err)
 	}
 	good, _ := h.MarshalBinary()
 	f.Add(good)
+	for _, vmm := range []bool{false, true} {
+		hf := cudaHandle(f, pid, vmm)
+		c := hf.seal()
+		f.Add(c.raw[:])
+	}
+	return good
+}
+
+func FuzzUnmarshalHandle(f *testing.F) {
+	good := seedHandles(f, 64, 4242)
 	f.Add([]byte{})
 	f.Add(make([]byte, HandleSize))
 	f.Add(good[:hoCRC])
 	flipped := bytes.Clone(good)
 	flipped[hoCRC] ^= 1
 	f.Add(flipped)
-	for _, vmm := range []bool{false, true} {
-		hf := cudaHandle(f, 4242, vmm)
-		c := hf.seal()
-		f.Add(c.raw[:])
-	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		try := func(b []byte) {
 			var h IPCHandle
@@ -1004,23 +1012,7 @@ func ExampleDevice_OpenIPC() {
 // fixed: it must refuse with ErrBadHandle (or open what a handle really
 // names, and close it), never panic or hang.
 func FuzzOpenIPC(f *testing.F) {
-	d := NewHostDevice()
-	buf, err := d.Alloc(4096)
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer buf.Free()
-	h, err := buf.Export()
-	if err != nil {
-		f.Fatal(err)
-	}
-	good, _ := h.MarshalBinary()
-	f.Add(good)
-	for _, vmm := range []bool{false, true} {
-		hf := cudaHandle(f, uint32(os.Getpid()), vmm)
-		c := hf.seal()
-		f.Add(c.raw[:])
-	}
+	seedHandles(f, 4096, uint32(os.Getpid()))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if len(b) != HandleSize {
 			return
