@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -305,21 +306,34 @@ func TestNodeSharedRanksFillOneBuffer(t *testing.T) {
 			t.Errorf("rank %d: Barrier after Close = %v, want ErrClosed", r, err)
 		}
 	}
-	closeAll(cs)
+	endNode(t, cs, hub)
+}
+
+// endNode closes the ranks' ends of an inProcessNode and fails t if its hub
+// failed.
+func endNode(t *testing.T, cs []*pipeComm, hub <-chan error) {
+	t.Helper()
+	for _, c := range cs {
+		c.w.(io.Closer).Close()
+	}
 	if err := <-hub; err != nil {
 		t.Fatal(err)
 	}
 }
 
-func closeAll(cs []*pipeComm) {
-	for _, c := range cs {
-		c.w.(io.Closer).Close()
+// onNode runs fn on every rank of a fresh inProcessNode of size ranks,
+// fails t on any rank's error, and ends the node.
+func onNode(t *testing.T, size int, fn func(c *pipeComm) error) {
+	t.Helper()
+	cs, hub := inProcessNode(t, size)
+	if err := errors.Join(onEveryRank(cs, fn)...); err != nil {
+		t.Fatal(err)
 	}
+	endNode(t, cs, hub)
 }
 
 func TestNodeSharedAllCountsZero(t *testing.T) {
-	cs, hub := inProcessNode(t, 3)
-	errs := onEveryRank(cs, func(c *pipeComm) error {
+	onNode(t, 3, func(c *pipeComm) error {
 		ns, err := NewNodeShared(c, 0, 4)
 		if err != nil {
 			return err
@@ -332,13 +346,6 @@ func TestNodeSharedAllCountsZero(t *testing.T) {
 		}
 		return checkNothingLeft(c.dev)
 	})
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	closeAll(cs)
-	if err := <-hub; err != nil {
-		t.Fatal(err)
-	}
 }
 
 // corruptingComm flips a byte of every broadcast it receives, as a broken
@@ -393,8 +400,7 @@ func TestNodeSharedErrorOnOneRankFailsAllWithNothingLeft(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			cs, hub := inProcessNode(t, 4)
-			errs := onEveryRank(cs, func(c *pipeComm) error {
+			onNode(t, 4, func(c *pipeComm) error {
 				nc, count, elem := tc.args(c)
 				ns, err := NewNodeShared(nc, count, elem)
 				if err == nil {
@@ -412,13 +418,6 @@ func TestNodeSharedErrorOnOneRankFailsAllWithNothingLeft(t *testing.T) {
 				}
 				return checkNothingLeft(c.dev)
 			})
-			if err := errors.Join(errs...); err != nil {
-				t.Fatal(err)
-			}
-			closeAll(cs)
-			if err := <-hub; err != nil {
-				t.Fatal(err)
-			}
 		})
 	}
 }
@@ -432,10 +431,7 @@ func TestNodeSharedRootErrorReachesEveryRank(t *testing.T) {
 	if errs[0] == nil || errs[1] == nil || !strings.Contains(errs[1].Error(), "root could not share") {
 		t.Fatalf("errors %v", errs)
 	}
-	closeAll(cs)
-	if err := <-hub; err != nil {
-		t.Fatal(err)
-	}
+	endNode(t, cs, hub)
 }
 
 func TestNewNodeSharedNilComm(t *testing.T) {
@@ -446,20 +442,57 @@ func TestNewNodeSharedNilComm(t *testing.T) {
 
 func init() { childRoles["nodeshared"] = childNodeShared }
 
-// childNodeShared is one rank of a node of processes: RANK of SIZE, whose
-// counts are COUNTS (comma-separated), talking to the hub on fd 3 and 4.
-func childNodeShared() error {
+// childRankCounts reads a node child's RANK and COUNTS (comma-separated),
+// which startNode set.
+func childRankCounts() (int, []int64, error) {
 	rank, err := envInt("RANK")
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	var counts []int64
 	for f := range strings.SplitSeq(os.Getenv("COUNTS"), ",") {
 		n, err := strconv.ParseInt(f, 10, 64)
 		if err != nil {
-			return err
+			return 0, nil, err
 		}
 		counts = append(counts, n)
+	}
+	return rank, counts, nil
+}
+
+// startNode runs child role as len(counts) processes, one a rank, each
+// given its RANK, the COUNTS and env, their node communicator served by a
+// hub here; it waits for every one.
+func startNode(t *testing.T, role string, counts []int64, env map[string]string) {
+	t.Helper()
+	var list []string
+	for _, n := range counts {
+		list = append(list, strconv.FormatInt(n, 10))
+	}
+	var cs []*child
+	var hub []hubConn
+	for r := range counts {
+		e := map[string]string{"RANK": strconv.Itoa(r), "COUNTS": strings.Join(list, ",")}
+		maps.Copy(e, env)
+		c := startChild(t, role, e, true)
+		cs = append(cs, c)
+		hub = append(hub, hubConn{c.from, c.to})
+	}
+	hubErr := serveHub(hub)
+	for _, c := range cs {
+		c.wait(t)
+	}
+	if hubErr != nil {
+		t.Fatal(hubErr)
+	}
+}
+
+// childNodeShared is one rank of a node of processes: RANK of SIZE, whose
+// counts are COUNTS (comma-separated), talking to the hub on fd 3 and 4.
+func childNodeShared() error {
+	rank, counts, err := childRankCounts()
+	if err != nil {
+		return err
 	}
 	toHub, fromHub := childPipes()
 	c := &pipeComm{rank: rank, size: len(counts), dev: NewHostDevice(), r: fromHub, w: toHub}
@@ -475,25 +508,7 @@ func childNodeShared() error {
 }
 
 func TestNodeSharedAcrossProcesses(t *testing.T) {
-	counts := []int64{5000, 1, 0, 12345}
-	var list []string
-	for _, n := range counts {
-		list = append(list, strconv.FormatInt(n, 10))
-	}
-	var cs []*child
-	var hub []hubConn
-	for r := range counts {
-		c := startChild(t, "nodeshared", map[string]string{"RANK": strconv.Itoa(r), "COUNTS": strings.Join(list, ",")}, true)
-		cs = append(cs, c)
-		hub = append(hub, hubConn{c.from, c.to})
-	}
-	hubErr := serveHub(hub)
-	for _, c := range cs {
-		c.wait(t)
-	}
-	if hubErr != nil {
-		t.Fatal(hubErr)
-	}
+	startNode(t, "nodeshared", []int64{5000, 1, 0, 12345}, nil)
 }
 
 func init() { childRoles["nodeshared-two"] = childNodeSharedTwo }
@@ -505,17 +520,9 @@ func init() { childRoles["nodeshared-two"] = childNodeSharedTwo }
 // by this rank's device), opens u's handle twice more, and checks every
 // element of u and v.
 func childNodeSharedTwo() error {
-	rank, err := envInt("RANK")
+	rank, counts, err := childRankCounts()
 	if err != nil {
 		return err
-	}
-	var counts []int64
-	for f := range strings.SplitSeq(os.Getenv("COUNTS"), ",") {
-		n, err := strconv.ParseInt(f, 10, 64)
-		if err != nil {
-			return err
-		}
-		counts = append(counts, n)
 	}
 	size := len(counts)
 	dev, err := Open(os.Getenv("DEVICE"), 0)
@@ -612,24 +619,7 @@ func childNodeSharedTwo() error {
 // device spec.
 func nodeSharedTwoBuffers(t *testing.T, spec string, vmm bool, counts []int64) {
 	t.Helper()
-	var list []string
-	for _, n := range counts {
-		list = append(list, strconv.FormatInt(n, 10))
-	}
-	var cs []*child
-	var hub []hubConn
-	for r := range counts {
-		c := startChild(t, "nodeshared-two", map[string]string{"RANK": strconv.Itoa(r), "COUNTS": strings.Join(list, ","), "DEVICE": spec, "WANT_VMM": map[bool]string{true: "1"}[vmm]}, true)
-		cs = append(cs, c)
-		hub = append(hub, hubConn{c.from, c.to})
-	}
-	hubErr := serveHub(hub)
-	for _, c := range cs {
-		c.wait(t)
-	}
-	if hubErr != nil {
-		t.Fatal(hubErr)
-	}
+	startNode(t, "nodeshared-two", counts, map[string]string{"DEVICE": spec, "WANT_VMM": map[bool]string{true: "1"}[vmm]})
 }
 
 // TestNodeSharedTwoBuffersAcrossProcesses: the seed program's two
