@@ -216,10 +216,7 @@ func (r *rank) halo(dt comm.DType, n int, onStream bool) {
 	in := func(j int, tag string) []byte { return r.input(call, j, tag, randomBytes(n*es)) }
 	toR, toL := r.newBuf("to right", in(me, "R")), r.newBuf("to left", in(me, "L"))
 	fromL, fromR := r.newBuf("from left", poisoned(n*es)), r.newBuf("from right", poisoned(n*es))
-	var s *devmem.Stream
-	if onStream {
-		s = r.stream()
-	}
+	s := r.streamIf(onStream)
 	what := fmt.Sprintf("GroupP2P halo exchange of %d %v", n, dt)
 	if onStream {
 		what += " on a stream"

@@ -156,10 +156,7 @@ func (r *rank) collective(s collSpec) {
 	send := r.view(sb, sOff, sendLen*es)
 	recv := r.view(rb, rOff, recvLen*es)
 
-	var st *devmem.Stream
-	if s.stream {
-		st = r.stream()
-	}
+	st := r.streamIf(s.stream)
 	err := invoke(c, s.op, send, recv, n, s.dt, s.red, s.root, st)
 	what := s.String()
 	r.ok(what, err)

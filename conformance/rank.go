@@ -283,6 +283,15 @@ func (r *rank) stream() *devmem.Stream {
 	return s
 }
 
+// streamIf is a stream made by stream when on, and nil (calls that return
+// when done) otherwise.
+func (r *rank) streamIf(on bool) *devmem.Stream {
+	if !on {
+		return nil
+	}
+	return r.stream()
+}
+
 // finish synchronises and destroys a stream made by stream.
 func (r *rank) finish(what string, s *devmem.Stream) {
 	if s == nil {

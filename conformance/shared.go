@@ -144,10 +144,7 @@ func (r *rank) sendThenClose() {
 	case from:
 		for i, m := range msgs {
 			b := r.newBuf("send", data(i))
-			var s *devmem.Stream
-			if m.stream {
-				s = r.stream()
-			}
+			s := r.streamIf(m.stream)
 			w := fmt.Sprintf("%s: Send of message %d (%d %v)", what, i, m.n, m.dt)
 			r.ok(w, c.Send(r.view(b, 0, len(data(i))), m.n, m.dt, to, s))
 			r.finish(w, s)
@@ -160,10 +157,7 @@ func (r *rank) sendThenClose() {
 		time.Sleep(500 * time.Millisecond)
 		for i, m := range msgs {
 			b := r.newBuf("recv", poisoned(len(data(i))))
-			var s *devmem.Stream
-			if m.stream {
-				s = r.stream()
-			}
+			s := r.streamIf(m.stream)
 			w := fmt.Sprintf("%s: Recv of message %d (%d %v) 500 ms after the Send", what, i, m.n, m.dt)
 			r.ok(w, c.Recv(r.view(b, 0, len(data(i))), m.n, m.dt, from, s))
 			r.finish(w, s)

@@ -546,48 +546,69 @@ func pingPongTable(cfg config, host *mpi.Comm, staged, viaMPI, whole, direct com
 	for i, s := range sides {
 		names[i] = s.name
 	}
-	var diffs strings.Builder
-	tw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
-	if host.Rank() == 0 {
-		fmt.Printf("Point-to-point ping-pong, ranks 0 and 1: latency (half a round trip) and bandwidth, median of %d rounds; ratio = staged / host MPI bandwidth\n", cfg.rounds)
-		fmt.Fprint(tw, "size\t")
-		for _, s := range sides {
-			fmt.Fprintf(tw, "%s µs\t%s GB/s\t", s.name, s.name)
+	title := fmt.Sprintf("Point-to-point ping-pong, ranks 0 and 1: latency (half a round trip) and bandwidth, median of %d rounds; ratio = staged / host MPI bandwidth", cfg.rounds)
+	ratio := func(bw []float64) string {
+		if len(sides) > 1 && sides[1].name == "staged" {
+			return fmt.Sprintf("%.2f", bw[1]/bw[0])
 		}
-		fmt.Fprint(tw, "ratio\t\n")
+		return "-"
 	}
-	for _, n := range cfg.sizes {
+	return sideTable(cfg, host, title, names, cfg.sizes, "ratio", ratio, func(n int) ([][]time.Duration, error) {
 		iters := iterations(cfg.budget, n)
-		var bw []float64
-		if host.Rank() == 0 {
-			fmt.Fprintf(tw, "%s\t", bench.FormatSize(int64(n)))
-		}
-		times, err := measureRounds(cfg.rounds, len(sides), func(i int) (time.Duration, error) {
+		return measureRounds(cfg.rounds, len(sides), func(i int) (time.Duration, error) {
 			d, err := timeTrips(host, sides[i], n, iters)
 			return d / time.Duration(2*iters), err
 		})
+	})
+}
+
+// sideTable prints on rank 0, after title, a row a size of each side's
+// time (µs) and bandwidth, from the median of the rounds that measure gives
+// for the size, and with last a column lastName from the row's bandwidths;
+// with -only, each pair's per-round differences follow the table.
+func sideTable(cfg config, host *mpi.Comm, title string, names []string, sizes []int, lastName string, last func(bw []float64) string,
+	measure func(n int) ([][]time.Duration, error)) error {
+	rank0 := host.Rank() == 0
+	var diffs strings.Builder
+	tw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
+	if rank0 {
+		fmt.Println(title)
+		fmt.Fprint(tw, "size\t")
+		for _, name := range names {
+			fmt.Fprintf(tw, "%s µs\t%s GB/s\t", name, name)
+		}
+		if last != nil {
+			fmt.Fprintf(tw, "%s\t", lastName)
+		}
+		fmt.Fprint(tw, "\n")
+	}
+	for _, n := range sizes {
+		if rank0 {
+			fmt.Fprintf(tw, "%s\t", bench.FormatSize(int64(n)))
+		}
+		times, err := measure(n)
 		if err != nil {
 			return err
 		}
 		if cfg.only != nil {
 			pairDiffs(&diffs, n, names, times)
 		}
-		for i := range sides {
-			oneWay := median(times[i])
-			bw = append(bw, gbps(n, oneWay))
-			if host.Rank() == 0 {
-				fmt.Fprintf(tw, "%.2f\t%.3f\t", float64(oneWay.Nanoseconds())/1e3, gbps(n, oneWay))
+		bw := make([]float64, len(names))
+		for i := range names {
+			d := median(times[i])
+			bw[i] = gbps(n, d)
+			if rank0 {
+				fmt.Fprintf(tw, "%.2f\t%.3f\t", float64(d.Nanoseconds())/1e3, bw[i])
 			}
 		}
-		if host.Rank() == 0 {
-			if len(sides) > 1 && sides[1].name == "staged" {
-				fmt.Fprintf(tw, "%.2f\t\n", bw[1]/bw[0])
-			} else {
-				fmt.Fprint(tw, "-\t\n")
+		if rank0 {
+			if last != nil {
+				fmt.Fprintf(tw, "%s\t", last(bw))
 			}
+			fmt.Fprint(tw, "\n")
 		}
 	}
-	if host.Rank() == 0 {
+	if rank0 {
 		tw.Flush()
 		fmt.Print(diffs.String())
 		fmt.Println()
@@ -715,54 +736,23 @@ func allReduceTable(cfg config, host *mpi.Comm, staged, direct comm.Communicator
 	for i, s := range sides {
 		names[i] = s.name
 	}
-	var diffs strings.Builder
-	tw := tabwriter.NewWriter(os.Stdout, 0, 8, 2, ' ', tabwriter.AlignRight)
-	if host.Rank() == 0 {
-		fmt.Printf("AllReduce of float32 (sum, in place) over %d ranks: time per call and algorithm bandwidth (size / time), median of %d rounds\n", host.Size(), cfg.rounds)
-		fmt.Fprint(tw, "size\t")
-		for _, s := range sides {
-			fmt.Fprintf(tw, "%s µs\t%s GB/s\t", s.name, s.name)
-		}
-		fmt.Fprint(tw, "\n")
-	}
+	var sizes []int // whole float32s
 	for _, n := range cfg.sizes {
-		n = n / 4 * 4
-		if n == 0 {
-			continue
+		if n = n / 4 * 4; n != 0 {
+			sizes = append(sizes, n)
 		}
+	}
+	title := fmt.Sprintf("AllReduce of float32 (sum, in place) over %d ranks: time per call and algorithm bandwidth (size / time), median of %d rounds", host.Size(), cfg.rounds)
+	return sideTable(cfg, host, title, names, sizes, "", nil, func(n int) ([][]time.Duration, error) {
 		iters := iterations(cfg.budget/2, n)
-		if host.Rank() == 0 {
-			fmt.Fprintf(tw, "%s\t", bench.FormatSize(int64(n)))
-		}
-		times, err := measureRounds(cfg.rounds, len(sides), func(i int) (time.Duration, error) {
+		return measureRounds(cfg.rounds, len(sides), func(i int) (time.Duration, error) {
 			d, err := warmLoop(host, iters, func() error { return sides[i].do(n) })
 			if err != nil {
 				return 0, err
 			}
 			return d / time.Duration(iters), host.Barrier()
 		})
-		if err != nil {
-			return err
-		}
-		if cfg.only != nil {
-			pairDiffs(&diffs, n, names, times)
-		}
-		for i := range sides {
-			d := median(times[i])
-			if host.Rank() == 0 {
-				fmt.Fprintf(tw, "%.2f\t%.3f\t", float64(d.Nanoseconds())/1e3, gbps(n, d))
-			}
-		}
-		if host.Rank() == 0 {
-			fmt.Fprint(tw, "\n")
-		}
-	}
-	if host.Rank() == 0 {
-		tw.Flush()
-		fmt.Print(diffs.String())
-		fmt.Println()
-	}
-	return nil
+	})
 }
 
 // chunkTable measures, for each chunk size, what one chunk costs in each

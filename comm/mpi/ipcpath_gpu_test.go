@@ -28,12 +28,7 @@ func TestIPCPathOnGPUUnderLauncher(t *testing.T) {
 	if !mpi.Built() {
 		t.Skip("built without MPI")
 	}
-	for _, np := range []int{2, 4} {
-		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
-			mpitest.ExpectPass(t, np, mpitest.RunRanks(t, np, "^TestRank(Conformance|IPCReallocated)$", 8*time.Minute,
-				"GPUCOMM_DEVICE=cuda", "GPUCOMM_NODE_BYTES=1"))
-		})
-	}
+	passOnRanks(t, []int{2, 4}, "^TestRank(Conformance|IPCReallocated)$", 8*time.Minute, "GPUCOMM_DEVICE=cuda", "GPUCOMM_NODE_BYTES=1")
 }
 
 // The same rank test on the host device, whose OpenIPC refuses new memory
@@ -43,11 +38,7 @@ func TestIPCReallocationUnderLauncher(t *testing.T) {
 	if !mpi.Built() {
 		t.Skip("built without MPI")
 	}
-	for _, np := range []int{2, 4} {
-		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
-			mpitest.ExpectPass(t, np, mpitest.RunRanks(t, np, "^TestRankIPCReallocated$", 3*time.Minute))
-		})
-	}
+	passOnRanks(t, []int{2, 4}, "^TestRankIPCReallocated$", 3*time.Minute)
 }
 
 // TestRankIPCReallocated runs on whatever device the launcher gives (the

@@ -24,11 +24,7 @@ func TestIPCPathUnderLauncher(t *testing.T) {
 	if !mpi.Built() {
 		t.Skip("built without MPI")
 	}
-	for _, np := range []int{2, 4} {
-		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
-			mpitest.ExpectPass(t, np, mpitest.RunRanks(t, np, "^TestRank(IPCPath|NodePath|StreamOrderedP2P)$", 3*time.Minute))
-		})
-	}
+	passOnRanks(t, []int{2, 4}, "^TestRank(IPCPath|NodePath|StreamOrderedP2P)$", 3*time.Minute)
 	// Every message and collective of one byte or more between the ranks
 	// takes the IPC path: the whole conformance suite, reductions of every
 	// element type and Op included, against the host reference.
@@ -38,6 +34,17 @@ func TestIPCPathUnderLauncher(t *testing.T) {
 	t.Run("OffOnOneRank", func(t *testing.T) {
 		mpitest.ExpectPass(t, 3, mpitest.RunRanks(t, 3, "^TestRankIPCPath$", 3*time.Minute, ipcOffRankEnv+"=2"))
 	})
+}
+
+// passOnRanks runs the rank tests that pattern selects in a job of np ranks,
+// a subtest "np<np>" for each np of nps, and expects every rank to pass.
+func passOnRanks(t *testing.T, nps []int, pattern string, limit time.Duration, env ...string) {
+	t.Helper()
+	for _, np := range nps {
+		t.Run(fmt.Sprintf("np%d", np), func(t *testing.T) {
+			mpitest.ExpectPass(t, np, mpitest.RunRanks(t, np, pattern, limit, env...))
+		})
+	}
 }
 
 // ipcOffRankEnv names the rank that sets GPUCOMM_NODE_IPC=off itself

@@ -5,7 +5,6 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"runtime"
 	"slices"
@@ -14,8 +13,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gpucomm/gpucomm/internal/dl"
-	"github.com/gpucomm/gpucomm/internal/dl/dltest"
+	"github.com/gpucomm/gpucomm/internal/dltest"
 	"github.com/gpucomm/gpucomm/internal/errs"
 )
 
@@ -143,76 +141,40 @@ CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned
 
 var definedRE = regexp.MustCompile(`(?m)^CUresult (\w+)\(`)
 
+// libcuda is how this package loads the driver, for the shared loader checks.
+var libcuda = dltest.Library{Env: EnvLib, File: "libcuda.so.1", Defaults: []string{"libcuda.so.1", "libcuda.so"}, Reset: reset, Load: Load}
+
 // buildFake builds a libcuda with the given C source plus a stub for every
 // symbol Load needs that the source does not define. Names in omit get no
 // stub, to test fallbacks and missing symbols.
 func buildFake(t *testing.T, src string, omit ...string) string {
 	t.Helper()
-	defined := map[string]bool{}
-	for _, m := range definedRE.FindAllStringSubmatch(src, -1) {
-		defined[m[1]] = true
+	need := make([]string, len(symbols))
+	for i, s := range symbols {
+		need[i] = s.names[0]
 	}
-	for _, n := range omit {
-		defined[n] = true
-	}
-	var b strings.Builder
-	b.WriteString(src)
-	for _, s := range symbols {
-		if !defined[s.names[0]] {
-			fmt.Fprintf(&b, "CUresult %s(void) { return 0; }\n", s.names[0])
-		}
-	}
-	return dltest.BuildLib(t, "libcuda.so.1", b.String())
-}
-
-// useLib points Load at path for one test and forgets it afterwards.
-func useLib(t *testing.T, path string) {
-	t.Setenv(EnvLib, path)
-	reset()
-	t.Cleanup(reset)
+	return libcuda.Build(t, dltest.WithStubs(src, definedRE, "CUresult %s(void) { return 0; }\n", need, omit...))
 }
 
 func TestSymbolTableCoversEverySlotOnce(t *testing.T) {
-	seen := map[int]bool{}
-	for _, s := range symbols {
-		if seen[int(s.slot)] {
-			t.Errorf("slot %d (%v) appears twice", s.slot, s.names)
-		}
-		seen[int(s.slot)] = true
+	slots := make([]int, len(symbols))
+	for i, s := range symbols {
+		slots[i] = int(s.slot)
 	}
-	if n := int(fCount); len(seen) != n {
-		t.Errorf("%d slots named, table has %d", len(seen), n)
-	}
+	dltest.EverySlotOnce(t, slots, int(fCount))
 }
 
+// A call before Load loads on first use and reports what Load does.
 func TestLoadWithMissingOverrideWrapsErrLibraryNotFound(t *testing.T) {
-	useLib(t, filepath.Join(t.TempDir(), "libcuda.so.1"))
-	err := Load()
-	if !errors.Is(err, errs.ErrLibraryNotFound) {
-		t.Fatalf("Load = %v, want ErrLibraryNotFound", err)
-	}
-	if !strings.Contains(err.Error(), "libcuda.so.1") {
-		t.Errorf("error %q does not name the library", err)
-	}
-	// Calls load on first use and report the same.
-	if _, err := MemAlloc(16); !errors.Is(err, errs.ErrLibraryNotFound) {
-		t.Errorf("MemAlloc without a library = %v", err)
-	}
+	libcuda.CheckMissingFile(t, func() error { _, err := MemAlloc(16); return err })
 }
 
 func TestLoadWithDefaultNamesAbsentWrapsErrLibraryNotFound(t *testing.T) {
-	if lib, err := dl.Open("libcuda.so.1", "libcuda.so"); err == nil {
-		lib.Close()
-		t.Skip("a real libcuda is installed here")
-	}
-	useLib(t, "")
-	if err := Load(); !errors.Is(err, errs.ErrLibraryNotFound) {
-		t.Fatalf("Load = %v, want ErrLibraryNotFound", err)
-	}
+	libcuda.CheckDefaultsAbsent(t)
 }
 
 func TestLoadNamesTheFirstMissingSymbol(t *testing.T) {
-	useLib(t, dltest.BuildLib(t, "libcuda.so.1", "int cuInit(unsigned f) { return 0; }\n"))
+	libcuda.Use(t, libcuda.Build(t, "int cuInit(unsigned f) { return 0; }\n"))
 	err := Load()
 	if !errors.Is(err, errs.ErrLibraryNotFound) {
 		t.Fatalf("Load = %v, want ErrLibraryNotFound", err)
@@ -222,7 +184,7 @@ func TestLoadNamesTheFirstMissingSymbol(t *testing.T) {
 		t.Fatalf("error %q lacks %q", err, want)
 	}
 	// The failure is not sticky: a complete library loads afterwards.
-	useLib(t, buildFake(t, fakeDriver))
+	libcuda.Use(t, buildFake(t, fakeDriver))
 	if err := Load(); err != nil {
 		t.Fatalf("Load after a failed Load: %v", err)
 	}
@@ -230,7 +192,7 @@ func TestLoadNamesTheFirstMissingSymbol(t *testing.T) {
 
 func TestLoadReportsCuInitFailure(t *testing.T) {
 	src := strings.Replace(fakeDriver, "return flags == 0 ? 0 : 1;", "return 100;", 1)
-	useLib(t, buildFake(t, src))
+	libcuda.Use(t, buildFake(t, src))
 	err := Load()
 	if !IsCode(err, CUDA_ERROR_NO_DEVICE) || !strings.Contains(err.Error(), "cuInit") {
 		t.Fatalf("Load = %v, want cuInit's CUDA_ERROR_NO_DEVICE", err)
@@ -241,12 +203,12 @@ func TestLoadFallsBackToUnversionedSymbol(t *testing.T) {
 	src := strings.Replace(fakeDriver, "cuEventElapsedTime_v2(float* ms, void* a, void* b) { *ms = 1.5f",
 		"cuEventElapsedTime(float* ms, void* a, void* b) { *ms = 2.5f", 1)
 	noUUID := strings.Replace(src, "CUresult cuDeviceGetUuid_v2(", "CUresult notCuDeviceGetUuid(", 1)
-	useLib(t, buildFake(t, noUUID, "cuEventElapsedTime_v2", "cuDeviceGetUuid_v2"))
+	libcuda.Use(t, buildFake(t, noUUID, "cuEventElapsedTime_v2", "cuDeviceGetUuid_v2"))
 	if err := Load(); err == nil || !strings.Contains(err.Error(), "cuDeviceGetUuid_v2 or cuDeviceGetUuid") {
 		t.Fatalf("Load = %v, want both cuDeviceGetUuid names", err)
 	}
 	unversioned := strings.Replace(src, "CUresult cuDeviceGetUuid_v2(", "CUresult cuDeviceGetUuid(", 1)
-	useLib(t, buildFake(t, unversioned, "cuEventElapsedTime_v2", "cuDeviceGetUuid_v2"))
+	libcuda.Use(t, buildFake(t, unversioned, "cuEventElapsedTime_v2", "cuDeviceGetUuid_v2"))
 	d, err := EventElapsedTime(0, 0)
 	if err != nil || d != 2500*time.Microsecond {
 		t.Fatalf("EventElapsedTime = %v, %v; want 2.5ms from the unversioned symbol", d, err)
@@ -257,7 +219,7 @@ func TestLoadFallsBackToUnversionedSymbol(t *testing.T) {
 }
 
 func TestCallErrorsNameCallAndCUDAName(t *testing.T) {
-	useLib(t, buildFake(t, fakeDriver))
+	libcuda.Use(t, buildFake(t, fakeDriver))
 	_, err := MemAlloc(1 << 20)
 	if !IsCode(err, CUDA_ERROR_OUT_OF_MEMORY) {
 		t.Fatalf("MemAlloc = %v, want CUDA_ERROR_OUT_OF_MEMORY", err)
@@ -278,7 +240,7 @@ func TestCallErrorsNameCallAndCUDAName(t *testing.T) {
 }
 
 func TestCallsCarryArgumentsAndResults(t *testing.T) {
-	useLib(t, buildFake(t, fakeDriver))
+	libcuda.Use(t, buildFake(t, fakeDriver))
 	check := func(what string, got, want any, err error) {
 		t.Helper()
 		if err != nil || got != want {
@@ -397,7 +359,7 @@ func TestCallsCarryArgumentsAndResults(t *testing.T) {
 }
 
 func TestVMMCallsCarryTheirStructs(t *testing.T) {
-	useLib(t, buildFake(t, fakeDriver))
+	libcuda.Use(t, buildFake(t, fakeDriver))
 	if !HasVMM() {
 		t.Fatal("HasVMM = false with every VMM symbol present")
 	}
@@ -452,7 +414,7 @@ func TestDriverWithoutVMMLoadsAndSaysUnsupported(t *testing.T) {
 		}
 	}
 	src := fakeDriver[:strings.Index(fakeDriver, "/* VMM:")] + fakeDriver[strings.Index(fakeDriver, "/* Succeeds only"):]
-	useLib(t, buildFake(t, src, omit...))
+	libcuda.Use(t, buildFake(t, src, omit...))
 	if err := Load(); err != nil {
 		t.Fatalf("Load without the VMM symbols: %v", err)
 	}
@@ -471,7 +433,7 @@ func TestDriverWithoutVMMLoadsAndSaysUnsupported(t *testing.T) {
 }
 
 func TestBlockingCopiesMoveGoMemory(t *testing.T) {
-	useLib(t, buildFake(t, fakeDriver))
+	libcuda.Use(t, buildFake(t, fakeDriver))
 	dev, err := MemAlloc(8)
 	if err != nil {
 		t.Fatal(err)
@@ -504,7 +466,7 @@ func TestBlockingCopiesMoveGoMemory(t *testing.T) {
 }
 
 func TestWithContextSetsAndRestoresCurrent(t *testing.T) {
-	useLib(t, buildFake(t, fakeDriver))
+	libcuda.Use(t, buildFake(t, fakeDriver))
 	runtime.LockOSThread() // the fake's current context is per thread, like CUDA's
 	defer runtime.UnlockOSThread()
 	if err := CtxSetCurrent(1); err != nil {

@@ -65,29 +65,18 @@ func must(t *testing.T, what string, err error) {
 	}
 }
 
+// getElem reads element i of b, size bytes little-endian.
 func getElem(b []byte, i, size int) uint64 {
-	switch size {
-	case 1:
-		return uint64(b[i])
-	case 2:
-		return uint64(binary.LittleEndian.Uint16(b[2*i:]))
-	case 4:
-		return uint64(binary.LittleEndian.Uint32(b[4*i:]))
-	}
-	return binary.LittleEndian.Uint64(b[8*i:])
+	var w [8]byte
+	copy(w[:], b[size*i:size*(i+1)])
+	return binary.LittleEndian.Uint64(w[:])
 }
 
+// setElem writes the low size bytes of v as element i of b, little-endian.
 func setElem(b []byte, i, size int, v uint64) {
-	switch size {
-	case 1:
-		b[i] = byte(v)
-	case 2:
-		binary.LittleEndian.PutUint16(b[2*i:], uint16(v))
-	case 4:
-		binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
-	default:
-		binary.LittleEndian.PutUint64(b[8*i:], v)
-	}
+	var w [8]byte
+	binary.LittleEndian.PutUint64(w[:], v)
+	copy(b[size*i:size*(i+1)], w[:])
 }
 
 // expectElems compares got with want element by element.

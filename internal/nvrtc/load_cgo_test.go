@@ -4,12 +4,11 @@ package nvrtc
 
 import (
 	"errors"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/gpucomm/gpucomm/internal/dl"
-	"github.com/gpucomm/gpucomm/internal/dl/dltest"
+	"github.com/gpucomm/gpucomm/internal/dltest"
 	"github.com/gpucomm/gpucomm/internal/errs"
 )
 
@@ -63,39 +62,25 @@ int nvrtcDestroyProgram(Prog** p) {
 }
 `
 
-func useLib(t *testing.T, path string) {
-	t.Setenv(EnvLib, path)
-	reset()
-	t.Cleanup(reset)
-}
+// libnvrtc is how this package loads NVRTC, for the shared loader checks.
+var libnvrtc = dltest.Library{Env: EnvLib, File: "libnvrtc.so.12", Reset: reset, Load: Load,
+	Defaults: []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"}}
 
 func TestSymbolTableCoversEverySlotOnce(t *testing.T) {
-	seen := map[int]bool{}
-	for _, s := range symbols {
-		seen[int(s.slot)] = true
+	slots := make([]int, len(symbols))
+	for i, s := range symbols {
+		slots[i] = int(s.slot)
 	}
-	if len(seen) != len(symbols) || len(seen) != int(nCount) {
-		t.Errorf("%d distinct slots for %d symbols, table has %d", len(seen), len(symbols), nCount)
-	}
+	dltest.EverySlotOnce(t, slots, int(nCount))
 }
 
 func TestLoadWithLibraryAbsentWrapsErrLibraryNotFound(t *testing.T) {
-	useLib(t, filepath.Join(t.TempDir(), "libnvrtc.so.12"))
-	if _, _, err := Version(); !errors.Is(err, errs.ErrLibraryNotFound) {
-		t.Fatalf("Version = %v, want ErrLibraryNotFound", err)
-	}
-	if lib, err := dl.Open("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"); err == nil {
-		lib.Close()
-		t.Skip("a real NVRTC is installed here")
-	}
-	useLib(t, "")
-	if err := Load(); !errors.Is(err, errs.ErrLibraryNotFound) {
-		t.Fatalf("Load with default names = %v, want ErrLibraryNotFound", err)
-	}
+	libnvrtc.CheckMissingFile(t, func() error { _, _, err := Version(); return err })
+	libnvrtc.CheckDefaultsAbsent(t)
 }
 
 func TestLoadNamesMissingSymbols(t *testing.T) {
-	useLib(t, dltest.BuildLib(t, "libnvrtc.so.12", "int nvrtcVersion(int* a, int* b) { return 0; }\n"))
+	libnvrtc.Use(t, libnvrtc.Build(t, "int nvrtcVersion(int* a, int* b) { return 0; }\n"))
 	err := Load()
 	if !errors.Is(err, errs.ErrLibraryNotFound) || !strings.Contains(err.Error(), "nvrtcCompileProgram") {
 		t.Fatalf("Load = %v, want ErrLibraryNotFound naming nvrtcCompileProgram", err)
@@ -103,8 +88,8 @@ func TestLoadNamesMissingSymbols(t *testing.T) {
 }
 
 func TestCompile(t *testing.T) {
-	path := dltest.BuildLib(t, "libnvrtc.so.12", fakeNVRTC)
-	useLib(t, path)
+	path := libnvrtc.Build(t, fakeNVRTC)
+	libnvrtc.Use(t, path)
 	major, minor, err := Version()
 	if err != nil || major != 12 || minor != 4 {
 		t.Fatalf("Version = %d.%d, %v", major, minor, err)
