@@ -13,7 +13,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gpucomm/gpucomm/internal/dltest"
+	"github.com/gpucomm/gpucomm/internal/dl/dltest"
 	"github.com/gpucomm/gpucomm/internal/errs"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpucomm/gpucomm/internal/dl"
-	"github.com/gpucomm/gpucomm/internal/dltest"
+	"github.com/gpucomm/gpucomm/internal/dl/dltest"
 	"github.com/gpucomm/gpucomm/internal/errs"
 )
 

@@ -1,11 +1,11 @@
-// Package dltest is what the tests of the run-time loaders (internal/cuda,
+// The loaders' kit: what the tests of the run-time loaders (internal/cuda,
 // internal/nvrtc, internal/nccl) share: pointing a package's Load at a fake
 // library for one test, building that fake with a stub for each symbol the
 // test does not write, and the checks every loader must pass (its symbol
 // table names each slot once; an absent library is ErrLibraryNotFound).
 //
-// It builds fakes with internal/dl/dltest.BuildLib. It is for tests only and
-// must not be imported by non-test code.
+// Fakes are built with BuildLib.
+
 package dltest
 
 import (
@@ -17,7 +17,6 @@ import (
 	"testing"
 
 	"github.com/gpucomm/gpucomm/internal/dl"
-	"github.com/gpucomm/gpucomm/internal/dl/dltest"
 	"github.com/gpucomm/gpucomm/internal/errs"
 )
 
@@ -43,7 +42,7 @@ func (l Library) Use(t testing.TB, path string) {
 // without it) and returns the fake's path.
 func (l Library) Build(t testing.TB, src string, cflags ...string) string {
 	t.Helper()
-	return dltest.BuildLib(t, l.File, src, cflags...)
+	return BuildLib(t, l.File, src, cflags...)
 }
 
 // CheckMissingFile checks that, with Env naming a file that does not exist,
