@@ -434,7 +434,7 @@ func (c *Comm) splitEngine(nb boot, color, key int) (*Comm, error) {
 		if color == comm.Undefined {
 			ncolor = noColor
 		}
-		err = c.inNCCL(callMark{what: "Split"}, func() error {
+		err = c.inNCCL(callMark{what: nameSplit}, func() error {
 			var err error
 			eng, err = c.eng.split(ncolor, key)
 			return err
@@ -491,7 +491,7 @@ func (c *Comm) Close() error {
 	var errs []error
 	if c.failure() == nil {
 		// The watchdog still runs, so a finalize stuck on a peer is aborted.
-		err := c.inNCCL(callMark{what: "Close"}, c.eng.finalize)
+		err := c.inNCCL(callMark{what: nameClose}, c.eng.finalize)
 		// ErrUnsupported: an NCCL before 2.14, whose destroy flushes instead.
 		// After a failure the abort below reports instead.
 		if err != nil && !errors.Is(err, comm.ErrUnsupported) && c.failure() == nil {

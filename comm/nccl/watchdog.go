@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,12 +76,29 @@ func (p *pendingOp) poll(now time.Time, timeout time.Duration) (bool, error) {
 
 // callMark is an NCCL call in progress on the host: an operation (what its
 // signature is made of, formatted only if the watchdog reports it), or
-// another call named by what. It holds no buffer, so that marking a call
-// moves neither the call nor its buffers to the heap.
+// another call named by what. It holds no buffer and no time, so that
+// marking a call moves nothing to the heap and reads no clock.
 type callMark struct {
-	what  string
-	sig   signature
-	since time.Time
+	what callName
+	sig  signature
+}
+
+// callName names an NCCL call that is not an operation.
+type callName uint8
+
+const (
+	nameOperation callName = iota // the mark's signature says what it is
+	nameSplit
+	nameClose
+)
+
+var callNames = [...]string{"an operation", "Split", "Close"}
+
+func (n callName) String() string {
+	if int(n) >= len(callNames) {
+		return "NCCL call " + strconv.Itoa(int(n))
+	}
+	return callNames[n]
 }
 
 // signature is what Call.Signature reads.
@@ -100,7 +118,93 @@ func (m *callMark) name() string {
 	if m.sig.op != 0 {
 		return driver.Call{Operation: m.sig.op, Count: m.sig.count, DType: m.sig.dt, Op: m.sig.rop, Root: m.sig.root}.Signature()
 	}
-	return m.what
+	return m.what.String()
+}
+
+// kinds packs the mark's small fields in one word: what, and the
+// operation, element type and reduction, 16 bits each (each is a small
+// enumeration, checked before any NCCL call).
+func (m *callMark) kinds() uint64 {
+	return uint64(m.what) | uint64(uint16(m.sig.op))<<8 | uint64(uint16(m.sig.dt))<<24 | uint64(uint16(m.sig.rop))<<40
+}
+
+func (m *callMark) setKinds(k uint64) {
+	m.what = callName(k)
+	m.sig.op = driver.Operation(uint16(k >> 8))
+	m.sig.dt = driver.DType(uint16(k >> 24))
+	m.sig.rop = driver.Op(uint16(k >> 40))
+}
+
+// inCall is the NCCL call in progress, as the one goroutine that makes NCCL
+// calls (the holder of the communicator's lock) tells the watchdog: a
+// sequence lock of atomic words, written without a clock read or an
+// allocation. state counts the calls' entries and returns (odd: a call is
+// inside NCCL); the mark's words change only while it is even, and only
+// where they differ from the last call's (a loop that repeats a collective
+// writes none of them), so a reader that sees the same odd state before and
+// after reading them has read the mark of that call.
+type inCall struct {
+	state atomic.Uint64
+	kinds atomic.Uint64 // callMark.kinds
+	count atomic.Int64
+	root  atomic.Int64
+
+	// The writer's own, under the communicator's lock.
+	n    uint64 // state's value
+	last callMark
+
+	// The watchdog goroutine's own: the state it last saw inside NCCL, and
+	// when it first saw it.
+	seen   uint64
+	seenAt time.Time
+}
+
+// enter marks m inside NCCL. Calls of enter and leave never overlap
+// (the communicator's lock).
+func (ic *inCall) enter(m *callMark) {
+	if m.sig.count != ic.last.sig.count {
+		ic.count.Store(int64(m.sig.count))
+	}
+	if m.sig.root != ic.last.sig.root {
+		ic.root.Store(int64(m.sig.root))
+	}
+	if k := m.kinds(); k != ic.last.kinds() {
+		ic.kinds.Store(k)
+	}
+	ic.last = *m
+	ic.n++
+	ic.state.Store(ic.n)
+}
+
+// leave marks the call entered last returned.
+func (ic *inCall) leave() {
+	ic.n++
+	ic.state.Store(ic.n)
+}
+
+// inside reports, at now, whether a call is inside NCCL, which (its state,
+// for mark), and for how long the watchdog has seen it there: since the
+// first of its looks that found it, so never longer than it has been there,
+// and at most a look's interval less. Only the watchdog calls it.
+func (ic *inCall) inside(now time.Time) (state uint64, d time.Duration, ok bool) {
+	s := ic.state.Load()
+	if s&1 == 0 {
+		return 0, 0, false
+	}
+	if s != ic.seen {
+		ic.seen, ic.seenAt = s, now
+	}
+	return s, now.Sub(ic.seenAt), true
+}
+
+// mark is the mark of the call whose entry set state; false when that call
+// has returned since.
+func (ic *inCall) mark(state uint64) (callMark, bool) {
+	var m callMark
+	m.setKinds(ic.kinds.Load())
+	m.sig.count = int(ic.count.Load())
+	m.sig.root = int(ic.root.Load())
+	return m, ic.state.Load() == state
 }
 
 // watchdog holds what the watchdog goroutine looks at: operations queued on
@@ -109,7 +213,7 @@ type watchdog struct {
 	timeout  time.Duration
 	interval time.Duration
 	now      func() time.Time
-	inCall   atomic.Pointer[callMark]
+	inCall   inCall
 	quit     chan struct{}
 	quitOnce sync.Once
 
@@ -160,8 +264,10 @@ func (w *watchdog) check(now time.Time, asyncError func() error) error {
 	if err := asyncError(); err != nil {
 		return fmt.Errorf("NCCL reported an asynchronous error: %w", err)
 	}
-	if m := w.inCall.Load(); m != nil && w.timeout > 0 && now.Sub(m.since) > w.timeout {
-		return fmt.Errorf("%s: the NCCL call has not returned after %v: %w", m.name(), w.timeout, comm.ErrTimeout)
+	if st, d, ok := w.inCall.inside(now); ok && w.timeout > 0 && d > w.timeout {
+		if m, ok := w.inCall.mark(st); ok {
+			return fmt.Errorf("%s: the NCCL call has not returned after %v: %w", m.name(), w.timeout, comm.ErrTimeout)
+		}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -231,7 +337,7 @@ func (c *Comm) watchOnce(now time.Time) {
 		c.mu.Unlock()
 		return
 	}
-	if m := c.dog.inCall.Load(); m != nil && now.Sub(m.since) >= c.dog.grace() {
+	if _, d, ok := c.dog.inCall.inside(now); ok && d >= c.dog.grace() {
 		c.abort() // the holder of c.mu is stuck inside NCCL; this frees it
 	}
 }
@@ -280,9 +386,8 @@ func (c *Comm) abort() {
 // hangs after NCCL reported an error (a peer died) while its caller holds
 // the communicator's lock.
 func (c *Comm) inNCCL(m callMark, fn func() error) error {
-	m.since = c.dog.now()
-	c.dog.inCall.Store(&m)
-	defer c.dog.inCall.Store(nil)
+	c.dog.inCall.enter(&m)
+	defer c.dog.inCall.leave()
 	return fn()
 }
 
