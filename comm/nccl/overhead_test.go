@@ -34,24 +34,31 @@ func (nullOps) allGather(devmem.Buffer, devmem.Buffer, int, comm.DType, *devmem.
 // stream is found done at once: what remains is the wait's host work);
 // "timeout" with GPUCOMM_TIMEOUT set (two events a call, and the watchdog
 // tracking a stream-ordered call); "debug" with GPUCOMM_DEBUG set (the
-// signature compared across the ranks); "broadcast" and "allgather" the
-// other collectives of the same path.
+// signature compared across the ranks); "trace" and "trace-nostream" with
+// the flight recorder on (GPUCOMM_TRACE_DIR); "broadcast" and "allgather"
+// the other collectives of the same path.
 func BenchmarkAllReduceHostOverhead(b *testing.B) {
 	for _, o := range []struct {
 		name   string
 		opts   comm.Options
 		stream bool
 		op     string
+		trace  bool
 	}{
-		{"plain", comm.Options{}, true, "allreduce"},
-		{"nostream", comm.Options{}, false, "allreduce"},
-		{"timeout", comm.Options{Timeout: time.Minute}, true, "allreduce"},
-		{"timeout-nostream", comm.Options{Timeout: time.Minute}, false, "allreduce"},
-		{"debug", comm.Options{Debug: true}, true, "allreduce"},
-		{"broadcast", comm.Options{}, true, "broadcast"},
-		{"allgather", comm.Options{}, true, "allgather"},
+		{"plain", comm.Options{}, true, "allreduce", false},
+		{"nostream", comm.Options{}, false, "allreduce", false},
+		{"timeout", comm.Options{Timeout: time.Minute}, true, "allreduce", false},
+		{"timeout-nostream", comm.Options{Timeout: time.Minute}, false, "allreduce", false},
+		{"debug", comm.Options{Debug: true}, true, "allreduce", false},
+		{"trace", comm.Options{}, true, "allreduce", true},
+		{"trace-nostream", comm.Options{}, false, "allreduce", true},
+		{"broadcast", comm.Options{}, true, "broadcast", false},
+		{"allgather", comm.Options{}, true, "allgather", false},
 	} {
 		b.Run(o.name, func(b *testing.B) {
+			if o.trace {
+				b.Setenv("GPUCOMM_TRACE_DIR", b.TempDir()) // the flight recorder on
+			}
 			net := newFakeNet()
 			cs := mustOpenFake(b, net, 1, o.opts, nil)
 			c := cs[0]

@@ -40,12 +40,36 @@ var errExpired = errors.New("deadline passed")
 
 // pendingOp is one operation queued on a stream, between two points.
 type pendingOp struct {
-	what    string
+	what    string        // names the operation when call does not (Wait's, tests')
+	call    callMark      // the operation: its name is formatted only for an error
 	start   progress      // reached when the operation may begin; nil: at once
 	end     progress      // reached when it has finished
 	started time.Time     // when start was first seen reached
-	release func()        // gives the points back; nil when there is nothing to give
+	release func()        // called when it is freed; nil when there is nothing to call
+	events  *eventPool    // where start and end go back when it is freed, when they are its events
 	flight  driver.Flight // told when start is seen reached and when the operation ends
+}
+
+// name names the operation in errors.
+func (p *pendingOp) name() string {
+	if p.call.sig.op != 0 {
+		return p.call.name()
+	}
+	return p.what
+}
+
+// free gives p's points back once nothing waits for them.
+func (p *pendingOp) free() {
+	if p.release != nil {
+		p.release()
+	}
+	if p.events != nil {
+		for _, pt := range [...]progress{p.start, p.end} {
+			if e, ok := pt.(*devmem.Event); ok {
+				p.events.put(e)
+			}
+		}
+	}
 }
 
 // poll reports whether p has finished. Its clock starts at the first poll
@@ -281,16 +305,14 @@ func (w *watchdog) check(now time.Time, asyncError func() error) error {
 		done, err := p.poll(now, w.timeout)
 		switch {
 		case errors.Is(err, errExpired):
-			cause = fmt.Errorf("%s did not finish within %v: %w", p.what, w.timeout, comm.ErrTimeout)
+			cause = fmt.Errorf("%s did not finish within %v: %w", p.name(), w.timeout, comm.ErrTimeout)
 			p.flight.Ended(cause)
 		case err != nil:
-			cause = fmt.Errorf("%s: %w", p.what, err)
+			cause = fmt.Errorf("%s: %w", p.name(), err)
 			p.flight.Ended(cause)
 		case done:
 			p.flight.Ended(nil)
-			if p.release != nil {
-				p.release()
-			}
+			p.free()
 			continue
 		}
 		keep = append(keep, p)
@@ -352,22 +374,23 @@ func (c *Comm) asyncError() error {
 	return c.eng.asyncError()
 }
 
+// failCause is why a communicator failed.
+type failCause struct{ err error }
+
 // fail records why the communicator failed; the first reason stays.
 func (c *Comm) fail(cause error) {
-	c.failOnce.Do(func() {
-		c.failErr = cause
+	if c.failed.CompareAndSwap(nil, &failCause{err: cause}) {
 		close(c.failCh)
-	})
+	}
 }
 
-// failure is why the communicator failed, or nil.
+// failure is why the communicator failed, or nil: one atomic load, twice
+// on every operation's path.
 func (c *Comm) failure() error {
-	select {
-	case <-c.failCh:
-		return c.failErr
-	default:
-		return nil
+	if f := c.failed.Load(); f != nil {
+		return f.err
 	}
+	return nil
 }
 
 // abort aborts the NCCL handle once; later calls wait for the first.
