@@ -145,7 +145,7 @@ func (c *Comm) usableLocked(op driver.Operation) error {
 
 // signature compares the collective across ranks (Options.Debug) before
 // NCCL sees it: a mismatch would hang there or corrupt data.
-func (c *Comm) signature(call driver.Call) error {
+func (c *Comm) signature(call *driver.Call) error {
 	if !c.debug {
 		return nil
 	}
@@ -153,7 +153,7 @@ func (c *Comm) signature(call driver.Call) error {
 	if err != nil {
 		return c.errorf(call.Operation, nil, "comparing the call with the other ranks: %w", err)
 	}
-	if err := driver.CompareSignatures(call, all); err != nil {
+	if err := driver.CompareSignatures(*call, all); err != nil {
 		return c.errorf(call.Operation, nil, "%w", err)
 	}
 	return nil
@@ -167,7 +167,7 @@ func (c *Comm) collective(call *driver.Call, fl driver.Flight, enqueue func(s *d
 	if err := c.usableLocked(call.Operation); err != nil {
 		return err
 	}
-	if err := c.signature(*call); err != nil {
+	if err := c.signature(call); err != nil {
 		return err
 	}
 	if driver.Empty(*call) {
