@@ -407,7 +407,7 @@ func (c *Comm) abort() {
 // inNCCL runs fn, an NCCL call on the host, where the watchdog can see it:
 // to time it out, and, with or without a timeout, to abort a call that
 // hangs after NCCL reported an error (a peer died) while its caller holds
-// the communicator's lock.
+// the communicator's lock. c.mu is held: the mark has one writer at a time.
 func (c *Comm) inNCCL(m callMark, fn func() error) error {
 	c.dog.inCall.enter(&m)
 	defer c.dog.inCall.leave()
