@@ -1,6 +1,8 @@
 package driver
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/gpucomm/gpucomm/devmem"
@@ -30,5 +32,51 @@ func TestPointToPointCalls(t *testing.T) {
 	ops[0].Peer = 9 // the caller reuses its slice
 	if call.Operation != OpGroupP2P || len(ps) != 2 || ps[0].Peer != 1 || call.P2P[0].Peer != 1 || ps[1] != RecvFrom(2, buf, 2, Uint8) {
 		t.Errorf("GroupCall: %+v, %+v; want its own copy of the transfers", call, ps)
+	}
+}
+
+// In place: which overlaps of send and recv each collective accepts, on
+// both ranks of two (root 0), with one buffer handed twice, a slice of it
+// at the same start and a slice at another start. Validate takes the first
+// without slicing (the hot path of an in-place AllReduce); the verdicts are
+// checkInPlace's.
+func TestValidateInPlace(t *testing.T) {
+	dev := devmem.NewHostDevice()
+	buf, err := dev.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Free()
+	head, _ := buf.Slice(0, 32)
+	later, _ := buf.Slice(4, 32)
+	const ok = ""
+	for _, c := range []struct {
+		op           Operation
+		recv         devmem.Buffer
+		rank0, rank1 string // "" accepted, else what the error says
+	}{
+		{OpAllReduce, buf, ok, ok},
+		{OpAllReduce, head, ok, ok},
+		{OpAllReduce, later, "overlap without being the same buffer", "overlap without being the same buffer"},
+		{OpReduce, buf, ok, ok}, // rank 1 is no root: its recv is not used
+		{OpReduce, later, "overlap without being the same buffer", ok},
+		{OpBroadcast, buf, ok, ok},
+		{OpBroadcast, later, "overlap without being the same buffer", ok}, // rank 1 sends nothing
+		{OpAllGather, buf, ok, "must be this rank's block at byte 16"},
+		{OpReduceScatter, buf, ok, "must be this rank's block at byte 16"},
+		{OpAllToAll, buf, "AllToAll cannot run in place", "AllToAll cannot run in place"},
+		{OpGather, buf, ok, ok},
+		{OpScatter, buf, ok, ok},
+	} {
+		for rank, want := range []string{c.rank0, c.rank1} {
+			call := Call{Operation: c.op, Send: buf, Recv: c.recv, Count: 4, DType: Float32, Op: Sum}
+			err := call.Validate(rank, 2, dev)
+			switch {
+			case want == ok && err != nil:
+				t.Errorf("%v rank %d, recv at %d of %d bytes: %v; want it accepted", c.op, rank, c.recv.Addr()-buf.Addr(), c.recv.Len(), err)
+			case want != ok && (!errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), want)):
+				t.Errorf("%v rank %d, recv at %d of %d bytes: %v; want ErrInvalidArgument saying %q", c.op, rank, c.recv.Addr()-buf.Addr(), c.recv.Len(), err, want)
+			}
+		}
 	}
 }

@@ -31,9 +31,8 @@ type Comm struct {
 	events      eventPool
 	dog         *watchdog
 	closedFlag  atomic.Bool
-	failCh      chan struct{} // closed once the communicator has failed
-	failOnce    sync.Once
-	failErr     error // why it failed; set before failCh closes
+	failed      atomic.Pointer[failCause] // why the communicator failed; nil while it has not
+	failCh      chan struct{}             // closed once failed is set
 	abortGate   sync.Once
 	abortDone   chan struct{} // closed once abort has returned
 	abortErr    error
@@ -108,15 +107,15 @@ func (c *Comm) dispatch(call driver.Call) error { return c.dispatchFlight(call, 
 func (c *Comm) dispatchFlight(call driver.Call, fl driver.Flight) error {
 	switch call.Operation {
 	case driver.OpAllReduce:
-		return c.allReduce(call, fl)
+		return c.allReduce(&call, fl)
 	case driver.OpReduce:
-		return c.reduce(call, fl)
+		return c.reduce(&call, fl)
 	case driver.OpBroadcast:
-		return c.broadcast(call, fl)
+		return c.broadcast(&call, fl)
 	case driver.OpAllGather:
-		return c.allGather(call, fl)
+		return c.allGather(&call, fl)
 	case driver.OpReduceScatter:
-		return c.reduceScatter(call, fl)
+		return c.reduceScatter(&call, fl)
 	case driver.OpAllToAll:
 		return c.allToAll(call, fl)
 	case driver.OpGather:
@@ -124,7 +123,7 @@ func (c *Comm) dispatchFlight(call driver.Call, fl driver.Flight) error {
 	case driver.OpScatter:
 		return c.scatter(call, fl)
 	case driver.OpBarrier:
-		return c.barrier(call, fl)
+		return c.barrier(&call, fl)
 	case driver.OpSend, driver.OpRecv, driver.OpGroupP2P:
 		var one [1]comm.P2P
 		return c.pointToPoint(call, driver.Transfers(call, &one), fl)
@@ -146,7 +145,7 @@ func (c *Comm) usableLocked(op driver.Operation) error {
 
 // signature compares the collective across ranks (Options.Debug) before
 // NCCL sees it: a mismatch would hang there or corrupt data.
-func (c *Comm) signature(call driver.Call) error {
+func (c *Comm) signature(call *driver.Call) error {
 	if !c.debug {
 		return nil
 	}
@@ -154,7 +153,7 @@ func (c *Comm) signature(call driver.Call) error {
 	if err != nil {
 		return c.errorf(call.Operation, nil, "comparing the call with the other ranks: %w", err)
 	}
-	if err := driver.CompareSignatures(call, all); err != nil {
+	if err := driver.CompareSignatures(*call, all); err != nil {
 		return c.errorf(call.Operation, nil, "%w", err)
 	}
 	return nil
@@ -162,7 +161,7 @@ func (c *Comm) signature(call driver.Call) error {
 
 // collective queues call with enqueue (unless it moves no
 // data) and, for a nil stream, waits for it.
-func (c *Comm) collective(call driver.Call, fl driver.Flight, enqueue func(s *devmem.Stream) error) error {
+func (c *Comm) collective(call *driver.Call, fl driver.Flight, enqueue func(s *devmem.Stream) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.usableLocked(call.Operation); err != nil {
@@ -171,7 +170,7 @@ func (c *Comm) collective(call driver.Call, fl driver.Flight, enqueue func(s *de
 	if err := c.signature(call); err != nil {
 		return err
 	}
-	if driver.Empty(call) {
+	if driver.Empty(*call) {
 		return nil // every rank has the same count, so every rank skips
 	}
 	return c.runLocked(call, fl, enqueue)
@@ -180,7 +179,7 @@ func (c *Comm) collective(call driver.Call, fl driver.Flight, enqueue func(s *de
 // runLocked queues one operation on its stream (the communicator's own for
 // a nil stream) between events the timeout needs, then waits for it if the
 // stream was nil. c.mu is held.
-func (c *Comm) runLocked(call driver.Call, fl driver.Flight, enqueue func(s *devmem.Stream) error) error {
+func (c *Comm) runLocked(call *driver.Call, fl driver.Flight, enqueue func(s *devmem.Stream) error) error {
 	s := call.Stream
 	if s == nil {
 		s = c.own
@@ -191,9 +190,9 @@ func (c *Comm) runLocked(call driver.Call, fl driver.Flight, enqueue func(s *dev
 		if start, err = c.events.record(s); err != nil {
 			return c.errorf(call.Operation, nil, "%s: %w", call.Signature(), err)
 		}
+		testHookAfterStart(s)
 	}
-	testHookAfterStart(s)
-	err := c.inNCCL(markOf(&call), func() error { return enqueue(s) })
+	err := c.inNCCL(markOf(call), func() error { return enqueue(s) })
 	if cause := c.failure(); cause != nil {
 		c.events.put(start)
 		c.abort()
@@ -214,27 +213,28 @@ func (c *Comm) runLocked(call driver.Call, fl driver.Flight, enqueue func(s *dev
 		c.events.put(start)
 		return c.errorf(call.Operation, nil, "%s was queued, but its end could not be marked: %w", call.Signature(), err)
 	}
-	what := call.Signature()
-	p := &pendingOp{what: what, start: progressOf(start), end: end, release: func() { c.events.put(start); c.events.put(end) }, flight: fl}
+	// The operation's name is formatted only for an error: a signature
+	// through fmt cost about as much as the rest of the call's host work.
 	if call.Stream != nil {
-		c.dog.track(p)
+		c.dog.track(&pendingOp{call: markOf(call), start: progressOf(start), end: end, events: &c.events, flight: fl})
 		return nil
 	}
-	err = c.waitFor(p, c.timeout)
-	p.release()
+	p := pendingOp{call: markOf(call), start: progressOf(start), end: end, events: &c.events, flight: fl}
+	err = c.waitFor(&p, c.timeout)
+	p.free()
 	if errors.Is(err, errExpired) {
-		c.fail(fmt.Errorf("%s did not finish within %v: %w", what, c.timeout, comm.ErrTimeout))
+		c.fail(fmt.Errorf("%s did not finish within %v: %w", call.Signature(), c.timeout, comm.ErrTimeout))
 	}
 	if cause := c.failure(); cause != nil {
 		c.abort()
-		return c.errorf(call.Operation, nil, "%s: %w", what, cause)
+		return c.errorf(call.Operation, nil, "%s: %w", call.Signature(), cause)
 	}
 	if err != nil {
-		return c.errorf(call.Operation, nil, "%s: %w", what, err)
+		return c.errorf(call.Operation, nil, "%s: %w", call.Signature(), err)
 	}
 	// Errors of the work itself (a CUDA fault) surface here.
 	if err := c.own.Synchronize(); err != nil {
-		return c.errorf(call.Operation, nil, "%s: %w", what, err)
+		return c.errorf(call.Operation, nil, "%s: %w", call.Signature(), err)
 	}
 	return nil
 }
@@ -245,7 +245,7 @@ func (c *Comm) runLocked(call driver.Call, fl driver.Flight, enqueue func(s *dev
 // one-rank 8 B AllReduce to 16 µs where NCCL from C took 6), and gives up
 // with the communicator's failure when the watchdog finds one (c.mu is held
 // here, so a blocking wait could not be aborted).
-func (c *Comm) waitOwn(call driver.Call) error {
+func (c *Comm) waitOwn(call *driver.Call) error {
 	err := c.pollUntil(c.own.Query)
 	if err == nil {
 		return nil
@@ -257,10 +257,11 @@ func (c *Comm) waitOwn(call driver.Call) error {
 }
 
 // testHookAfterStart lets a GPU test stall a stream inside an operation's
-// timed window, where only a hung NCCL kernel would otherwise be.
+// timed window (a timeout set), where only a hung NCCL kernel would
+// otherwise be.
 var testHookAfterStart = func(*devmem.Stream) {}
 
-func (c *Comm) allReduce(call driver.Call, fl driver.Flight) error {
+func (c *Comm) allReduce(call *driver.Call, fl driver.Flight) error {
 	send, recv, count, dt, op := call.Send, call.Recv, call.Count, call.DType, call.Op
 	p := c.planAvg(dt, op, count, send.Same(recv))
 	return c.collective(call, fl, func(s *devmem.Stream) error {
@@ -275,7 +276,7 @@ func (c *Comm) allReduce(call driver.Call, fl driver.Flight) error {
 	})
 }
 
-func (c *Comm) reduce(call driver.Call, fl driver.Flight) error {
+func (c *Comm) reduce(call *driver.Call, fl driver.Flight) error {
 	send, recv, count, dt, op, root := call.Send, call.Recv, call.Count, call.DType, call.Op, call.Root
 	if c.rank != root {
 		recv = devmem.Buffer{} // unused, and maybe unchecked: NCCL gets NULL
@@ -293,7 +294,7 @@ func (c *Comm) reduce(call driver.Call, fl driver.Flight) error {
 	})
 }
 
-func (c *Comm) broadcast(call driver.Call, fl driver.Flight) error {
+func (c *Comm) broadcast(call *driver.Call, fl driver.Flight) error {
 	send, recv, count, dt, root := call.Send, call.Recv, call.Count, call.DType, call.Root
 	if c.rank != root {
 		send = devmem.Buffer{}
@@ -301,12 +302,12 @@ func (c *Comm) broadcast(call driver.Call, fl driver.Flight) error {
 	return c.collective(call, fl, func(s *devmem.Stream) error { return c.eng.broadcast(send, recv, count, dt, root, s) })
 }
 
-func (c *Comm) allGather(call driver.Call, fl driver.Flight) error {
+func (c *Comm) allGather(call *driver.Call, fl driver.Flight) error {
 	send, recv, count, dt := call.Send, call.Recv, call.Count, call.DType
 	return c.collective(call, fl, func(s *devmem.Stream) error { return c.eng.allGather(send, recv, count, dt, s) })
 }
 
-func (c *Comm) reduceScatter(call driver.Call, fl driver.Flight) error {
+func (c *Comm) reduceScatter(call *driver.Call, fl driver.Flight) error {
 	send, recv, count, dt, op := call.Send, call.Recv, call.Count, call.DType, call.Op
 	p := c.planAvg(dt, op, count, send.Overlaps(recv))
 	if p.copyFirst && c.size > 1 {
@@ -330,7 +331,7 @@ func (c *Comm) reduceScatter(call driver.Call, fl driver.Flight) error {
 // barrier is a one-byte AllReduce (Max) of a buffer of the communicator's
 // own: NCCL has no barrier, and a reduction cannot finish anywhere before
 // every rank has joined it.
-func (c *Comm) barrier(call driver.Call, fl driver.Flight) error {
+func (c *Comm) barrier(call *driver.Call, fl driver.Flight) error {
 	return c.collective(call, fl, func(s *devmem.Stream) error {
 		return c.eng.allReduce(c.barrierBuf, c.barrierBuf, 1, comm.Uint8, comm.Max, s)
 	})
@@ -434,7 +435,7 @@ func (c *Comm) splitEngine(nb boot, color, key int) (*Comm, error) {
 		if color == comm.Undefined {
 			ncolor = noColor
 		}
-		err = c.inNCCL(callMark{what: "Split"}, func() error {
+		err = c.inNCCL(callMark{what: nameSplit}, func() error {
 			var err error
 			eng, err = c.eng.split(ncolor, key)
 			return err
@@ -491,7 +492,7 @@ func (c *Comm) Close() error {
 	var errs []error
 	if c.failure() == nil {
 		// The watchdog still runs, so a finalize stuck on a peer is aborted.
-		err := c.inNCCL(callMark{what: "Close"}, c.eng.finalize)
+		err := c.inNCCL(callMark{what: nameClose}, c.eng.finalize)
 		// ErrUnsupported: an NCCL before 2.14, whose destroy flushes instead.
 		// After a failure the abort below reports instead.
 		if err != nil && !errors.Is(err, comm.ErrUnsupported) && c.failure() == nil {
@@ -510,7 +511,7 @@ func (c *Comm) Close() error {
 		c.handle.Unlock()
 	}
 	for _, p := range c.dog.drain() {
-		p.release()
+		p.free()
 	}
 	ownErr := c.own.Destroy()
 	if c.failure() != nil {

@@ -59,7 +59,9 @@
 //     (NCCL may block there connecting to a peer that never comes).
 //
 // Open's bootstrap, the MPI calls of Split, and stream.Synchronize are not
-// bounded. A failure is seen up to a poll interval late. Then the
+// bounded. A failure is seen up to a poll interval late; a host call stuck
+// in NCCL up to two (the watchdog times it from the first poll that finds
+// it there, so that marking a call reads no clock). Then the
 // communicator is aborted (ncclCommAbort), the calls waiting on it return an
 // error wrapping ErrTimeout (or NCCL's error): a nil-stream operation, or
 // Comm.Wait, which is stream.Synchronize that gives up when the communicator

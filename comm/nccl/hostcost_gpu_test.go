@@ -17,11 +17,14 @@ import (
 // BenchmarkGPUAllReduceHostCost splits a one-rank stream-ordered 8-byte
 // AllReduce's host time (issue 23.2: bench's figure is host-bound there) into
 // what each layer adds: NCCL called from Go on the communicator's own
-// ncclComm_t and the stream's handle (raw), the same through the Comm
-// (comm), an event record through devmem and through internal/cuda, and a
-// whole wait for a nil-stream operation (comm-nil) against NCCL plus
-// cuStreamSynchronize from Go. ns/op is host wall time a call; the queue is
-// drained every 64 calls outside the timing. Run it as one rank:
+// ncclComm_t and the stream's handle (raw), through the engine (engine: the
+// type mapping and devhook.EnqueueIn's stream-ordered hand-off), through the
+// Comm (comm: Front's checks, the lock and the watchdog's mark), an event
+// record through devmem and through internal/cuda, and a whole wait for a
+// nil-stream operation (comm-nil) against NCCL plus cuStreamSynchronize from
+// Go. ns/op is host wall time a call; the queue is drained every 64 calls
+// outside the timing (allocs/op includes the drain's, spread over 64 calls).
+// Run it as one rank:
 // mpirun -np 1 comm_nccl.test -test.run XXX -test.bench GPUAllReduceHostCost.
 func BenchmarkGPUAllReduceHostCost(b *testing.B) {
 	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
@@ -76,6 +79,7 @@ func BenchmarkGPUAllReduceHostCost(b *testing.B) {
 		call func() error
 	}{
 		{"raw", func() error { return nccl.AllReduce(e.ctx, p, p, 2, nccl.Float32, nccl.Sum, e.h, h) }},
+		{"engine", func() error { return e.allReduce(buf, buf, 2, comm.Float32, comm.Sum, s) }},
 		{"comm", func() error { return cc.AllReduce(buf, buf, 2, comm.Float32, comm.Sum, s) }},
 		{"raw-record", func() error { return cuda.EventRecordIn(e.ctx, cev, h) }},
 		{"devmem-record", func() error { return ev.Record(s) }},
@@ -89,6 +93,7 @@ func BenchmarkGPUAllReduceHostCost(b *testing.B) {
 	}
 	for _, k := range cases {
 		b.Run(k.name, func(b *testing.B) {
+			b.ReportAllocs()
 			var spent time.Duration
 			i := 0
 			for b.Loop() {

@@ -69,8 +69,9 @@ func (ncclLibrary) initRank(d *devmem.Device, nranks, rank int, id [128]byte) (e
 // current on a locked OS thread, which also keeps a group's calls, from
 // ncclGroupStart to ncclGroupEnd, on the one thread NCCL's group state is on.
 type ncclEngine struct {
-	h   nccl.Comm
-	ctx cuda.Context
+	h     nccl.Comm
+	ctx   cuda.Context
+	calls callSlot // the collectives handed to the stream (handoff.go)
 }
 
 func (e *ncclEngine) do(fn func() error) error { return cuda.WithContext(e.ctx, fn) }
@@ -110,23 +111,38 @@ func unmappedType(dt comm.DType) error {
 	return fmt.Errorf("nccl: element type %v has no NCCL value: %w", dt, comm.ErrInvalidArgument)
 }
 
-// ncclCall is one NCCL call on the context ctx and the stream h, with the
-// mapped type and (for a reduction) reduction.
-type ncclCall func(ctx cuda.Context, h cuda.Stream, t nccl.DataType, o nccl.RedOp) error
-
-// mapped maps dt (and op, when reduces) and runs call on s as on runs its
-// fn. It hands call to devhook itself rather than through on, so that a
-// collective costs the two closures it did before (its own and devhook's),
-// not three.
-func (e *ncclEngine) mapped(dt comm.DType, op comm.Op, reduces bool, s *devmem.Stream, call ncclCall) error {
+// collective maps dt (and op, when reduces) and runs a on s as on runs its
+// fn, through the engine's callSlot (handoff.go): a call on a stream with no
+// host work queued allocates nothing.
+func (e *ncclEngine) collective(a collArgs, dt comm.DType, op comm.Op, reduces bool, s *devmem.Stream) error {
 	t, o, err := ncclArgs(dt, op, reduces)
 	if err != nil {
 		return err
 	}
+	a.dt, a.op, a.comm = t, o, e.h
 	if s == nil {
-		return call(e.ctx, 0, t, o)
+		return runCollective(&a, uintptr(e.ctx), 0)
 	}
-	return devhook.EnqueueIn(s, func(ctx, h uintptr) error { return call(cuda.Context(ctx), cuda.Stream(h), t, o) })
+	return devhook.EnqueueIn(s, e.calls.next(a, runCollective).fn)
+}
+
+// runCollective makes a's NCCL call on the context ctx and the stream h.
+func runCollective(a *collArgs, ctx, h uintptr) error {
+	c, st := cuda.Context(ctx), cuda.Stream(h)
+	send, recv := cuda.DevicePtr(a.send), cuda.DevicePtr(a.recv)
+	switch a.kind {
+	case collAllReduce:
+		return nccl.AllReduce(c, send, recv, a.n, a.dt, a.op, a.comm, st)
+	case collReduce:
+		return nccl.Reduce(c, send, recv, a.n, a.dt, a.op, a.root, a.comm, st)
+	case collBroadcast:
+		return nccl.Broadcast(c, send, recv, a.n, a.dt, a.root, a.comm, st)
+	case collAllGather:
+		return nccl.AllGather(c, send, recv, a.n, a.dt, a.comm, st)
+	case collReduceScatter:
+		return nccl.ReduceScatter(c, send, recv, a.n, a.dt, a.op, a.comm, st)
+	}
+	return fmt.Errorf("nccl: collective %d: %w", a.kind, comm.ErrUnsupported)
 }
 
 // on runs fn in s's order: now, or behind host work queued on s (whose
@@ -153,33 +169,23 @@ func (e *ncclEngine) inContext(ctx cuda.Context, fn func() error) error {
 }
 
 func (e *ncclEngine) allReduce(send, recv devmem.Buffer, n int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
-	return e.mapped(dt, op, true, s, func(ctx cuda.Context, h cuda.Stream, t nccl.DataType, o nccl.RedOp) error {
-		return nccl.AllReduce(ctx, ptr(send), ptr(recv), n, t, o, e.h, h)
-	})
+	return e.collective(collArgs{kind: collAllReduce, send: send.Addr(), recv: recv.Addr(), n: n}, dt, op, true, s)
 }
 
 func (e *ncclEngine) reduce(send, recv devmem.Buffer, n int, dt comm.DType, op comm.Op, root int, s *devmem.Stream) error {
-	return e.mapped(dt, op, true, s, func(ctx cuda.Context, h cuda.Stream, t nccl.DataType, o nccl.RedOp) error {
-		return nccl.Reduce(ctx, ptr(send), ptr(recv), n, t, o, root, e.h, h)
-	})
+	return e.collective(collArgs{kind: collReduce, send: send.Addr(), recv: recv.Addr(), n: n, root: root}, dt, op, true, s)
 }
 
 func (e *ncclEngine) reduceScatter(send, recv devmem.Buffer, n int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
-	return e.mapped(dt, op, true, s, func(ctx cuda.Context, h cuda.Stream, t nccl.DataType, o nccl.RedOp) error {
-		return nccl.ReduceScatter(ctx, ptr(send), ptr(recv), n, t, o, e.h, h)
-	})
+	return e.collective(collArgs{kind: collReduceScatter, send: send.Addr(), recv: recv.Addr(), n: n}, dt, op, true, s)
 }
 
 func (e *ncclEngine) broadcast(send, recv devmem.Buffer, n int, dt comm.DType, root int, s *devmem.Stream) error {
-	return e.mapped(dt, 0, false, s, func(ctx cuda.Context, h cuda.Stream, t nccl.DataType, _ nccl.RedOp) error {
-		return nccl.Broadcast(ctx, ptr(send), ptr(recv), n, t, root, e.h, h)
-	})
+	return e.collective(collArgs{kind: collBroadcast, send: send.Addr(), recv: recv.Addr(), n: n, root: root}, dt, 0, false, s)
 }
 
 func (e *ncclEngine) allGather(send, recv devmem.Buffer, n int, dt comm.DType, s *devmem.Stream) error {
-	return e.mapped(dt, 0, false, s, func(ctx cuda.Context, h cuda.Stream, t nccl.DataType, _ nccl.RedOp) error {
-		return nccl.AllGather(ctx, ptr(send), ptr(recv), n, t, e.h, h)
-	})
+	return e.collective(collArgs{kind: collAllGather, send: send.Addr(), recv: recv.Addr(), n: n}, dt, 0, false, s)
 }
 
 func (e *ncclEngine) group(ops []comm.P2P, s *devmem.Stream) error {

@@ -53,11 +53,11 @@ func (c *Comm) enqueuePlan(p plan, s *devmem.Stream) error {
 }
 
 func (c *Comm) gather(call driver.Call, fl driver.Flight) error {
-	return c.collective(call, fl, c.rootedPlan(call, true).enqueueOn(c))
+	return c.collective(&call, fl, c.rootedPlan(call, true).enqueueOn(c))
 }
 
 func (c *Comm) scatter(call driver.Call, fl driver.Flight) error {
-	return c.collective(call, fl, c.rootedPlan(call, false).enqueueOn(c))
+	return c.collective(&call, fl, c.rootedPlan(call, false).enqueueOn(c))
 }
 
 // rootedPlan is Gather's plan (gather) or Scatter's: the root receives
@@ -111,7 +111,7 @@ func (c *Comm) allToAll(call driver.Call, fl driver.Flight) error {
 		p.transfer(comm.SendKind, j, send, j*n, count, dt)
 		p.transfer(comm.RecvKind, j, recv, j*n, count, dt)
 	}
-	return c.collective(call, fl, p.enqueueOn(c))
+	return c.collective(&call, fl, p.enqueueOn(c))
 }
 
 // pointToPoint issues a Send's, a Recv's or a GroupP2P's transfers as one
@@ -131,7 +131,7 @@ func (c *Comm) pointToPoint(call driver.Call, ops []comm.P2P, fl driver.Flight) 
 	if len(p.self) == 0 && len(p.remote) == 0 {
 		return nil
 	}
-	return c.runLocked(call, fl, p.enqueueOn(c))
+	return c.runLocked(&call, fl, p.enqueueOn(c))
 }
 
 func (c *Comm) p2pPlan(op driver.Operation, ops []comm.P2P) (plan, error) {

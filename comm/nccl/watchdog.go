@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,12 +40,36 @@ var errExpired = errors.New("deadline passed")
 
 // pendingOp is one operation queued on a stream, between two points.
 type pendingOp struct {
-	what    string
+	what    string        // names the operation when call does not (Wait's, tests')
+	call    callMark      // the operation: its name is formatted only for an error
 	start   progress      // reached when the operation may begin; nil: at once
 	end     progress      // reached when it has finished
 	started time.Time     // when start was first seen reached
-	release func()        // gives the points back; nil when there is nothing to give
+	release func()        // called when it is freed; nil when there is nothing to call
+	events  *eventPool    // where start and end go back when it is freed, when they are its events
 	flight  driver.Flight // told when start is seen reached and when the operation ends
+}
+
+// name names the operation in errors.
+func (p *pendingOp) name() string {
+	if p.call.sig.op != 0 {
+		return p.call.name()
+	}
+	return p.what
+}
+
+// free gives p's points back once nothing waits for them.
+func (p *pendingOp) free() {
+	if p.release != nil {
+		p.release()
+	}
+	if p.events != nil {
+		for _, pt := range [...]progress{p.start, p.end} {
+			if e, ok := pt.(*devmem.Event); ok {
+				p.events.put(e)
+			}
+		}
+	}
 }
 
 // poll reports whether p has finished. Its clock starts at the first poll
@@ -75,12 +100,29 @@ func (p *pendingOp) poll(now time.Time, timeout time.Duration) (bool, error) {
 
 // callMark is an NCCL call in progress on the host: an operation (what its
 // signature is made of, formatted only if the watchdog reports it), or
-// another call named by what. It holds no buffer, so that marking a call
-// moves neither the call nor its buffers to the heap.
+// another call named by what. It holds no buffer and no time, so that
+// marking a call moves nothing to the heap and reads no clock.
 type callMark struct {
-	what  string
-	sig   signature
-	since time.Time
+	what callName
+	sig  signature
+}
+
+// callName names an NCCL call that is not an operation.
+type callName uint8
+
+const (
+	nameOperation callName = iota // the mark's signature says what it is
+	nameSplit
+	nameClose
+)
+
+var callNames = [...]string{"an operation", "Split", "Close"}
+
+func (n callName) String() string {
+	if int(n) >= len(callNames) {
+		return "NCCL call " + strconv.Itoa(int(n))
+	}
+	return callNames[n]
 }
 
 // signature is what Call.Signature reads.
@@ -100,7 +142,93 @@ func (m *callMark) name() string {
 	if m.sig.op != 0 {
 		return driver.Call{Operation: m.sig.op, Count: m.sig.count, DType: m.sig.dt, Op: m.sig.rop, Root: m.sig.root}.Signature()
 	}
-	return m.what
+	return m.what.String()
+}
+
+// kinds packs the mark's small fields in one word: what, and the
+// operation, element type and reduction, 16 bits each (each is a small
+// enumeration, checked before any NCCL call).
+func (m *callMark) kinds() uint64 {
+	return uint64(m.what) | uint64(uint16(m.sig.op))<<8 | uint64(uint16(m.sig.dt))<<24 | uint64(uint16(m.sig.rop))<<40
+}
+
+func (m *callMark) setKinds(k uint64) {
+	m.what = callName(k)
+	m.sig.op = driver.Operation(uint16(k >> 8))
+	m.sig.dt = driver.DType(uint16(k >> 24))
+	m.sig.rop = driver.Op(uint16(k >> 40))
+}
+
+// inCall is the NCCL call in progress, as the one goroutine that makes NCCL
+// calls (the holder of the communicator's lock) tells the watchdog: a
+// sequence lock of atomic words, written without a clock read or an
+// allocation. state counts the calls' entries and returns (odd: a call is
+// inside NCCL); the mark's words change only while it is even, and only
+// where they differ from the last call's (a loop that repeats a collective
+// writes none of them), so a reader that sees the same odd state before and
+// after reading them has read the mark of that call.
+type inCall struct {
+	state atomic.Uint64
+	kinds atomic.Uint64 // callMark.kinds
+	count atomic.Int64
+	root  atomic.Int64
+
+	// The writer's own, under the communicator's lock.
+	n    uint64 // state's value
+	last callMark
+
+	// The watchdog goroutine's own: the state it last saw inside NCCL, and
+	// when it first saw it.
+	seen   uint64
+	seenAt time.Time
+}
+
+// enter marks m inside NCCL. Calls of enter and leave never overlap
+// (the communicator's lock).
+func (ic *inCall) enter(m *callMark) {
+	if m.sig.count != ic.last.sig.count {
+		ic.count.Store(int64(m.sig.count))
+	}
+	if m.sig.root != ic.last.sig.root {
+		ic.root.Store(int64(m.sig.root))
+	}
+	if k := m.kinds(); k != ic.last.kinds() {
+		ic.kinds.Store(k)
+	}
+	ic.last = *m
+	ic.n++
+	ic.state.Store(ic.n)
+}
+
+// leave marks the call entered last returned.
+func (ic *inCall) leave() {
+	ic.n++
+	ic.state.Store(ic.n)
+}
+
+// inside reports, at now, whether a call is inside NCCL, which (its state,
+// for mark), and for how long the watchdog has seen it there: since the
+// first of its looks that found it, so never longer than it has been there,
+// and at most a look's interval less. Only the watchdog calls it.
+func (ic *inCall) inside(now time.Time) (state uint64, d time.Duration, ok bool) {
+	s := ic.state.Load()
+	if s&1 == 0 {
+		return 0, 0, false
+	}
+	if s != ic.seen {
+		ic.seen, ic.seenAt = s, now
+	}
+	return s, now.Sub(ic.seenAt), true
+}
+
+// mark is the mark of the call whose entry set state; false when that call
+// has returned since.
+func (ic *inCall) mark(state uint64) (callMark, bool) {
+	var m callMark
+	m.setKinds(ic.kinds.Load())
+	m.sig.count = int(ic.count.Load())
+	m.sig.root = int(ic.root.Load())
+	return m, ic.state.Load() == state
 }
 
 // watchdog holds what the watchdog goroutine looks at: operations queued on
@@ -109,7 +237,7 @@ type watchdog struct {
 	timeout  time.Duration
 	interval time.Duration
 	now      func() time.Time
-	inCall   atomic.Pointer[callMark]
+	inCall   inCall
 	quit     chan struct{}
 	quitOnce sync.Once
 
@@ -160,8 +288,10 @@ func (w *watchdog) check(now time.Time, asyncError func() error) error {
 	if err := asyncError(); err != nil {
 		return fmt.Errorf("NCCL reported an asynchronous error: %w", err)
 	}
-	if m := w.inCall.Load(); m != nil && w.timeout > 0 && now.Sub(m.since) > w.timeout {
-		return fmt.Errorf("%s: the NCCL call has not returned after %v: %w", m.name(), w.timeout, comm.ErrTimeout)
+	if st, d, ok := w.inCall.inside(now); ok && w.timeout > 0 && d > w.timeout {
+		if m, ok := w.inCall.mark(st); ok {
+			return fmt.Errorf("%s: the NCCL call has not returned after %v: %w", m.name(), w.timeout, comm.ErrTimeout)
+		}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -175,16 +305,14 @@ func (w *watchdog) check(now time.Time, asyncError func() error) error {
 		done, err := p.poll(now, w.timeout)
 		switch {
 		case errors.Is(err, errExpired):
-			cause = fmt.Errorf("%s did not finish within %v: %w", p.what, w.timeout, comm.ErrTimeout)
+			cause = fmt.Errorf("%s did not finish within %v: %w", p.name(), w.timeout, comm.ErrTimeout)
 			p.flight.Ended(cause)
 		case err != nil:
-			cause = fmt.Errorf("%s: %w", p.what, err)
+			cause = fmt.Errorf("%s: %w", p.name(), err)
 			p.flight.Ended(cause)
 		case done:
 			p.flight.Ended(nil)
-			if p.release != nil {
-				p.release()
-			}
+			p.free()
 			continue
 		}
 		keep = append(keep, p)
@@ -231,7 +359,7 @@ func (c *Comm) watchOnce(now time.Time) {
 		c.mu.Unlock()
 		return
 	}
-	if m := c.dog.inCall.Load(); m != nil && now.Sub(m.since) >= c.dog.grace() {
+	if _, d, ok := c.dog.inCall.inside(now); ok && d >= c.dog.grace() {
 		c.abort() // the holder of c.mu is stuck inside NCCL; this frees it
 	}
 }
@@ -246,22 +374,23 @@ func (c *Comm) asyncError() error {
 	return c.eng.asyncError()
 }
 
+// failCause is why a communicator failed.
+type failCause struct{ err error }
+
 // fail records why the communicator failed; the first reason stays.
 func (c *Comm) fail(cause error) {
-	c.failOnce.Do(func() {
-		c.failErr = cause
+	if c.failed.CompareAndSwap(nil, &failCause{err: cause}) {
 		close(c.failCh)
-	})
+	}
 }
 
-// failure is why the communicator failed, or nil.
+// failure is why the communicator failed, or nil: one atomic load, twice
+// on every operation's path.
 func (c *Comm) failure() error {
-	select {
-	case <-c.failCh:
-		return c.failErr
-	default:
-		return nil
+	if f := c.failed.Load(); f != nil {
+		return f.err
 	}
+	return nil
 }
 
 // abort aborts the NCCL handle once; later calls wait for the first.
@@ -278,11 +407,10 @@ func (c *Comm) abort() {
 // inNCCL runs fn, an NCCL call on the host, where the watchdog can see it:
 // to time it out, and, with or without a timeout, to abort a call that
 // hangs after NCCL reported an error (a peer died) while its caller holds
-// the communicator's lock.
+// the communicator's lock. c.mu is held: the mark has one writer at a time.
 func (c *Comm) inNCCL(m callMark, fn func() error) error {
-	m.since = c.dog.now()
-	c.dog.inCall.Store(&m)
-	defer c.dog.inCall.Store(nil)
+	c.dog.inCall.enter(&m)
+	defer c.dog.inCall.leave()
 	return fn()
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 )
 
 // The watchdog's rules, on a clock and points of progress the test moves.
@@ -72,7 +73,10 @@ func TestWatchdogReleasesFinishedOperationsInAnyOrder(t *testing.T) {
 func TestWatchdogWithoutTimeoutNeverExpires(t *testing.T) {
 	w := newWatchdog(0, nil)
 	w.track(&pendingOp{what: "x", start: &point{reached: true}, end: &point{}})
-	w.inCall.Store(&callMark{what: "y", since: t0})
+	w.inCall.enter(&callMark{what: nameClose})
+	if err := w.check(t0, healthy); err != nil {
+		t.Errorf("no timeout: %v", err)
+	}
 	if err := w.check(t0.Add(1000*time.Hour), healthy); err != nil {
 		t.Errorf("no timeout: %v", err)
 	}
@@ -83,7 +87,11 @@ func TestWatchdogWithoutTimeoutNeverExpires(t *testing.T) {
 
 func TestWatchdogSeesAStuckNCCLCall(t *testing.T) {
 	w := newWatchdog(2*time.Second, nil)
-	w.inCall.Store(&callMark{what: "Split", since: t0})
+	w.inCall.enter(&callMark{what: nameSplit})
+	// The watchdog times a call from the first look that finds it inside.
+	if err := w.check(t0, healthy); err != nil {
+		t.Fatalf("first seen: %v", err)
+	}
 	if err := w.check(t0.Add(2*time.Second), healthy); err != nil {
 		t.Fatalf("at the timeout: %v", err)
 	}
@@ -134,4 +142,123 @@ func TestPollStartsTheClockWithoutAStartPoint(t *testing.T) {
 	if done, err := (&pendingOp{end: &point{reached: true}}).poll(t0, time.Nanosecond); !done || err != nil {
 		t.Errorf("finished: %v %v", done, err)
 	}
+}
+
+// A call that returned, and the next that entered NCCL, each get their own
+// clock: two calls shorter than the timeout are never one stuck call.
+func TestWatchdogTimesEachNCCLCallAlone(t *testing.T) {
+	w := newWatchdog(2*time.Second, nil)
+	first := callMark{sig: signature{op: driver.OpAllReduce, count: 16, dt: driver.Float32, rop: driver.Sum}}
+	w.inCall.enter(&first)
+	if err := w.check(t0, healthy); err != nil {
+		t.Fatalf("first call, first seen: %v", err)
+	}
+	w.inCall.leave()
+	if err := w.check(t0.Add(time.Second), healthy); err != nil {
+		t.Fatalf("between calls: %v", err)
+	}
+	second := callMark{sig: signature{op: driver.OpBroadcast, count: 3, dt: driver.Int64, root: 1}}
+	w.inCall.enter(&second)
+	// Three seconds after the first call was seen: the second was first seen now.
+	if err := w.check(t0.Add(3*time.Second), healthy); err != nil {
+		t.Fatalf("second call, first seen: %v; want its own clock", err)
+	}
+	if err := w.check(t0.Add(5*time.Second), healthy); err != nil {
+		t.Fatalf("second call at the timeout: %v", err)
+	}
+	err := w.check(t0.Add(5*time.Second+time.Nanosecond), healthy)
+	if !errors.Is(err, comm.ErrTimeout) || !strings.Contains(err.Error(), "Broadcast(count=3 dtype=int64 root=1): the NCCL call has not returned after 2s") {
+		t.Errorf("second call past the timeout: %v; want ErrTimeout naming it", err)
+	}
+	w.inCall.leave()
+	if err := w.check(t0.Add(time.Hour), healthy); err != nil {
+		t.Errorf("after it returned: %v", err)
+	}
+}
+
+// The mark the watchdog reads back is the call's, whichever of its fields
+// changed since the last call, and a mark read across a return is refused.
+func TestWatchdogReadsTheMarkOfTheCallInside(t *testing.T) {
+	w := newWatchdog(time.Second, nil)
+	marks := []callMark{
+		{sig: signature{op: driver.OpAllReduce, count: 16, dt: driver.Float32, rop: driver.Sum}},
+		{sig: signature{op: driver.OpAllReduce, count: 16, dt: driver.Float32, rop: driver.Sum}}, // the same again
+		{sig: signature{op: driver.OpAllReduce, count: 1 << 40, dt: driver.Float32, rop: driver.Sum}},
+		{sig: signature{op: driver.OpReduce, count: 1 << 40, dt: driver.Float64, rop: driver.Max, root: 7}},
+		{what: nameSplit},
+		{sig: signature{op: driver.OpGather, count: 5, dt: driver.Uint8, root: 3}},
+		{what: nameClose},
+		{sig: signature{op: driver.OpAllGather}},
+	}
+	for i, m := range marks {
+		w.inCall.enter(&m)
+		st, _, ok := w.inCall.inside(t0)
+		if !ok {
+			t.Fatalf("mark %d: no call inside", i)
+		}
+		got, ok := w.inCall.mark(st)
+		if !ok || got != m {
+			t.Errorf("mark %d: read %+v (%v); want %+v", i, got, ok, m)
+		}
+		w.inCall.leave()
+		if _, _, ok := w.inCall.inside(t0); ok {
+			t.Errorf("mark %d: a call is inside after it returned", i)
+		}
+		if _, ok := w.inCall.mark(st); ok {
+			t.Errorf("mark %d: read back after the call returned", i)
+		}
+	}
+	if got := marks[3].name(); got != "Reduce(count=1099511627776 dtype=float64 op=max root=7)" {
+		t.Errorf("name %q", got)
+	}
+	if got := marks[4].name(); got != "Split" {
+		t.Errorf("name %q", got)
+	}
+}
+
+// The watchdog reads marks while the caller enters and returns: every mark
+// it accepts is one call's, whole (under -race, also that the reads race
+// with nothing).
+func TestWatchdogReadsMarksWhileCallsComeAndGo(t *testing.T) {
+	w := newWatchdog(time.Second, nil)
+	const calls = 200000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range calls {
+			// Every field says i, so a mark made of two calls' words shows.
+			m := callMark{sig: signature{op: driver.Operation(1 + i%12), count: i, dt: driver.DType(1 + i%10), rop: driver.Op(i % 6), root: -i}}
+			if i%7 == 0 {
+				m = callMark{what: callName(1 + i%2), sig: signature{count: i, root: -i}}
+			}
+			w.inCall.enter(&m)
+			w.inCall.leave()
+		}
+	}()
+	read := 0
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		st, _, ok := w.inCall.inside(t0)
+		if !ok {
+			continue
+		}
+		m, ok := w.inCall.mark(st)
+		if !ok {
+			continue
+		}
+		read++
+		i := m.sig.count
+		want := callMark{sig: signature{op: driver.Operation(1 + i%12), count: i, dt: driver.DType(1 + i%10), rop: driver.Op(i % 6), root: -i}}
+		if i%7 == 0 {
+			want = callMark{what: callName(1 + i%2), sig: signature{count: i, root: -i}}
+		}
+		if m != want {
+			t.Fatalf("read %+v; no call made that mark (call %d's is %+v)", m, i, want)
+		}
+	}
+	t.Logf("%d marks read whole", read)
 }
