@@ -25,10 +25,11 @@ type hostQueue struct {
 
 	mu      sync.Mutex
 	cond    *sync.Cond
-	queue   []work // work behind a host function, in order
-	running bool   // an item of queue is being run, by drain or by flush
-	drainer bool   // a drain goroutine is alive
-	err     error  // the first error of queued work since the last synchronize
+	queue   []work // work behind a host function, in order, from queue[head]
+	head    int
+	running bool  // an item of queue is being run, by drain or by flush
+	drainer bool  // a drain goroutine is alive
+	err     error // the first error of queued work since the last synchronize
 
 	// flushing counts the goroutines inside flush (under mu): each runs the
 	// queue until it is empty, so a drain goroutine leaves the queue to them.
@@ -54,6 +55,9 @@ type hostQueue struct {
 	deferred uint64
 }
 
+// maxKeptQueue bounds the queue's array kept for reuse once it is empty.
+const maxKeptQueue = 64
+
 // init readies q; before may be nil.
 func (q *hostQueue) init(before func() error) {
 	if before == nil {
@@ -68,27 +72,34 @@ func (q *hostQueue) init(before func() error) {
 // then: a drain goroutine polls such an item instead of blocking in run, so
 // that it can hand it back to a flush that comes meanwhile, whose goroutine
 // then runs it without sleeping while another goroutine waits.
+// fn, when run is nil, is a host function: it runs (safely) once before
+// has returned, and not when before fails; so a host function costs no
+// closure of its own.
 type work struct {
 	run  func() error
+	fn   func() error
 	poll func() (bool, error)
 }
 
-// hostWork wraps fn as queued host work: it runs once the work issued to
-// CUDA before it is done.
-func (s *hostQueue) hostWork(fn func() error) func() error {
-	return func() error {
-		if err := s.before(); err != nil {
-			return err
-		}
-		return safely(fn)
+// do runs w.
+func (s *hostQueue) do(w work) error {
+	if w.run != nil {
+		return w.run()
 	}
+	if err := s.before(); err != nil {
+		return err
+	}
+	return safely(w.fn)
 }
+
+// lenLocked is the number of items queued and not started.
+func (s *hostQueue) lenLocked() int { return len(s.queue) - s.head }
 
 // hostFuncDeferred queues fn like hostFunc, but starts no goroutine for it:
 // the next synchronize runs it, or the drain that later work starts, or
 // the sweep, which starts a drain for work left waiting a whole sweep.
 func (s *hostQueue) hostFuncDeferred(fn func() error) error {
-	return s.queueWork(work{run: s.hostWork(fn)}, true)
+	return s.queueWork(work{fn: fn}, true)
 }
 
 // hostWait queues wait, with poll (when not nil) for a drain goroutine to
@@ -109,7 +120,7 @@ func (s *hostQueue) queueWork(w work, deferred bool) error {
 	}
 	s.queue = append(s.queue, w)
 	left := !s.running && !s.drainer && s.flushing == 0
-	if left && len(s.queue) == 1 {
+	if left && s.lenLocked() == 1 {
 		// A new wait for the sweep to count from; deferrals onto work
 		// already waiting do not restart its count.
 		s.deferred++
@@ -126,7 +137,7 @@ func (s *hostQueue) queueWork(w work, deferred bool) error {
 func (s *hostQueue) startDeferred(seen uint64) (waiting bool, count uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.queue) == 0 || s.running || s.drainer || s.flushing > 0 {
+	if s.lenLocked() == 0 || s.running || s.drainer || s.flushing > 0 {
 		return false, 0
 	}
 	if s.deferred == seen {
@@ -196,7 +207,7 @@ func (w *sweeper) loop() {
 
 // busyLocked reports whether host work is queued or running: later work
 // must then queue behind it.
-func (s *hostQueue) busyLocked() bool { return s.running || len(s.queue) > 0 }
+func (s *hostQueue) busyLocked() bool { return s.running || s.lenLocked() > 0 }
 
 // pushLocked queues work and starts a drain goroutine unless someone is
 // already running the queue, or will (and so will run this too).
@@ -214,7 +225,7 @@ func (s *hostQueue) runNextLocked() {
 	w := s.popLocked()
 	s.startLocked()
 	s.mu.Unlock()
-	err := w.run()
+	err := s.do(w)
 	s.mu.Lock()
 	s.running = false
 	s.doneLocked(err)
@@ -227,9 +238,16 @@ func (s *hostQueue) startLocked() {
 }
 
 func (s *hostQueue) popLocked() work {
-	w := s.queue[0]
-	s.queue[0] = work{}
-	s.queue = s.queue[1:]
+	w := s.queue[s.head]
+	s.queue[s.head] = work{}
+	if s.head++; s.head == len(s.queue) {
+		// Empty: the next item goes first in the same array, unless a
+		// burst of work grew it.
+		s.queue, s.head = s.queue[:0], 0
+		if cap(s.queue) > maxKeptQueue {
+			s.queue = nil
+		}
+	}
 	return w
 }
 
@@ -239,9 +257,6 @@ func (s *hostQueue) doneLocked(err error) {
 	if err != nil && s.err == nil {
 		s.err = err
 	}
-	if len(s.queue) == 0 {
-		s.queue = nil
-	}
 	s.cond.Broadcast()
 }
 
@@ -250,7 +265,7 @@ func (s *hostQueue) doneLocked(err error) {
 // polls until the item is done (popping it, and reporting true) or until a
 // flush wants it (leaving it at the head, and reporting false).
 func (s *hostQueue) pollHeadLocked() bool {
-	w := s.queue[0]
+	w := s.queue[s.head]
 	s.startLocked()
 	s.mu.Unlock()
 	err := s.before()
@@ -300,7 +315,7 @@ func safePoll(poll func() (bool, error)) (done bool, err error) {
 func (s *hostQueue) drain() {
 	s.mu.Lock()
 	for s.drainableLocked() {
-		if s.queue[0].poll != nil {
+		if s.queue[s.head].poll != nil {
 			if !s.pollHeadLocked() {
 				break // handed back to a flush
 			}
@@ -316,7 +331,7 @@ func (s *hostQueue) drain() {
 // the queue: there is one, no one is running an item, and no flush, which
 // would run it, is under way.
 func (s *hostQueue) drainableLocked() bool {
-	return len(s.queue) > 0 && !s.running && s.flushing == 0
+	return s.lenLocked() > 0 && !s.running && s.flushing == 0
 }
 
 // hostFunc queues fn: the stream's goroutine waits for the work issued
@@ -324,7 +339,7 @@ func (s *hostQueue) drainableLocked() bool {
 // at once; fn's error is returned by the next synchronize.
 func (s *hostQueue) hostFunc(fn func() error) error {
 	s.mu.Lock()
-	s.pushLocked(work{run: s.hostWork(fn)})
+	s.pushLocked(work{fn: fn})
 	s.mu.Unlock()
 	return nil
 }
