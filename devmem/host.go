@@ -91,9 +91,9 @@ func (h *hostDriver) memset(dst Buffer, v byte, s *Stream) error {
 }
 
 func (h *hostDriver) newStream() (streamImpl, error) {
-	done := make(chan struct{})
-	close(done)
-	return &hostStream{tail: done}, nil
+	s := &hostStream{}
+	s.init(nil)
+	return s, nil
 }
 
 func (h *hostDriver) newEvent() (eventImpl, error) { return &hostEvent{}, nil }
@@ -122,30 +122,11 @@ func runSync(s *Stream, fn func() error) error {
 	return <-ch
 }
 
-// hostStream chains its tasks: each waits for the one before it.
+// hostStream is a queue of host work (hostQueue) and nothing else: its
+// tasks run one at a time, in order, each on a drain goroutine of the
+// stream's or on the goroutine of a Synchronize that finds it not started.
 type hostStream struct {
-	mu   sync.Mutex
-	tail chan struct{} // closed when the last queued task has finished
-	err  error
-}
-
-func (s *hostStream) hostFunc(fn func() error) error {
-	s.mu.Lock()
-	prev, done := s.tail, make(chan struct{})
-	s.tail = done
-	s.mu.Unlock()
-	go func() {
-		<-prev
-		if err := safely(fn); err != nil {
-			s.mu.Lock()
-			if s.err == nil {
-				s.err = err
-			}
-			s.mu.Unlock()
-		}
-		close(done)
-	}()
-	return nil
+	hostQueue
 }
 
 // safely turns a panic in queued work into an error, as a GPU turns a fault
@@ -159,36 +140,14 @@ func safely(fn func() error) (err error) {
 	return fn()
 }
 
-func (s *hostStream) synchronize() error {
-	s.mu.Lock()
-	tail := s.tail
-	s.mu.Unlock()
-	<-tail
-	s.mu.Lock()
-	err := s.err
-	s.err = nil
-	s.mu.Unlock()
-	return err
-}
+func (s *hostStream) synchronize() error { return s.flush() }
 
-// hostFuncDeferred is hostFunc: every task here has its own goroutine.
-func (s *hostStream) hostFuncDeferred(fn func() error) error { return s.hostFunc(fn) }
-
-// hostWait is hostFunc of wait: its goroutine may as well block.
-func (s *hostStream) hostWait(wait func() error, _ func() (bool, error), _ bool) error {
-	return s.hostFunc(wait)
-}
-
+// query reports whether no host work is queued or running.
 func (s *hostStream) query() (bool, error) {
 	s.mu.Lock()
-	tail := s.tail
+	busy := s.busyLocked()
 	s.mu.Unlock()
-	select {
-	case <-tail:
-		return true, nil
-	default:
-		return false, nil
-	}
+	return !busy, nil
 }
 
 func (s *hostStream) waitEvent(e eventImpl) error {
@@ -196,7 +155,7 @@ func (s *hostStream) waitEvent(e eventImpl) error {
 	return s.hostFunc(func() error { <-m.done; return nil })
 }
 
-func (s *hostStream) destroy() error { return s.synchronize() }
+func (s *hostStream) destroy() error { return s.flush() }
 
 // hostEvent keeps the mark of its latest Record.
 type hostEvent struct {

@@ -200,15 +200,6 @@ func (c *Comm) end() {
 	c.mu.Unlock()
 }
 
-func (c *Comm) brokenErr() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.broken != nil {
-		return fmt.Errorf("communicator is broken by an earlier failure: %w", c.broken)
-	}
-	return nil
-}
-
 // setBroken records the first reason the ranks went out of step.
 func (c *Comm) setBroken(err error) {
 	c.mu.Lock()
@@ -240,13 +231,13 @@ func (c *Comm) passTurn(seq uint64) {
 	c.mu.Unlock()
 }
 
-// enqueue runs fn in stream order on the call's stream. An operation that
-// can never run after it took its ticket or its message numbers leaves this
-// rank out of step: the communicator is broken, and the ticket is passed on
-// so that later collectives fail instead of waiting.
-func (c *Comm) enqueue(call driver.Call, seq uint64, fn func() error) error {
-	var ran atomic.Bool
-	err := call.Stream.HostFunc(func() error { ran.Store(true); return fn() })
+// enqueue runs fn in stream order on the call's stream; fn sets ran first
+// thing. An operation that can never run after it took its ticket or its
+// message numbers leaves this rank out of step: the communicator is broken,
+// and the ticket is passed on so that later collectives fail instead of
+// waiting.
+func (c *Comm) enqueue(call driver.Call, seq uint64, fn func() error, ran *atomic.Bool) error {
+	err := call.Stream.HostFunc(fn)
 	if err != nil && !ran.Load() {
 		c.setBroken(fmt.Errorf("%v could not be queued on its stream (%v); this rank is out of step with the others", call.Operation, err))
 		if seq > 0 {
@@ -269,13 +260,27 @@ func (c *Comm) collective(call driver.Call, fl driver.Flight, body func(*Comm, *
 	if call.Stream == nil {
 		return c.collectiveNow(call, body)
 	}
-	seq := c.tickets.Add(1)
-	return c.enqueue(call, seq, func() error {
-		fl.Started()
-		err := c.runTicket(call, seq, body)
-		fl.Ended(err)
-		return err
-	})
+	q := &queuedCollective{c: c, call: call, seq: c.tickets.Add(1), fl: fl, body: body}
+	return c.enqueue(call, q.seq, q.run, &q.ran)
+}
+
+// queuedCollective is a collective queued on its stream: one allocation
+// holds what it runs with (a closure would take three).
+type queuedCollective struct {
+	c    *Comm
+	call driver.Call
+	seq  uint64
+	fl   driver.Flight
+	body func(*Comm, *op) error
+	ran  atomic.Bool
+}
+
+func (q *queuedCollective) run() error {
+	q.ran.Store(true)
+	q.fl.Started()
+	err := q.c.runTicket(q.call, q.seq, q.body)
+	q.fl.Ended(err)
+	return err
 }
 
 // collectiveNow runs a collective on no stream on the caller's goroutine:
@@ -332,21 +337,33 @@ func (c *Comm) turnOp(call driver.Call, seq uint64) *op {
 	return &c.current
 }
 
-// runTicket runs collective seq once the one before it has finished.
+// runTicket runs collective seq once the one before it has finished: what
+// begin, awaitTurn and brokenErr do, under one lock, and what passTurn and
+// end do, under another, as collectiveNow does.
 func (c *Comm) runTicket(call driver.Call, seq uint64, body func(*Comm, *op) error) error {
-	if err := c.begin(); err != nil {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return c.wrap(call.Operation, fmt.Errorf("communicator was closed before the operation ran: %w", comm.ErrClosed))
+	}
+	c.running++
+	for c.turn != seq-1 && !c.closed {
+		c.cond.Wait()
+	}
+	if c.turn != seq-1 || c.broken != nil {
+		err := fmt.Errorf("communicator was closed while collective #%d waited for its turn: %w", seq, comm.ErrClosed)
+		if c.turn == seq-1 {
+			err = fmt.Errorf("communicator is broken by an earlier failure: %w", c.broken)
+			c.turn = seq
+		}
+		c.running--
+		c.cond.Broadcast()
+		c.mu.Unlock()
 		return c.wrap(call.Operation, err)
 	}
-	defer c.end()
-	if err := c.awaitTurn(seq); err != nil {
-		return c.wrap(call.Operation, err)
-	}
-	defer c.passTurn(seq)
-	if err := c.brokenErr(); err != nil {
-		return c.wrap(call.Operation, err)
-	}
+	c.mu.Unlock()
+	defer c.endTurn(seq)
 	o := c.turnOp(call, seq)
-	defer func() { c.current = op{} }() // before passTurn: still this collective's turn
 	return c.finish(o, c.runCollective(o, body))
 }
 
@@ -423,7 +440,7 @@ func (c *Comm) pointToPoint(call driver.Call, fl driver.Flight, ps []comm.P2P) e
 		err := c.runP2P(call, qps, qtags, qturns)
 		fl.Ended(err)
 		return err
-	})
+	}, &ran)
 	if err != nil && !ran.Load() {
 		nodepath.Abandon(qturns, err) // never queued: its turns on the node path never come
 	}
