@@ -63,6 +63,9 @@ func (s *Stream) enqueueIn(fn func(ctx, handle uintptr) error) error {
 	if !ok {
 		return fn(0, 0)
 	}
+	if ran, err := cs.enqueueNow(fn); ran {
+		return err
+	}
 	ctx := uintptr(cs.c.ctx)
 	return cs.issueAs(func(h cuda.Stream) error { return fn(ctx, uintptr(h)) }, nil, false)
 }

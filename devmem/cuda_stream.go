@@ -102,6 +102,22 @@ func (s *cudaStream) call(fn func(h cuda.Stream) error, inCtx bool) error {
 	return fn(s.h)
 }
 
+// enqueueNow runs fn with the context and s's handle at once when nothing
+// is queued on the host before it, as issueAs does, without the closure
+// issueAs takes (every stream-ordered NCCL call comes here); false when s is
+// busy and fn must be queued.
+func (s *cudaStream) enqueueNow(fn func(ctx, handle uintptr) error) (bool, error) {
+	s.mu.Lock()
+	if s.busyLocked() {
+		s.mu.Unlock()
+		return false, nil
+	}
+	s.mu.Unlock()
+	err := fn(uintptr(s.c.ctx), uintptr(s.h))
+	s.issued.Add(1) // after: idle must not count it as waited for before it is in CUDA
+	return true, err
+}
+
 // recordNow records e on s at once when nothing is queued on the host
 // before it, as issueAs does, without the closures issueAs's queue needs
 // (an event is recorded twice every timed iteration of bench); false when

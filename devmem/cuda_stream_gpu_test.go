@@ -245,3 +245,45 @@ func awaitTrue(t *testing.T, cond func() bool, failure string) {
 		}
 	}
 }
+
+// enqueueIn (the way every stream-ordered NCCL call is issued) runs its
+// function at once on an idle stream, with the device's context and the
+// stream's handle, allocating nothing; behind queued host work it runs
+// after that work, in order, and its error is the next Synchronize's.
+func TestCUDAOnGPUEnqueueInRunsNowWhenIdleAndInLineOtherwise(t *testing.T) {
+	d := needCUDA(t)
+	cudaNoLeaks(t, d)
+	s := mustStream(t, d)
+	cs := s.impl.(*cudaStream)
+	wantCtx, wantH := uintptr(cs.c.ctx), uintptr(cs.h)
+
+	var gotCtx, gotH uintptr
+	ran := 0
+	call := func(ctx, h uintptr) error { gotCtx, gotH = ctx, h; ran++; return nil }
+	must(t, s.enqueueIn(call))
+	if ran != 1 || gotCtx != wantCtx || gotH != wantH {
+		t.Errorf("enqueueIn on an idle stream: ran %d times with context %#x and stream %#x; want once with %#x and %#x", ran, gotCtx, gotH, wantCtx, wantH)
+	}
+	if n := testing.AllocsPerRun(100, func() { must(t, s.enqueueIn(call)) }); n != 0 {
+		t.Errorf("enqueueIn on an idle stream allocates %v times a call, want 0", n)
+	}
+
+	var order []string // written by host functions and calls that run one at a time
+	release := make(chan struct{})
+	must(t, s.HostFunc(func() error { <-release; order = append(order, "host work"); return nil }))
+	sentinel := errors.New("from the enqueued call")
+	must(t, s.enqueueIn(func(ctx, h uintptr) error {
+		order = append(order, "enqueued")
+		if ctx != wantCtx || h != wantH {
+			t.Errorf("queued enqueueIn ran with context %#x and stream %#x, want %#x and %#x", ctx, h, wantCtx, wantH)
+		}
+		return sentinel
+	}))
+	close(release)
+	if err := s.Synchronize(); !errors.Is(err, sentinel) {
+		t.Errorf("Synchronize after a queued enqueueIn that failed returned %v, want its error", err)
+	}
+	if want := []string{"host work", "enqueued"}; !slices.Equal(order, want) {
+		t.Errorf("ran as %q, want %q", order, want)
+	}
+}
