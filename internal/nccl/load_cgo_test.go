@@ -5,13 +5,11 @@ package nccl
 import (
 	"errors"
 	"fmt"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/gpucomm/gpucomm/internal/cuda"
-	"github.com/gpucomm/gpucomm/internal/dl"
 	"github.com/gpucomm/gpucomm/internal/dl/dltest"
 	"github.com/gpucomm/gpucomm/internal/errs"
 )
@@ -53,6 +51,8 @@ int ncclSend(const void* s, size_t n, int dt, int peer, void* comm, void* stream
 
 var definedRE = regexp.MustCompile(`(?m)^(?:int|const char\*) (\w+)\(`)
 
+var libnccl = dltest.Library{Env: EnvLib, File: "libnccl.so.2", Defaults: []string{"libnccl.so.2", "libnccl.so"}, Reset: reset, Load: Load}
+
 // buildFake builds a libnccl of the given version; names in omit are neither
 // defined nor stubbed.
 func buildFake(t *testing.T, version int, omit ...string) string {
@@ -61,56 +61,29 @@ func buildFake(t *testing.T, version int, omit ...string) string {
 	for _, n := range omit {
 		src = regexp.MustCompile(`(?m)^(int|const char\*) `+n+`\(`).ReplaceAllString(src, "static $1 unused_"+n+"(")
 	}
-	defined := map[string]bool{}
-	for _, m := range definedRE.FindAllStringSubmatch(src, -1) {
-		defined[m[1]] = true
+	names := make([]string, len(symbols))
+	for i, s := range symbols {
+		names[i] = s.name
 	}
-	for _, n := range omit {
-		defined[n] = true
-	}
-	var b strings.Builder
-	b.WriteString(src)
-	for _, s := range symbols {
-		if !defined[s.name] {
-			fmt.Fprintf(&b, "int %s(void) { return 0; }\n", s.name)
-		}
-	}
-	return dltest.BuildLib(t, "libnccl.so.2", b.String(), fmt.Sprintf("-DFAKE_VERSION=%d", version), "-Wno-unused-function")
-}
-
-func useLib(t *testing.T, path string) {
-	t.Setenv(EnvLib, path)
-	reset()
-	t.Cleanup(reset)
+	return libnccl.Build(t, dltest.WithStubs(src, definedRE, "int %s(void) { return 0; }\n", names, omit...),
+		fmt.Sprintf("-DFAKE_VERSION=%d", version), "-Wno-unused-function")
 }
 
 func TestSymbolTableCoversEverySlotOnce(t *testing.T) {
-	seen := map[int]bool{}
-	for _, s := range symbols {
-		seen[int(s.slot)] = true
+	slots := make([]int, len(symbols))
+	for i, s := range symbols {
+		slots[i] = int(s.slot)
 	}
-	if len(seen) != len(symbols) || len(seen) != int(kCount) {
-		t.Errorf("%d distinct slots for %d symbols, table has %d", len(seen), len(symbols), kCount)
-	}
+	dltest.EverySlotOnce(t, slots, int(kCount))
 }
 
 func TestLoadWithLibraryAbsentWrapsErrLibraryNotFound(t *testing.T) {
-	useLib(t, filepath.Join(t.TempDir(), "libnccl.so.2"))
-	if _, err := GetUniqueID(); !errors.Is(err, errs.ErrLibraryNotFound) {
-		t.Fatalf("GetUniqueID = %v, want ErrLibraryNotFound", err)
-	}
-	if lib, err := dl.Open("libnccl.so.2", "libnccl.so"); err == nil {
-		lib.Close()
-		t.Skip("a real NCCL is installed here")
-	}
-	useLib(t, "")
-	if err := Load(); !errors.Is(err, errs.ErrLibraryNotFound) {
-		t.Fatalf("Load with default names = %v, want ErrLibraryNotFound", err)
-	}
+	libnccl.CheckMissingFile(t, func() error { _, err := GetUniqueID(); return err })
+	libnccl.CheckDefaultsAbsent(t)
 }
 
 func TestLoadNamesMissingRequiredSymbols(t *testing.T) {
-	useLib(t, buildFake(t, 21903, "ncclAllReduce"))
+	libnccl.Use(t, buildFake(t, 21903, "ncclAllReduce"))
 	err := Load()
 	if !errors.Is(err, errs.ErrLibraryNotFound) || !strings.Contains(err.Error(), "ncclAllReduce") {
 		t.Fatalf("Load = %v, want ErrLibraryNotFound naming ncclAllReduce", err)
@@ -119,20 +92,20 @@ func TestLoadNamesMissingRequiredSymbols(t *testing.T) {
 
 func TestLoadRefusesOldNCCL(t *testing.T) {
 	for version, shown := range map[int]string{21104: "2.11.4", 2804: "2.8.4"} {
-		useLib(t, buildFake(t, version))
+		libnccl.Use(t, buildFake(t, version))
 		err := Load()
 		if !errors.Is(err, errs.ErrUnsupported) || !strings.Contains(err.Error(), shown) {
 			t.Errorf("Load of NCCL %s = %v, want ErrUnsupported naming the version", shown, err)
 		}
 	}
-	useLib(t, buildFake(t, MinVersion))
+	libnccl.Use(t, buildFake(t, MinVersion))
 	if major, minor, patch, err := Version(); err != nil || major != 2 || minor != 12 || patch != 0 {
 		t.Errorf("Version of the oldest accepted NCCL = %d.%d.%d, %v", major, minor, patch, err)
 	}
 }
 
 func TestOptionalSymbolsReportUnsupported(t *testing.T) {
-	useLib(t, buildFake(t, 21903, "ncclCommSplit", "ncclCommFinalize", "ncclCommInitRankConfig", "ncclGetLastError"))
+	libnccl.Use(t, buildFake(t, 21903, "ncclCommSplit", "ncclCommFinalize", "ncclCommInitRankConfig", "ncclGetLastError"))
 	if err := Load(); err != nil {
 		t.Fatalf("Load without optional symbols: %v", err)
 	}
@@ -153,7 +126,7 @@ func TestOptionalSymbolsReportUnsupported(t *testing.T) {
 }
 
 func TestCallsCarryArgumentsAndResults(t *testing.T) {
-	useLib(t, buildFake(t, 22703))
+	libnccl.Use(t, buildFake(t, 22703))
 	if major, minor, patch, err := Version(); err != nil || major != 2 || minor != 27 || patch != 3 {
 		t.Fatalf("Version = %d.%d.%d, %v", major, minor, patch, err)
 	}
