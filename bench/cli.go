@@ -82,7 +82,7 @@ func parseDType(s string) (comm.DType, error) {
 		return d, nil
 	}
 	var names []string
-	for _, d := range comm.DTypes {
+	for _, d := range comm.DTypes() {
 		if d.String() == strings.ToLower(s) {
 			return d, nil
 		}
@@ -93,7 +93,7 @@ func parseDType(s string) (comm.DType, error) {
 
 func parseRedop(s string) (comm.Op, error) {
 	var names []string
-	for _, o := range comm.Ops {
+	for _, o := range comm.Ops() {
 		if o.String() == strings.ToLower(s) {
 			return o, nil
 		}

@@ -22,7 +22,7 @@ const (
 )
 
 // DTypes lists every element type, in order.
-var DTypes = driver.DTypes
+func DTypes() []DType { return driver.DTypes() }
 
 // ParseDType reads a DType's name.
 func ParseDType(s string) (DType, error) { return driver.ParseDType(s) }
@@ -41,7 +41,7 @@ const (
 )
 
 // Ops lists every reduction.
-var Ops = driver.Ops
+func Ops() []Op { return driver.Ops() }
 
 // ParseOp reads an Op's name.
 func ParseOp(s string) (Op, error) { return driver.ParseOp(s) }

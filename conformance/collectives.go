@@ -247,14 +247,14 @@ func gridCase(op driver.Operation) testCase {
 		}
 		reds := []comm.Op{0}
 		if reduces(op) {
-			reds = comm.Ops
+			reds = comm.Ops()
 		}
 		places := []bool{false, true}
 		if op == driver.OpAllToAll {
 			places = places[:1]
 		}
 		k := 0
-		for _, dt := range comm.DTypes {
+		for _, dt := range comm.DTypes() {
 			for _, red := range reds {
 				for _, inPlace := range places {
 					for _, n := range counts {

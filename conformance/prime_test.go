@@ -44,8 +44,8 @@ func TestPrimeSpecsCoverTheirClaims(t *testing.T) {
 				t.Errorf("thin=%v: no %v at the prime count", thin, op)
 			}
 		}
-		for _, dt := range comm.DTypes {
-			for _, op := range comm.Ops {
+		for _, dt := range comm.DTypes() {
+			for _, op := range comm.Ops() {
 				switch {
 				case !thin && !seen[dt][op]:
 					t.Errorf("full: no AllReduce of %v %v out of place", dt, op)

@@ -75,8 +75,8 @@ func fold(t *testing.T, dt comm.DType, op comm.Op, terms [][]byte) []byte {
 
 func TestCheckReducedAgreesWithHostReduction(t *testing.T) {
 	g := rand.New(rand.NewPCG(3, 4))
-	for _, dt := range comm.DTypes {
-		for _, op := range comm.Ops {
+	for _, dt := range comm.DTypes() {
+		for _, op := range comm.Ops() {
 			for _, ranks := range []int{1, 3, 8} {
 				terms := make([][]byte, ranks)
 				for j := range terms {

@@ -10,7 +10,7 @@ import (
 	"github.com/gpucomm/gpucomm/internal/mpimap"
 )
 
-// TestMPILoopMapsEveryDTypeAndOp walks comm.DTypes x comm.Ops through the
+// TestMPILoopMapsEveryDTypeAndOp walks comm.DTypes() x comm.Ops() through the
 // MPI loop's arguments (mpiArgs, the backends' mapping) and internal/mpi's
 // C tables that turn them into handles (gcb_mpi_maps: gc_type, gc_op; no
 // MPI_Init needed): every DType moves, every DType but float16 and bfloat16
@@ -18,14 +18,14 @@ import (
 // every Op, each as the backends map it, and values outside the tables are
 // refused, never taken as a Sum or an Int8.
 func TestMPILoopMapsEveryDTypeAndOp(t *testing.T) {
-	for _, dt := range comm.DTypes {
+	for _, dt := range comm.DTypes() {
 		wantT, _ := mpimap.Type(dt)
 		ct, co, err := mpiArgs(moving, Args{DType: dt})
 		if err != nil || int(ct) != int(wantT) || co != noOp || !mpiMaps(moving, ct, co) {
 			t.Errorf("the MPI loop cannot move %v (type %d, op %d, %v)", dt, ct, co, err)
 		}
 		half := dt == comm.Float16 || dt == comm.BFloat16
-		for _, op := range comm.Ops {
+		for _, op := range comm.Ops() {
 			ct, co, err := mpiArgs(reducing, Args{DType: dt, Op: op})
 			got := err == nil && mpiMaps(reducing, ct, co)
 			if got == half {

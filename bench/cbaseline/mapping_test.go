@@ -12,14 +12,14 @@ import (
 
 // outside are DType and Op values no table holds.
 var (
-	outsideDTypes = []comm.DType{-1, comm.DType(len(comm.DTypes) + 1), 200}
-	outsideOps    = []comm.Op{-1, comm.Op(len(comm.Ops) + 1), 200}
+	outsideDTypes = []comm.DType{-1, comm.DType(len(comm.DTypes()) + 1), 200}
+	outsideOps    = []comm.Op{-1, comm.Op(len(comm.Ops()) + 1), 200}
 	// reducing and moving are one operation that reduces and one that
 	// does not, for the walks below.
 	reducing, moving = AllReduce, AllGather
 )
 
-// TestGCBMapsEveryDTypeAndOp walks comm.DTypes x comm.Ops through the NCCL
+// TestGCBMapsEveryDTypeAndOp walks comm.DTypes() x comm.Ops() through the NCCL
 // loop's arguments (ncclArgs, then cArgs, the gcb_args the C loop gets; no
 // GPU needed): every pair maps, to exactly the values of the nccl backend's
 // mapping (internal/ncclmap), with the element's size; an operation that
@@ -27,13 +27,13 @@ var (
 // values outside the tables are ErrUnsupported before any C call, never a
 // default.
 func TestGCBMapsEveryDTypeAndOp(t *testing.T) {
-	for _, dt := range comm.DTypes {
+	for _, dt := range comm.DTypes() {
 		wantT, ok := ncclmap.Type(dt)
 		if !ok {
 			t.Errorf("%v has no NCCL type in internal/ncclmap", dt)
 			continue
 		}
-		for _, op := range comm.Ops {
+		for _, op := range comm.Ops() {
 			a := Args{DType: dt, Op: op}
 			ct, co, err := ncclArgs(reducing, a)
 			if err != nil {

@@ -16,23 +16,23 @@ import (
 // the tables themselves are whole: every value Valid accepts is listed once,
 // in order, and nothing else is.
 func TestTablesListEveryValidValue(t *testing.T) {
-	for i, d := range DTypes {
+	for i, d := range DTypes() {
 		if !d.Valid() || int(d) != i+1 {
 			t.Errorf("DTypes[%d] = %v: want the valid DType %d", i, d, i+1)
 		}
 	}
-	for d := DType(-2); d < DType(len(DTypes)+3); d++ {
-		if listed := d >= 1 && int(d) <= len(DTypes); d.Valid() != listed {
+	for d := DType(-2); d < DType(len(DTypes())+3); d++ {
+		if listed := d >= 1 && int(d) <= len(DTypes()); d.Valid() != listed {
 			t.Errorf("%v: Valid() = %v but listed in DTypes = %v", d, d.Valid(), listed)
 		}
 	}
-	for i, o := range Ops {
+	for i, o := range Ops() {
 		if !o.Valid() || int(o) != i+1 {
 			t.Errorf("Ops[%d] = %v: want the valid Op %d", i, o, i+1)
 		}
 	}
-	for o := Op(-2); o < Op(len(Ops)+3); o++ {
-		if listed := o >= 1 && int(o) <= len(Ops); o.Valid() != listed {
+	for o := Op(-2); o < Op(len(Ops())+3); o++ {
+		if listed := o >= 1 && int(o) <= len(Ops()); o.Valid() != listed {
 			t.Errorf("%v: Valid() = %v but listed in Ops = %v", o, o.Valid(), listed)
 		}
 	}
@@ -100,9 +100,9 @@ func getF(dt DType, b []byte, i int) float64 {
 func TestHostReductionMapsEveryDTypeAndOp(t *testing.T) {
 	const n = 64
 	rng := rand.New(rand.NewPCG(18, 3))
-	for _, dt := range DTypes {
+	for _, dt := range DTypes() {
 		signed := dt != Uint8 && dt != Uint32 && dt != Uint64
-		for _, op := range Ops {
+		for _, op := range Ops() {
 			acc, src := make([]byte, n*dt.Size()), make([]byte, n*dt.Size())
 			a, s := make([]float64, n), make([]float64, n)
 			for i := range n {

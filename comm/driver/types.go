@@ -3,6 +3,7 @@ package driver
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 )
 
@@ -23,8 +24,10 @@ const (
 	Float64
 )
 
-// DTypes lists every element type, in order.
-var DTypes = []DType{Int8, Uint8, Int32, Uint32, Int64, Uint64, Float16, BFloat16, Float32, Float64}
+// DTypes lists every element type, in order, in a slice of the caller's own.
+func DTypes() []DType { return slices.Clone(dtypes[:]) }
+
+var dtypes = [...]DType{Int8, Uint8, Int32, Uint32, Int64, Uint64, Float16, BFloat16, Float32, Float64}
 
 var dtypeNames = [...]string{"", "int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32", "float64"}
 var dtypeSizes = [...]int{0, 1, 1, 4, 4, 8, 8, 2, 2, 4, 8}
@@ -52,7 +55,7 @@ func (d DType) String() string {
 
 // ParseDType reads a DType's name.
 func ParseDType(s string) (DType, error) {
-	for _, d := range DTypes {
+	for _, d := range dtypes {
 		if d.String() == s {
 			return d, nil
 		}
@@ -73,8 +76,10 @@ const (
 	Avg
 )
 
-// Ops lists every reduction.
-var Ops = []Op{Sum, Prod, Min, Max, Avg}
+// Ops lists every reduction, in order, in a slice of the caller's own.
+func Ops() []Op { return slices.Clone(ops[:]) }
+
+var ops = [...]Op{Sum, Prod, Min, Max, Avg}
 
 var opNames = [...]string{"", "sum", "prod", "min", "max", "avg"}
 
@@ -90,7 +95,7 @@ func (o Op) String() string {
 
 // ParseOp reads an Op's name.
 func ParseOp(s string) (Op, error) {
-	for _, o := range Ops {
+	for _, o := range ops {
 		if o.String() == s {
 			return o, nil
 		}

@@ -82,7 +82,7 @@ func TestBF16RoundsToNearestEven(t *testing.T) {
 
 func TestDTypeTable(t *testing.T) {
 	sizes := map[DType]int{Int8: 1, Uint8: 1, Int32: 4, Uint32: 4, Int64: 8, Uint64: 8, Float16: 2, BFloat16: 2, Float32: 4, Float64: 8}
-	for _, d := range DTypes {
+	for _, d := range DTypes() {
 		if d.Size() != sizes[d] {
 			t.Errorf("%v.Size() = %d, want %d", d, d.Size(), sizes[d])
 		}
@@ -97,9 +97,22 @@ func TestDTypeTable(t *testing.T) {
 	if _, err := ParseDType("float128"); err == nil {
 		t.Error("ParseDType accepted float128")
 	}
-	for _, o := range Ops {
+	for _, o := range Ops() {
 		if back, err := ParseOp(o.String()); err != nil || back != o {
 			t.Errorf("ParseOp(%q) = %v, %v", o.String(), back, err)
 		}
+	}
+}
+
+// DTypes and Ops hand out slices of the caller's own: changing one changes
+// no later answer.
+func TestDTypesAndOpsAreTheCallersOwn(t *testing.T) {
+	d, o := DTypes(), Ops()
+	d[0], o[0] = Float64, Avg
+	if got := DTypes(); got[0] != Int8 || len(got) != 10 {
+		t.Errorf("DTypes after a caller changed its slice: %v", got)
+	}
+	if got := Ops(); got[0] != Sum || len(got) != 5 {
+		t.Errorf("Ops after a caller changed its slice: %v", got)
 	}
 }

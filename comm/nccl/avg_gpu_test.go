@@ -89,10 +89,10 @@ func gpuReductionGrid(t *testing.T, c *Comm, s *devmem.Stream, sendBuf, recvBuf 
 	bad := 0
 	// 1048583 = 2^20+7: every float type was wrong there on NCCL 2.28.3.
 	for _, count := range []int{1_000_003, 1_000_000, 1_048_583} {
-		for _, dt := range comm.DTypes {
+		for _, dt := range comm.DTypes() {
 			input := gpuTestInput(dt, count, uint64(count)*16+uint64(dt))
 			for _, op := range []driver.Operation{driver.OpAllReduce, driver.OpReduce, driver.OpReduceScatter} {
-				for _, red := range comm.Ops {
+				for _, red := range comm.Ops() {
 					for _, inPlace := range []bool{false, true} {
 						for _, at := range [][2]int{{0, 0}, {1, 3}} {
 							sendAt, recvAt := at[0], at[1]

@@ -12,7 +12,7 @@ import (
 	"github.com/gpucomm/gpucomm/internal/nccl"
 )
 
-// TestNCCLTypeMapsEveryDType walks comm.DTypes through ncclType: each maps
+// TestNCCLTypeMapsEveryDType walks comm.DTypes() through ncclType: each maps
 // to NCCL's type of the same elements (same size, no two alike), and values
 // outside the table are unmapped, never ncclInt8 (NCCL's zero).
 func TestNCCLTypeMapsEveryDType(t *testing.T) {
@@ -22,7 +22,7 @@ func TestNCCLTypeMapsEveryDType(t *testing.T) {
 		comm.Float32: nccl.Float32, comm.Float64: nccl.Float64,
 	}
 	seen := map[nccl.DataType]comm.DType{}
-	for _, dt := range comm.DTypes {
+	for _, dt := range comm.DTypes() {
 		m, ok := ncclType(dt)
 		if !ok {
 			t.Errorf("%v has no NCCL type", dt)
@@ -36,20 +36,20 @@ func TestNCCLTypeMapsEveryDType(t *testing.T) {
 		}
 		seen[m] = dt
 	}
-	for _, dt := range []comm.DType{0, -1, comm.DType(len(comm.DTypes) + 1), 200} {
+	for _, dt := range []comm.DType{0, -1, comm.DType(len(comm.DTypes()) + 1), 200} {
 		if m, ok := ncclType(dt); ok {
 			t.Errorf("ncclType(%v) = %d, true: want unmapped", dt, m)
 		}
 	}
 }
 
-// TestNCCLOpMapsEveryOp walks comm.Ops through ncclOp: each maps to NCCL's
+// TestNCCLOpMapsEveryOp walks comm.Ops() through ncclOp: each maps to NCCL's
 // reduction of the same name (Avg to ncclAvg, which NCCL has natively), no
 // two alike, and values outside the table are unmapped, never ncclSum.
 func TestNCCLOpMapsEveryOp(t *testing.T) {
 	want := map[comm.Op]nccl.RedOp{comm.Sum: nccl.Sum, comm.Prod: nccl.Prod, comm.Min: nccl.Min, comm.Max: nccl.Max, comm.Avg: nccl.Avg}
 	seen := map[nccl.RedOp]comm.Op{}
-	for _, op := range comm.Ops {
+	for _, op := range comm.Ops() {
 		m, ok := ncclOp(op)
 		if !ok {
 			t.Errorf("%v has no NCCL reduction", op)
@@ -63,7 +63,7 @@ func TestNCCLOpMapsEveryOp(t *testing.T) {
 		}
 		seen[m] = op
 	}
-	for _, op := range []comm.Op{0, -1, comm.Op(len(comm.Ops) + 1), 200} {
+	for _, op := range []comm.Op{0, -1, comm.Op(len(comm.Ops()) + 1), 200} {
 		if m, ok := ncclOp(op); ok {
 			t.Errorf("ncclOp(%v) = %d, true: want unmapped", op, m)
 		}

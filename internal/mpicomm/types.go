@@ -8,7 +8,7 @@ import (
 
 // mpiTypeOf and mpiOpOf are the one MPI mapping, internal/mpimap's (the C
 // baseline of bench/cbaseline is handed the same values): false for a value
-// it does not know. types_test.go walks comm.DTypes and comm.Ops through
+// it does not know. types_test.go walks comm.DTypes() and comm.Ops() through
 // them.
 func mpiTypeOf(dt driver.DType) (mpi.Datatype, bool) { return mpimap.Type(dt) }
 

@@ -7,13 +7,13 @@ import (
 	"github.com/gpucomm/gpucomm/internal/mpi"
 )
 
-// TestMPITypeMapsEveryDType walks comm.DTypes through mpiTypeOf: each maps
+// TestMPITypeMapsEveryDType walks comm.DTypes() through mpiTypeOf: each maps
 // to a valid, reducible MPI datatype of the same name and size, no two to
 // the same one, and values outside the table are reported unmapped (and
 // reach internal/mpi as the zero Datatype, which it refuses).
 func TestMPITypeMapsEveryDType(t *testing.T) {
 	seen := map[mpi.Datatype]comm.DType{}
-	for _, dt := range comm.DTypes {
+	for _, dt := range comm.DTypes() {
 		m, ok := mpiTypeOf(dt)
 		if !ok {
 			t.Errorf("%v has no MPI datatype", dt)
@@ -31,7 +31,7 @@ func TestMPITypeMapsEveryDType(t *testing.T) {
 			t.Errorf("mpiType(%v) = %v, mpiTypeOf gave %v", dt, got, m)
 		}
 	}
-	for _, dt := range []comm.DType{0, -1, comm.DType(len(comm.DTypes) + 1), 200} {
+	for _, dt := range []comm.DType{0, -1, comm.DType(len(comm.DTypes()) + 1), 200} {
 		if m, ok := mpiTypeOf(dt); ok {
 			t.Errorf("mpiTypeOf(%v) = %v, true: want unmapped", dt, m)
 		}
@@ -41,12 +41,12 @@ func TestMPITypeMapsEveryDType(t *testing.T) {
 	}
 }
 
-// TestMPIOpMapsEveryOp walks comm.Ops through mpiOpOf: each maps to the MPI
+// TestMPIOpMapsEveryOp walks comm.Ops() through mpiOpOf: each maps to the MPI
 // op of the same name, except Avg, which MPI lacks and which reduces as Sum
 // (the backend divides after); values outside the table are unmapped, never
 // Sum.
 func TestMPIOpMapsEveryOp(t *testing.T) {
-	for _, op := range comm.Ops {
+	for _, op := range comm.Ops() {
 		m, ok := mpiOpOf(op)
 		if !ok {
 			t.Errorf("%v has no MPI op", op)
@@ -63,7 +63,7 @@ func TestMPIOpMapsEveryOp(t *testing.T) {
 			t.Errorf("mpiOp(%v) = %v, mpiOpOf gave %v", op, got, m)
 		}
 	}
-	for _, op := range []comm.Op{0, -1, comm.Op(len(comm.Ops) + 1), 200} {
+	for _, op := range []comm.Op{0, -1, comm.Op(len(comm.Ops()) + 1), 200} {
 		if m, ok := mpiOpOf(op); ok {
 			t.Errorf("mpiOpOf(%v) = %v, true: want unmapped", op, m)
 		}

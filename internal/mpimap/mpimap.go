@@ -15,7 +15,7 @@ import (
 
 // Type maps each driver.DType to the MPI datatype of the same elements (a
 // switch, not a map: it runs on every call); false for a DType it does not
-// know. internal/mpicomm's types_test.go walks driver.DTypes through it.
+// know. internal/mpicomm's types_test.go walks driver.DTypes() through it.
 func Type(dt driver.DType) (mpi.Datatype, bool) {
 	switch dt {
 	case driver.Int8:

@@ -17,7 +17,7 @@ import (
 // Type maps dt to NCCL's type of the same elements (NCCL has all of them
 // natively, float16 and bfloat16 included); false for a DType it does not
 // know (NCCL's zero, ncclInt8, is never a default). A switch, not a map:
-// it runs on every call. comm/nccl's mapping_test.go walks driver.DTypes.
+// it runs on every call. comm/nccl's mapping_test.go walks driver.DTypes().
 func Type(dt driver.DType) (nccl.DataType, bool) {
 	switch dt {
 	case driver.Int8:
