@@ -294,18 +294,7 @@ func (c *Comm) collectiveNow(call driver.Call, body func(*Comm, *op) error) erro
 		return c.wrap(call.Operation, err)
 	}
 	seq := c.tickets.Add(1)
-	c.running++
-	for c.turn != seq-1 && !c.closed {
-		c.cond.Wait()
-	}
-	if c.turn != seq-1 || c.broken != nil {
-		err := fmt.Errorf("communicator was closed while collective #%d waited for its turn: %w", seq, comm.ErrClosed)
-		if c.turn == seq-1 {
-			err = fmt.Errorf("communicator is broken by an earlier failure: %w", c.broken)
-			c.turn = seq
-		}
-		c.running--
-		c.cond.Broadcast()
+	if err := c.waitTurnLocked(seq); err != nil {
 		c.mu.Unlock()
 		return c.wrap(call.Operation, err)
 	}
@@ -313,6 +302,28 @@ func (c *Comm) collectiveNow(call driver.Call, body func(*Comm, *op) error) erro
 	defer c.endTurn(seq)
 	o := c.turnOp(call, seq)
 	return c.finish(o, c.runCollective(o, body))
+}
+
+// waitTurnLocked counts collective seq as running and waits, c.mu held,
+// until the one before it has finished. When the communicator was closed
+// meanwhile, or an earlier failure broke it, it returns that error instead,
+// having passed the turn on and stopped counting the collective.
+func (c *Comm) waitTurnLocked(seq uint64) error {
+	c.running++
+	for c.turn != seq-1 && !c.closed {
+		c.cond.Wait()
+	}
+	if c.turn == seq-1 && c.broken == nil {
+		return nil
+	}
+	err := fmt.Errorf("communicator was closed while collective #%d waited for its turn: %w", seq, comm.ErrClosed)
+	if c.turn == seq-1 {
+		err = fmt.Errorf("communicator is broken by an earlier failure: %w", c.broken)
+		c.turn = seq
+	}
+	c.running--
+	c.cond.Broadcast()
+	return err
 }
 
 // endTurn is passTurn and end under one lock.
@@ -346,18 +357,7 @@ func (c *Comm) runTicket(call driver.Call, seq uint64, body func(*Comm, *op) err
 		c.mu.Unlock()
 		return c.wrap(call.Operation, fmt.Errorf("communicator was closed before the operation ran: %w", comm.ErrClosed))
 	}
-	c.running++
-	for c.turn != seq-1 && !c.closed {
-		c.cond.Wait()
-	}
-	if c.turn != seq-1 || c.broken != nil {
-		err := fmt.Errorf("communicator was closed while collective #%d waited for its turn: %w", seq, comm.ErrClosed)
-		if c.turn == seq-1 {
-			err = fmt.Errorf("communicator is broken by an earlier failure: %w", c.broken)
-			c.turn = seq
-		}
-		c.running--
-		c.cond.Broadcast()
+	if err := c.waitTurnLocked(seq); err != nil {
 		c.mu.Unlock()
 		return c.wrap(call.Operation, err)
 	}
