@@ -52,9 +52,10 @@ func primeAllReduce(p int, thin, sparse bool) []collSpec {
 		return atPrime([]collSpec{{op: driver.OpAllReduce, dt: comm.Float64, red: comm.Avg, sendAt: 1, recvAt: 3}})
 	}
 	var specs []collSpec
+	ops := comm.Ops()
 	for i, dt := range comm.DTypes() {
-		for _, red := range comm.Ops() {
-			if thin && red != comm.Ops()[i%len(comm.Ops())] && !(dt == comm.Float64 && red == comm.Sum) {
+		for _, red := range ops {
+			if thin && red != ops[i%len(ops)] && !(dt == comm.Float64 && red == comm.Sum) {
 				continue
 			}
 			specs = append(specs, collSpec{op: driver.OpAllReduce, dt: dt, red: red, sendAt: 1, recvAt: 3})
