@@ -54,6 +54,10 @@ func TestLaunchersOnCUDAMatchTheHostDevice(t *testing.T) {
 	a, b, c := both(nx*ny), both(nx*ny), both(nx*ny)
 	col, part, one := both(ny), both(ny), both(1)
 	norm, total, scratch := both(HeatBlocks(ny-2, nx-2)), both(1), both(SumScratch(nx*ny))
+	// From an even first column, an odd width; 256 columns from an even
+	// one, where the second block along a row owns no cell and writes +0.
+	// One partial past HeatBlocks on each, which neither device writes.
+	normEven, normNothing := both(HeatBlocks(246, 775)+1), both(HeatBlocks(ny-2, 256)+1)
 	hs, _ := host.NewStream()
 	defer hs.Destroy()
 	gs, err := gpu.NewStream()
@@ -87,6 +91,12 @@ func TestLaunchersOnCUDAMatchTheHostDevice(t *testing.T) {
 		{"heat norm", func(s *devmem.Stream, p func(pair) devmem.Slice[float64]) error {
 			return HeatStepNorm(s, p(c), p(a), p(norm), nx, 1, ny-1, 1, nx-1, 0.22)
 		}},
+		{"heat norm from an even column", func(s *devmem.Stream, p func(pair) devmem.Slice[float64]) error {
+			return HeatStepNorm(s, p(a), p(c), p(normEven), nx, 4, 250, 2, 777, 0.17)
+		}},
+		{"heat norm, a block of nothing", func(s *devmem.Stream, p func(pair) devmem.Slice[float64]) error {
+			return HeatStepNorm(s, p(b), p(c), p(normNothing), nx, 1, ny-1, 2, 258, 0.2)
+		}},
 		{"sum blocks", func(s *devmem.Stream, p func(pair) devmem.Slice[float64]) error {
 			return SumBlocks(s, p(total), p(a), p(scratch))
 		}},
@@ -104,7 +114,7 @@ func TestLaunchersOnCUDAMatchTheHostDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, p := range map[string]pair{"a": a, "b": b, "c": c, "col": col, "part": part, "one": one,
-		"norm": norm, "total": total, "scratch": scratch} {
+		"norm": norm, "total": total, "scratch": scratch, "normEven": normEven, "normNothing": normNothing} {
 		hv, _ := p.h.ToHost(nil)
 		gv, err := p.g.ToHost(nil)
 		if err != nil {
@@ -163,8 +173,8 @@ func heat32OnBoth(t *testing.T, host, gpu *devmem.Device) error {
 	for i := range in {
 		in[i] = rng.Float32()
 	}
-	var fields [2][]float32
-	var parts [2][]float64
+	var fields, fields2 [2][]float32
+	var parts, parts2 [2][]float64
 	for i, d := range []*devmem.Device{host, gpu} {
 		s, err := d.NewStream()
 		if err != nil {
@@ -174,21 +184,31 @@ func heat32OnBoth(t *testing.T, host, gpu *devmem.Device) error {
 		src, err1 := devmem.AllocSlice[float32](d, nx*ny)
 		dst, err2 := devmem.AllocSlice[float32](d, nx*ny)
 		p, err3 := devmem.AllocSlice[float64](d, HeatBlocks(ny-2, nx-2))
-		if err := errors.Join(err1, err2, err3); err != nil {
+		p2, err4 := devmem.AllocSlice[float64](d, HeatBlocks(ny-4, 701))
+		if err := errors.Join(err1, err2, err3, err4); err != nil {
 			return err
 		}
 		defer src.Free()
 		defer dst.Free()
 		defer p.Free()
+		defer p2.Free()
+		// The second norm starts at an even column, 701 wide.
 		if err := errors.Join(src.CopyFrom(in, nil), dst.CopyFrom(in, nil),
 			HeatStepNorm(s, dst, src, p, nx, 1, ny-1, 1, nx-1, float32(0.2)),
-			HeatStepRect(s, src, dst, nx, 5, 200, 3, 600, float32(0.1)), s.Synchronize()); err != nil {
+			HeatStepRect(s, src, dst, nx, 5, 200, 3, 600, float32(0.1)),
+			HeatStepNorm(s, dst, src, p2, nx, 2, ny-2, 4, 705, float32(0.15)), s.Synchronize()); err != nil {
 			return err
 		}
 		if fields[i], err = src.ToHost(nil); err != nil {
 			return err
 		}
+		if fields2[i], err = dst.ToHost(nil); err != nil {
+			return err
+		}
 		if parts[i], err = p.ToHost(nil); err != nil {
+			return err
+		}
+		if parts2[i], err = p2.ToHost(nil); err != nil {
 			return err
 		}
 	}
@@ -196,10 +216,18 @@ func heat32OnBoth(t *testing.T, host, gpu *devmem.Device) error {
 		if math.Float32bits(fields[0][k]) != math.Float32bits(fields[1][k]) {
 			return fmt.Errorf("float32 field[%d]: host %v, GPU %v", k, fields[0][k], fields[1][k])
 		}
+		if math.Float32bits(fields2[0][k]) != math.Float32bits(fields2[1][k]) {
+			return fmt.Errorf("float32 field after the second norm [%d]: host %v, GPU %v", k, fields2[0][k], fields2[1][k])
+		}
 	}
 	for k := range parts[0] {
 		if math.Float64bits(parts[0][k]) != math.Float64bits(parts[1][k]) {
 			return fmt.Errorf("float32 step's partial[%d]: host %v, GPU %v", k, parts[0][k], parts[1][k])
+		}
+	}
+	for k := range parts2[0] {
+		if math.Float64bits(parts2[0][k]) != math.Float64bits(parts2[1][k]) {
+			return fmt.Errorf("float32 second norm's partial[%d] (from an even column): host %v, GPU %v", k, parts2[0][k], parts2[1][k])
 		}
 	}
 	return nil

@@ -95,13 +95,16 @@ func TestCompiledKernelsMatchTheGoReferenceOnAGPU(t *testing.T) {
 		return x
 	}
 	a32, c32 := slab32(nx*ny), slab32(nx*ny)
-	parts := slab(HeatBlocks(ny-2, nx-2))
-	norm := func(dst, src any, rowLo, rowHi, colLo, colHi int, r float64) (plan, error) {
-		if d32, ok := dst.(devmem.Slice[float32]); ok {
-			return heatPlanShape(heatDefault, nil, d32, src.(devmem.Slice[float32]), &parts, nx, rowLo, rowHi, colLo, colHi, float32(r))
+	parts := slab(nx * ny / 8) // more than any shape's blocks; the rest must stay as they are
+	normOf := func(sh heatShape, nx int) func(dst, src any, rowLo, rowHi, colLo, colHi int, r float64) (plan, error) {
+		return func(dst, src any, rowLo, rowHi, colLo, colHi int, r float64) (plan, error) {
+			if d32, ok := dst.(devmem.Slice[float32]); ok {
+				return heatPlanShape(sh, nil, d32, src.(devmem.Slice[float32]), &parts, nx, rowLo, rowHi, colLo, colHi, float32(r))
+			}
+			return heatPlanShape(sh, nil, dst.(devmem.Slice[float64]), src.(devmem.Slice[float64]), &parts, nx, rowLo, rowHi, colLo, colHi, r)
 		}
-		return heatPlanShape(heatDefault, nil, dst.(devmem.Slice[float64]), src.(devmem.Slice[float64]), &parts, nx, rowLo, rowHi, colLo, colHi, r)
 	}
+	norm, normEven := normOf(heatDefault, nx), normOf(heatDefault, nx-1)
 	big := slab(3*sumChunk + 123)
 	sumPasses, err := sumBlocksPlans(nil, one, big, slab(SumScratch(big.Len())))
 	if err != nil {
@@ -117,6 +120,19 @@ func TestCompiledKernelsMatchTheGoReferenceOnAGPU(t *testing.T) {
 		m("heat norm f64 few rows")(norm(b, a, 5, 8, 2, nx-3, 0.31)),
 		m("heat norm f32 full")(norm(a32, c32, 1, ny-1, 1, nx-1, 0.23)),
 		m("heat norm f32 rect")(norm(c32, a32, 3, 400, 17, 900, 0.19)),
+		// The pair kernel from an even first column, odd and even widths,
+		// and on an even slab width, where every row's pairs are aligned.
+		m("heat norm f64 even first column, odd width")(norm(b, c, 3, 400, 16, 901, 0.19)),
+		m("heat norm f32 even first column, even width")(norm(c32, a32, 3, 400, 16, 900, 0.19)),
+		m("heat norm f32 odd first column, even width")(norm(c32, a32, 2, 399, 17, 901, 0.19)),
+		m("heat norm f32 one even column")(norm(c32, a32, 2, 399, 18, 19, 0.19)),
+		// 256 columns from an even one: a second block along a row owns
+		// no cell and writes +0 (HeatBlocks counts cols/2 + 1 threads).
+		m("heat norm f64 a block of nothing")(norm(a, c, 1, ny-1, 2, 258, 0.23)),
+		m("heat norm f64 even width")(normEven(a, c, 1, ny-1, 1, nx-2, 0.23)),
+		m("heat norm f32 even width, even first column")(normEven(a32, c32, 1, ny-1, 2, nx-4, 0.23)),
+		m("heat f32 even width, even first column")(heatPlan(nil, a32, c32, nx-1, 3, 300, 2, nx-6, float32(0.29))),
+		m("heat f64 even width")(heatPlan(nil, b, a, nx-1, 1, ny-1, 1, nx-2, 0.29)),
 		mk{"sum chunks, first pass", sumPasses[0], nil},
 		mk{"sum chunks, last pass", sumPasses[1], nil},
 	)
@@ -127,6 +143,10 @@ func TestCompiledKernelsMatchTheGoReferenceOnAGPU(t *testing.T) {
 		if sh.both() {
 			cases = append(cases, m(name+" f32")(heatPlanShape(sh, nil, a32, c32, nil, nx, 1, ny-1, 1, nx-1, float32(0.23))),
 				m(name+" f32 rect")(heatPlanShape(sh, nil, c32, a32, nil, nx, 5, 8, 2, nx-3, float32(0.31))))
+		}
+		if sh.norm != "" {
+			n := normOf(sh, nx)
+			cases = append(cases, m(name+" norm")(n(a, c, 1, ny-1, 1, nx-1, 0.23)), m(name+" norm f32 rect")(n(c32, a32, 3, 400, 16, 901, 0.19)))
 		}
 		if strings.Contains(sh.kernel, "_pair") {
 			// An even width: every row's pairs aligned (nx odd above
@@ -252,8 +272,8 @@ func BenchmarkHeatStepAgainstDeviceCopy(b *testing.B) {
 
 // BenchmarkHeatStepShapesAgainstDeviceCopy is BenchmarkHeatStepAgainstDeviceCopy
 // in float32 as well, for the shapes that step either type (the default
-// kernel first): which block and rows a thread bring float32 to the copy's
-// bandwidth (issue 23.1's 0.85).
+// kernel first, the one-column default before it second): which block and
+// rows a thread bring float32 to the copy's bandwidth (issue 23.1's 0.85).
 func BenchmarkHeatStepShapesAgainstDeviceCopy(b *testing.B) {
 	dev, err := devmem.Open("cuda:0", 0)
 	if err != nil {
@@ -308,22 +328,31 @@ func benchShape[T Float](b *testing.B, dev *devmem.Device, sh heatShape, n int) 
 // measured 0.89 of the copy, as the plain step, on the H200 on 2026-12-03,
 // and was removed.) It reports each one's
 // bandwidth, counting the grid read once and written once, and its ratio to
-// the copy's.
+// the copy's. It does so for every shape with a norm kernel: the default
+// (HeatStep, HeatStepNorm: the pair kernels) and the one-column kernels
+// that were the default before.
 func BenchmarkHeatKernelsAgainstDeviceCopy(b *testing.B) {
 	dev, err := devmem.Open("cuda:0", 0)
 	if err != nil {
 		b.Skipf("no usable CUDA device: %v", err)
 	}
 	for _, n := range []int{16384, 20480} {
-		b.Run(fmt.Sprintf("%d/float64", n), func(b *testing.B) { benchHeatKernels[float64](b, dev, n) })
-		b.Run(fmt.Sprintf("%d/float32", n), func(b *testing.B) { benchHeatKernels[float32](b, dev, n) })
+		for _, sh := range heatShapes {
+			if sh.norm == "" {
+				continue
+			}
+			name := fmt.Sprintf("%d/%s-rows%d-block%dx%d", n, sh.norm, sh.rows, sh.blockX, sh.blockY)
+			b.Run(name+"/float64", func(b *testing.B) { benchHeatKernels[float64](b, dev, sh, n) })
+			b.Run(name+"/float32", func(b *testing.B) { benchHeatKernels[float32](b, dev, sh, n) })
+		}
 	}
 }
 
-func benchHeatKernels[T Float](b *testing.B, dev *devmem.Device, n int) {
+func benchHeatKernels[T Float](b *testing.B, dev *devmem.Device, sh heatShape, n int) {
+	gx, gy := sh.grid(n-2, sh.normThreads(n-2))
 	u, err1 := devmem.AllocSlice[T](dev, n*n)
 	v, err2 := devmem.AllocSlice[T](dev, n*n)
-	parts, err3 := devmem.AllocSlice[float64](dev, HeatBlocks(n-2, n-2))
+	parts, err3 := devmem.AllocSlice[float64](dev, gx*gy)
 	scratch, err4 := devmem.AllocSlice[float64](dev, max(1, SumScratch(parts.Len())))
 	sum, err5 := devmem.AllocSlice[float64](dev, 1)
 	s, err6 := dev.NewStream()
@@ -344,10 +373,17 @@ func benchHeatKernels[T Float](b *testing.B, dev *devmem.Device, n int) {
 	moved := float64(2 * elem * (n - 2) * (n - 2))
 	var step, norm, copyT float64
 	for b.Loop() {
-		step = timeIt(func() error { return HeatStep(s, v, u, n, 1, n-1, T(0.1)) })
-		norm = timeIt(func() error {
-			return errors.Join(HeatStepNorm(s, v, u, parts, n, 1, n-1, 1, n-1, T(0.1)), SumBlocks(s, sum, parts, scratch))
-		})
+		if sh == heatDefault {
+			step = timeIt(func() error { return HeatStep(s, v, u, n, 1, n-1, T(0.1)) })
+			norm = timeIt(func() error {
+				return errors.Join(HeatStepNorm(s, v, u, parts, n, 1, n-1, 1, n-1, T(0.1)), SumBlocks(s, sum, parts, scratch))
+			})
+		} else {
+			step = timeIt(func() error { return run(heatPlanShape(sh, s, v, u, nil, n, 1, n-1, 1, n-1, T(0.1))) })
+			norm = timeIt(func() error {
+				return errors.Join(run(heatPlanShape(sh, s, v, u, &parts, n, 1, n-1, 1, n-1, T(0.1))), SumBlocks(s, sum, parts, scratch))
+			})
+		}
 		copyT = timeIt(func() error { return devmem.CopyN(v.Buffer(), u.Buffer(), elem*n*n, s) })
 	}
 	copyBW := float64(2*elem*n*n) / copyT / 1e9

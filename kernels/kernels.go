@@ -15,9 +15,9 @@ type Float interface{ float32 | float64 }
 const (
 	flatThreads = 256     // fill, scale, pack, unpack
 	maxFlatGrid = 1 << 20 // grid-stride loops cover the rest
-	heatBlockX  = 64      // two warps along a row, for coalesced loads
-	heatBlockY  = 2
-	heatRows    = 4     // HEAT_ROWS of heat.cu: rows each thread walks
+	heatBlockX  = 128     // heatDefault: four warps along a row, two columns a thread
+	heatBlockY  = 1
+	heatRows    = 4     // rows each thread walks (heat_rows_pair<4, ...> of heat.cu)
 	maxGridY    = 65535 // CUDA's limit on gridDim.y
 )
 
@@ -78,62 +78,79 @@ func HeatStepRect[T Float](s *devmem.Stream, dst, src devmem.Slice[T], nx, rowLo
 // launch, HeatBlocks(rowHi-rowLo, colHi-colLo) of them, into partial[0:]
 // (block (x, y) at y·gridX + x). The order of the additions is fixed (see
 // heat.cu), so the partials are the same bits on every run and on the host
-// device. SumBlocks adds them up on the device.
+// device. SumBlocks adds them up on the device. Partials are sums of
+// squares, never negative; a block that owns no cell writes +0, which adds
+// nothing to the sum of the others, bit for bit.
 func HeatStepNorm[T Float](s *devmem.Stream, dst, src devmem.Slice[T], partial devmem.Slice[float64], nx, rowLo, rowHi, colLo, colHi int, r T) error {
 	return run(heatPlanShape(heatDefault, s, dst, src, &partial, nx, rowLo, rowHi, colLo, colHi, r))
 }
 
 // HeatBlocks is the number of blocks, and so of partial sums, of a
-// HeatStepNorm over rows × cols cells; 0 when either is 0.
+// HeatStepNorm over rows × cols cells, whatever its first column; 0 when
+// either is 0. It is exact: a thread of the norm kernel owns two columns
+// from the even one at or before the first, so that a row takes cols/2 + 1
+// threads when the first column is odd or cols is odd, and (cols+1)/2 =
+// cols/2 when both are even; the norm is launched over cols/2 + 1 threads
+// a row in every case, so that the number of blocks depends on cols only.
+// In the one case where that adds a block along a row (cols/2 a multiple
+// of the block's width, both even), the added block owns no cell and
+// writes +0.
 func HeatBlocks(rows, cols int) int {
-	gx, gy := heatDefault.grid(rows, cols)
+	gx, gy := heatDefault.grid(rows, heatDefault.normThreads(cols))
 	return gx * gy
 }
 
 func heatPlan[T Float](s *devmem.Stream, dst, src devmem.Slice[T], nx, rowLo, rowHi, colLo, colHi int, r T) (plan, error) {
-	return heatPlanShape(heatStep, s, dst, src, nil, nx, rowLo, rowHi, colLo, colHi, r)
+	return heatPlanShape(heatDefault, s, dst, src, nil, nx, rowLo, rowHi, colLo, colHi, r)
 }
 
-// heatShape is one heat kernel and its launch shape. An empty kernel name
-// is heat.cu's heat_step_f32/_f64, or heat_norm_f32/_f64 with partials; a
-// named one is a variant measured against those: float64 only, or, when
-// the name holds %s, either type (f32 or f64 in its place). file is the
-// kernel's source, heat.cu when empty.
+// heatShape is one heat kernel and its launch shape. kernel is the name of
+// the step, norm of the same step with partial sums ("" for none); a name
+// that holds %s steps either type (f32 or f64 in its place), one that does
+// not steps float64 only.
 type heatShape struct {
 	kernel               string
 	rows, blockY, blockX int
-	file                 string
+	norm                 string
 }
 
-// grid is the launch grid over rows × cols cells: blocks along the columns,
-// and along the rows up to CUDA's limit, past which blocks stride.
-func (sh heatShape) grid(rows, cols int) (gx, gy int) {
-	if rows <= 0 || cols <= 0 {
+// grid is the launch grid over rows × threads (a row's threads): blocks
+// along the row, and along the rows up to CUDA's limit, past which blocks
+// stride.
+func (sh heatShape) grid(rows, threads int) (gx, gy int) {
+	if rows <= 0 || threads <= 0 {
 		return 0, 0
 	}
-	return ceilDiv(cols, sh.blockX), min(ceilDiv(rows, sh.blockY*sh.rows), maxGridY)
+	return ceilDiv(threads, sh.blockX), min(ceilDiv(rows, sh.blockY*sh.rows), maxGridY)
 }
 
-// heatStep is the kernel of the plain step (HeatStep, HeatStepRect): two
-// columns a thread in one 8- or 16-byte load, 4 rows, blocks of 128×1, the
-// fastest shape in both types on the H200 (2026-12-04, kernels'
-// BenchmarkHeatStepShapesAgainstDeviceCopy: 0.905-0.909 of the device
-// copy in float32 and 0.92 in float64, where heatDefault's step gave 0.83
-// and 0.90). heatDefault is the step with the residual (HeatStepNorm) and
-// its partials' layout (HeatBlocks); heatShapes are the shapes measured.
+// heatDefault is the heat kernel the solver uses; heatShapes are the ones
+// measured against it, heatDefault first and the default before it second.
+// heatDefault is the pair kernel, two columns a thread, four rows, blocks
+// of 128×1: on an H200 (BenchmarkHeatStepShapesAgainstDeviceCopy and
+// BenchmarkHeatKernelsAgainstDeviceCopy, 16384² and 20480², 2026-12-04)
+// its step reaches 0.905-0.909 of the device copy in float32 and 0.92 in
+// float64, the best of every shape in both types, where the one-column
+// step of blocks of 64×2 (heat_step_%s, the default before) reaches 0.83
+// in float32 and 0.90 in float64, and its fused residual step (heat_norm_%s)
+// 0.55 in float32 and 0.81 in float64. block_sum wants whole warps: 128×1
+// is four.
 var (
-	heatStep    = heatShape{"heat_step_%s_pair", 4, 1, 128, ""}
-	heatDefault = heatShape{"", heatRows, heatBlockY, heatBlockX, ""}
-	heatShapes  = []heatShape{heatDefault, {"heat_step_f64", heatRows, 4, 32, ""}, {"heat_step_plain", heatRows, 4, 32, ""},
-		{"heat_step_r6", 6, heatBlockY, heatBlockX, ""}, {"heat_step_r2", 2, 8, heatBlockX, ""}, {"heat_step_r8", 8, 2, heatBlockX, ""},
-		// either type: the default kernel in other blocks, and more rows a thread
-		{"heat_step_%s", heatRows, 1, 128, ""}, {"heat_step_%s", heatRows, 2, 128, ""}, {"heat_step_%s", heatRows, 4, 64, ""},
-		{"heat_step_%s", heatRows, 1, 256, ""}, {"heat_step_%s_r8x", 8, 2, heatBlockX, ""}, {"heat_step_%s_r8x", 8, 1, 128, ""},
+	heatDefault = heatShape{"heat_step_%s_pair", heatRows, heatBlockY, heatBlockX, "heat_norm_%s_pair"}
+	heatShapes  = []heatShape{heatDefault, {"heat_step_%s", 4, 2, 64, "heat_norm_%s"},
+		{"heat_step_f64", 4, 4, 32, ""}, {"heat_step_plain", 4, 4, 32, ""},
+		{"heat_step_r6", 6, 2, 64, ""}, {"heat_step_r2", 2, 8, 64, ""}, {"heat_step_r8", 8, 2, 64, ""},
+		// either type: the one-column kernel in other blocks, and more rows a thread
+		{"heat_step_%s", 4, 1, 128, ""}, {"heat_step_%s", 4, 2, 128, ""}, {"heat_step_%s", 4, 4, 64, ""},
+		{"heat_step_%s", 4, 1, 256, ""}, {"heat_step_%s_r8x", 8, 2, 64, ""}, {"heat_step_%s_r8x", 8, 1, 128, ""},
 		{"heat_step_%s_r16x", 16, 1, 128, ""},
-		// two columns a thread, in one 8- or 16-byte load
-		{"heat_step_%s_pair", 4, 2, 64, ""}, {"heat_step_%s_pair", 4, 4, 32, ""}, {"heat_step_%s_pair", 4, 1, 128, ""},
+		// two columns a thread, in one 8- or 16-byte load, in other blocks
+		{"heat_step_%s_pair", 4, 2, 64, ""}, {"heat_step_%s_pair", 4, 4, 32, ""},
 		{"heat_step_%s_pair8", 8, 2, 64, ""}}
 )
+
+// pair is whether the shape's kernels own two columns a thread.
+func (sh heatShape) pair() bool { return strings.Contains(sh.kernel, "_pair") }
 
 // threadsX is how many threads along a row cover columns [colLo, colHi): one
 // a column, or for a _pair kernel one a pair of columns from the even one at
@@ -142,14 +159,28 @@ func (sh heatShape) threadsX(colLo, colHi int) int {
 	if colHi <= colLo {
 		return 0
 	}
-	if strings.HasSuffix(sh.kernel, "_pair") || strings.HasSuffix(sh.kernel, "_pair8") {
+	if sh.pair() {
 		return (colHi - colLo&^1 + 1) / 2
 	}
 	return colHi - colLo
 }
 
+// normThreads is how many threads along a row a launch with partial sums
+// covers for cols columns: threadsX's most over the first column's parity,
+// cols/2 + 1 for a pair kernel, so that the number of partials depends on
+// cols only (HeatBlocks). Threads past the last column add 0.
+func (sh heatShape) normThreads(cols int) int {
+	if cols <= 0 {
+		return 0
+	}
+	if sh.pair() {
+		return cols/2 + 1
+	}
+	return cols
+}
+
 // both is whether the shape steps float32 as well as float64.
-func (sh heatShape) both() bool { return sh.kernel == "" || strings.Contains(sh.kernel, "%s") }
+func (sh heatShape) both() bool { return strings.Contains(sh.kernel, "%s") }
 
 func heatPlanShape[T Float](sh heatShape, s *devmem.Stream, dst, src devmem.Slice[T], partial *devmem.Slice[float64], nx, rowLo, rowHi, colLo, colHi int, r T) (plan, error) {
 	op := "HeatStep"
@@ -170,22 +201,23 @@ func heatPlanShape[T Float](sh heatShape, s *devmem.Stream, dst, src devmem.Slic
 		return plan{}, invalid(op, "r = %v is not finite", r)
 	}
 	kernel := sh.kernel
-	switch {
-	case kernel == "" && partial != nil:
-		kernel = "heat_norm_" + suffix[T]()
-	case kernel == "":
-		kernel = "heat_step_" + suffix[T]()
-	case partial == nil && strings.Contains(kernel, "%s"):
-		kernel = fmt.Sprintf(kernel, suffix[T]())
-	case partial != nil || suffix[T]() != "f64":
-		return plan{}, invalid(op, "kernel %s steps float64 without partial sums only", kernel)
+	if partial != nil {
+		kernel = sh.norm
 	}
-	file := sh.file
-	if file == "" {
-		file = "heat.cu"
+	switch {
+	case kernel == "":
+		return plan{}, invalid(op, "kernel %s has no variant with partial sums", sh.kernel)
+	case strings.Contains(kernel, "%s"):
+		kernel = fmt.Sprintf(kernel, suffix[T]())
+	case suffix[T]() != "f64":
+		return plan{}, invalid(op, "kernel %s steps float64 only", kernel)
 	}
 	args := []arg{{"dst", dst.Buffer(), 0}, {"src", src.Buffer(), 0}}
-	gx, gy := sh.grid(rowHi-rowLo, sh.threadsX(colLo, colHi))
+	threads := sh.threadsX(colLo, colHi)
+	if partial != nil {
+		threads = sh.normThreads(colHi - colLo)
+	}
+	gx, gy := sh.grid(rowHi-rowLo, threads)
 	if partial != nil {
 		if partial.Len() < gx*gy {
 			return plan{}, invalid(op, "%d partial sums for the %d blocks of %d×%d cells", partial.Len(), gx*gy, rowHi-rowLo, colHi-colLo)
@@ -209,7 +241,7 @@ func heatPlanShape[T Float](sh heatShape, s *devmem.Stream, dst, src devmem.Slic
 	}
 	d, sb := dst.Buffer(), src.Buffer()
 	l := launch{
-		file: file, kernel: kernel,
+		file: "heat.cu", kernel: kernel,
 		grid:  [3]uint32{uint32(gx), uint32(gy), 1},
 		block: [3]uint32{uint32(sh.blockX), uint32(sh.blockY), 1},
 		args:  []any{d, sb, int64(nx), int32(rowLo), int32(rowHi), int32(colLo), int32(colHi), r},

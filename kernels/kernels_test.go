@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/gpucomm/gpucomm/devmem"
@@ -505,6 +506,14 @@ func TestHeatPointInFloat32RoundsEachOperationToFloat32(t *testing.T) {
 // partials (one more than HeatBlocks, the last poisoned).
 func normCase[T Float](t *testing.T, in []T, nx, ny, rowLo, rowHi, colLo, colHi int, r T) (norm, plain []T, parts []float64) {
 	t.Helper()
+	return shapeNormCase(t, heatDefault, in, nx, ny, rowLo, rowHi, colLo, colHi, r)
+}
+
+// shapeNormCase is normCase with the norm kernel of sh: HeatStepNorm for
+// heatDefault, heatPlanShape's launch of sh otherwise (partials: its grid's
+// blocks, and one poisoned past them).
+func shapeNormCase[T Float](t *testing.T, sh heatShape, in []T, nx, ny, rowLo, rowHi, colLo, colHi int, r T) (norm, plain []T, parts []float64) {
+	t.Helper()
 	d := devmem.NewHostDevice()
 	s := newStream(t, d)
 	mk := func(v []T) devmem.Slice[T] {
@@ -527,8 +536,17 @@ func normCase[T Float](t *testing.T, in []T, nx, ny, rowLo, rowHi, colLo, colHi 
 	}
 	src, a, b := mk(in), mk(poisoned(len(in))), mk(poisoned(len(in)))
 	nb := HeatBlocks(rowHi-rowLo, colHi-colLo)
+	if sh != heatDefault {
+		gx, gy := sh.grid(rowHi-rowLo, sh.normThreads(colHi-colLo))
+		nb = gx * gy
+	}
 	p := alloc(t, d, nb+1, nil)
-	if err := HeatStepNorm(s, a, src, p, nx, rowLo, rowHi, colLo, colHi, r); err != nil {
+	pn, _ := p.Sub(0, nb)
+	if sh == heatDefault {
+		if err := HeatStepNorm(s, a, src, pn, nx, rowLo, rowHi, colLo, colHi, r); err != nil {
+			t.Fatal(err)
+		}
+	} else if err := run(heatPlanShape(sh, s, a, src, &pn, nx, rowLo, rowHi, colLo, colHi, r)); err != nil {
 		t.Fatal(err)
 	}
 	if err := HeatStepRect(s, b, src, nx, rowLo, rowHi, colLo, colHi, r); err != nil {
@@ -550,25 +568,47 @@ func normCase[T Float](t *testing.T, in []T, nx, ny, rowLo, rowHi, colLo, colHi 
 // step on small integers, where every (u'-u)² and every sum is exact: the
 // field must be HeatStepRect's bit for bit, and each block's partial the
 // exact sum over the cells that block owns, whatever the order of adding.
+// A block of 128×1 threads owns, along a row, the columns of its threads,
+// two a thread from the even column at or before colLo; HeatBlocks counts
+// cols/2 + 1 threads a row whatever colLo's parity, and a block that owns
+// no cell writes +0.
 func TestHeatStepNormWritesTheStepAndEachBlocksSumOfSquares(t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, 8))
 	type rect struct{ nx, ny, rowLo, rowHi, colLo, colHi int }
 	rects := []rect{
 		{203, 45, 1, 44, 1, 202},  // more than one block each way, cut blocks at the edges
-		{203, 45, 7, 30, 65, 140}, // an inner rectangle
+		{203, 45, 7, 30, 65, 140}, // an inner rectangle: odd first column, odd width
+		{203, 45, 7, 30, 64, 140}, // even first column, even width
+		{203, 45, 7, 30, 65, 141}, // odd first column, even width
+		{203, 45, 7, 30, 64, 141}, // even first column, odd width
+		{204, 9, 1, 8, 1, 203},    // an even slab width
 		{5, 4, 1, 3, 1, 4},        // smaller than a block
-		// More than 65535 blocks of 8 rows down: blocks stride, and a
+		{5, 4, 1, 3, 1, 2},        // one column, odd
+		{6, 4, 1, 3, 2, 3},        // one column, even: its thread's first column is not written
+		// 256 columns from an even one: 128 threads, one block's worth,
+		// but HeatBlocks counts 129 threads, two blocks along a row; the
+		// second owns no cell. From an odd one the second owns the last
+		// column.
+		{260, 12, 1, 11, 2, 258},
+		{260, 12, 1, 11, 1, 257},
+		// More than 65535 blocks of 4 rows down: blocks stride, and a
 		// thread adds cells of two strides.
-		{4, 65535*8 + 300, 1, 65535*8 + 299, 1, 3},
+		{4, 65535*4 + 300, 1, 65535*4 + 299, 1, 3},
+		{5, 65535*4 + 300, 1, 65535*4 + 299, 2, 4},
 	}
 	for _, rc := range rects {
 		in := make([]float64, rc.nx*rc.ny)
 		for i := range in {
 			in[i] = float64(rng.IntN(64))
 		}
-		gx, gy := heatDefault.grid(rc.rowHi-rc.rowLo, rc.colHi-rc.colLo)
-		want := make([]float64, gx*gy)
+		rows, cols := rc.rowHi-rc.rowLo, rc.colHi-rc.colLo
 		band := heatBlockY * heatRows
+		gx, gy := ceilDiv(cols/2+1, heatBlockX), min(ceilDiv(rows, band), 65535)
+		if nb := HeatBlocks(rows, cols); nb != gx*gy {
+			t.Fatalf("%+v: HeatBlocks(%d, %d) = %d, want %d×%d", rc, rows, cols, nb, gx, gy)
+		}
+		want := make([]float64, gx*gy)
+		owns := make([]bool, gx*gy)
 		check := func(name string, norm, plain []float64, parts []float64, sq func(k int) float64) {
 			t.Helper()
 			for k := range norm {
@@ -577,15 +617,18 @@ func TestHeatStepNormWritesTheStepAndEachBlocksSumOfSquares(t *testing.T) {
 				}
 			}
 			clear(want)
+			clear(owns)
 			for i := rc.rowLo; i < rc.rowHi; i++ {
 				by := ((i - rc.rowLo) / band) % gy
 				for j := rc.colLo; j < rc.colHi; j++ {
-					want[by*gx+(j-rc.colLo)/heatBlockX] += sq(i*rc.nx + j)
+					b := by*gx + (j-rc.colLo&^1)/2/heatBlockX
+					want[b] += sq(i*rc.nx + j)
+					owns[b] = true
 				}
 			}
 			for b := range want {
-				if parts[b] != want[b] {
-					t.Fatalf("%s %+v: block %d sums %v, its cells' squares sum to %v", name, rc, b, parts[b], want[b])
+				if parts[b] != want[b] || !owns[b] && math.Float64bits(parts[b]) != 0 {
+					t.Fatalf("%s %+v: block %d sums %v, its cells' squares sum to %v (it owns cells: %v)", name, rc, b, parts[b], want[b], owns[b])
 				}
 			}
 		}
@@ -609,30 +652,174 @@ func TestHeatStepNormWritesTheStepAndEachBlocksSumOfSquares(t *testing.T) {
 	}
 }
 
+// TestOneColumnHeatNormKeepsItsPartition checks heatShapes[1], the
+// one-column norm kernel (the default before the pair kernel, kept to be
+// measured against it), as the test above: a block of 64×2 threads owns 64
+// columns from colLo and, down, runs of 8 rows.
+func TestOneColumnHeatNormKeepsItsPartition(t *testing.T) {
+	sh := heatShapes[1]
+	if sh != (heatShape{"heat_step_%s", 4, 2, 64, "heat_norm_%s"}) {
+		t.Fatalf("heatShapes[1] = %+v, want the one-column step of blocks of 64×2", sh)
+	}
+	rng := rand.New(rand.NewPCG(18, 18))
+	type rect struct{ nx, ny, rowLo, rowHi, colLo, colHi int }
+	for _, rc := range []rect{{203, 45, 1, 44, 1, 202}, {203, 45, 7, 30, 64, 141}, {4, 65535*8 + 300, 1, 65535*8 + 299, 1, 3}} {
+		in := make([]float64, rc.nx*rc.ny)
+		for i := range in {
+			in[i] = float64(rng.IntN(64))
+		}
+		rows, cols := rc.rowHi-rc.rowLo, rc.colHi-rc.colLo
+		gx, gy := ceilDiv(cols, 64), min(ceilDiv(rows, 8), 65535)
+		want := make([]float64, gx*gy)
+		norm, plain, parts := shapeNormCase(t, sh, in, rc.nx, rc.ny, rc.rowLo, rc.rowHi, rc.colLo, rc.colHi, 0.25)
+		if len(parts) != gx*gy {
+			t.Fatalf("%+v: %d partials, want %d×%d", rc, len(parts), gx, gy)
+		}
+		for i := rc.rowLo; i < rc.rowHi; i++ {
+			for j := rc.colLo; j < rc.colHi; j++ {
+				k := i*rc.nx + j
+				if math.Float64bits(norm[k]) != math.Float64bits(plain[k]) {
+					t.Fatalf("%+v: element %d: %v, HeatStepRect %v", rc, k, norm[k], plain[k])
+				}
+				d := norm[k] - in[k]
+				want[((i-rc.rowLo)/8)%gy*gx+(j-rc.colLo)/64] += d * d
+			}
+		}
+		for b := range want {
+			if parts[b] != want[b] {
+				t.Fatalf("%+v: block %d sums %v, its cells' squares sum to %v", rc, b, parts[b], want[b])
+			}
+		}
+	}
+}
+
 // On random data the partials add in another order than a plain loop, so
 // they agree within the rounding of the n terms, and the field is
 // HeatStepRect's bit for bit.
 func TestHeatStepNormOnRandomDataMatchesAPlainSum(t *testing.T) {
-	const nx, ny, r = 301, 77, 0.21
-	in := randoms(12, nx*ny)
-	norm, plain, parts := normCase(t, in, nx, ny, 1, ny-1, 1, nx-1, r)
-	total, plainSum := 0.0, 0.0
-	for _, p := range parts {
-		total += p
-	}
-	for i := 1; i < ny-1; i++ {
-		for j := 1; j < nx-1; j++ {
-			k := i*nx + j
-			if math.Float64bits(norm[k]) != math.Float64bits(plain[k]) {
-				t.Fatalf("element %d: %v, HeatStepRect %v", k, norm[k], plain[k])
+	type rect struct{ nx, ny, rowLo, rowHi, colLo, colHi int }
+	for _, rc := range []rect{{301, 77, 1, 76, 1, 300}, {301, 77, 2, 70, 2, 299}, {302, 77, 3, 77 - 1, 4, 300}, {302, 40, 1, 39, 3, 300}} {
+		in := randoms(12, rc.nx*rc.ny)
+		norm, plain, parts := normCase(t, in, rc.nx, rc.ny, rc.rowLo, rc.rowHi, rc.colLo, rc.colHi, 0.21)
+		total, plainSum := 0.0, 0.0
+		for _, p := range parts {
+			total += p
+		}
+		for i := rc.rowLo; i < rc.rowHi; i++ {
+			for j := rc.colLo; j < rc.colHi; j++ {
+				k := i*rc.nx + j
+				if math.Float64bits(norm[k]) != math.Float64bits(plain[k]) {
+					t.Fatalf("%+v: element %d: %v, HeatStepRect %v", rc, k, norm[k], plain[k])
+				}
+				d := norm[k] - in[k]
+				plainSum += d * d
 			}
-			d := norm[k] - in[k]
-			plainSum += d * d
+		}
+		if plainSum == 0 || math.Abs(total-plainSum) > float64(rc.nx*rc.ny)*0x1p-52*plainSum {
+			t.Fatalf("%+v: partials add to %v, a plain loop to %v", rc, total, plainSum)
 		}
 	}
-	if plainSum == 0 || math.Abs(total-plainSum) > float64(nx*ny)*0x1p-52*plainSum {
-		t.Fatalf("partials add to %v, a plain loop to %v", total, plainSum)
+}
+
+// TestHeatNormRefAddsInTheKernelsOrder runs, on random data where the
+// order of the additions shows in the last bits, a thread-by-thread
+// transcription of heat_rows_pair<4, true> and block_sum of heat.cu (each
+// thread its runs of rows, in a row column j then j+1, only the cells it
+// writes; then each warp's shuffle tree and the warps in order) and checks
+// that HeatStepNorm on the host device (heatNormRef, which visits the cells
+// row by row instead) gives the same partials bit for bit, for odd and
+// even first columns and widths, both element types, and blocks that
+// stride down.
+func TestHeatNormRefAddsInTheKernelsOrder(t *testing.T) {
+	if heatBlockY != 1 || heatDefault.blockY != 1 || !heatDefault.pair() {
+		t.Fatalf("simPairNorm transcribes the pair kernel in blocks of %d×1; the default is %+v", heatBlockX, heatDefault)
 	}
+	type rect struct{ nx, ny, rowLo, rowHi, colLo, colHi int }
+	rects := []rect{
+		{301, 77, 1, 76, 1, 300}, {301, 77, 2, 70, 2, 299}, {302, 77, 3, 76, 4, 300}, {302, 40, 1, 39, 3, 300},
+		{260, 12, 1, 11, 2, 258}, {260, 12, 1, 11, 1, 257}, {6, 5, 1, 4, 2, 3},
+		{5, 65535*4 + 30, 1, 65535*4 + 29, 1, 4},
+	}
+	for _, rc := range rects {
+		in := randoms(uint64(rc.nx+rc.colLo), rc.nx*rc.ny)
+		_, _, parts := normCase(t, in, rc.nx, rc.ny, rc.rowLo, rc.rowHi, rc.colLo, rc.colHi, 0.21)
+		want := simPairNorm(in, rc.nx, rc.rowLo, rc.rowHi, rc.colLo, rc.colHi, 0.21, len(parts))
+		in32 := make([]float32, len(in))
+		for i, v := range in {
+			in32[i] = float32(v)
+		}
+		_, _, parts32 := normCase(t, in32, rc.nx, rc.ny, rc.rowLo, rc.rowHi, rc.colLo, rc.colHi, float32(0.21))
+		want32 := simPairNorm(in32, rc.nx, rc.rowLo, rc.rowHi, rc.colLo, rc.colHi, float32(0.21), len(parts32))
+		for b := range parts {
+			if math.Float64bits(parts[b]) != math.Float64bits(want[b]) {
+				t.Fatalf("float64 %+v: block %d: HeatStepNorm %v, the kernel's order %v", rc, b, parts[b], want[b])
+			}
+			if math.Float64bits(parts32[b]) != math.Float64bits(want32[b]) {
+				t.Fatalf("float32 %+v: block %d: HeatStepNorm %v, the kernel's order %v", rc, b, parts32[b], want32[b])
+			}
+		}
+	}
+}
+
+// simPairNorm is heat_norm_%s_pair of heat.cu, a block and a thread at a
+// time, in blocks of heatBlockX threads along a row, over n blocks, the
+// number HeatBlocks gives; gy from the rows as the launch has it.
+func simPairNorm[T Float](src []T, nx, rowLo, rowHi, colLo, colHi int, r T, n int) []float64 {
+	const R = heatRows
+	gy := min(ceilDiv(rowHi-rowLo, R), 65535)
+	gx := n / gy
+	parts := make([]float64, n)
+	var sums [heatBlockX]float64
+	for by := range gy {
+		for bx := range gx {
+			for tx := range heatBlockX {
+				j := colLo&^1 + 2*(bx*heatBlockX+tx)
+				s := 0.0
+				if j < colHi {
+					w0, w1 := j >= colLo, j+1 < colHi
+					for i0 := rowLo + by*R; i0 < rowHi; i0 += gy * R {
+						for i := i0; i < min(i0+R, rowHi); i++ {
+							for c, w := range []bool{w0, w1} {
+								if !w {
+									continue
+								}
+								k := i*nx + j + c
+								v := HeatPoint(src[k], src[k-nx], src[k+nx], src[k-1], src[k+1], r)
+								e := float64(v) - float64(src[k])
+								s = s + float64(e*e)
+							}
+						}
+					}
+				}
+				sums[tx] = s
+			}
+			// block_sum: in each warp, s = s + __shfl_down_sync(s, off),
+			// a lane past 31 reading its own value; then thread 0 adds
+			// the warps' lane 0 in order.
+			b := 0.0
+			for w := range heatBlockX / 32 {
+				lane := sums[w*32 : w*32+32]
+				for off := 16; off > 0; off /= 2 {
+					next := make([]float64, 32)
+					for l := range 32 {
+						o := lane[l]
+						if l+off < 32 {
+							o = lane[l+off]
+						}
+						next[l] = lane[l] + o
+					}
+					lane = next
+				}
+				if w == 0 {
+					b = lane[0]
+				} else {
+					b = b + lane[0]
+				}
+			}
+			parts[by*gx+bx] = b
+		}
+	}
+	return parts
 }
 
 func TestSumBlocksAddsEveryValueOnce(t *testing.T) {
@@ -693,6 +880,20 @@ func TestHeatStepNormAndSumBlocksRefuseBadArguments(t *testing.T) {
 	short := alloc(t, d, nb-1, nil)
 	inDst, _ := dst.Sub(0, nb)
 	other := alloc(t, d, 10, nil)
+	src32, err1 := devmem.AllocSlice[float32](d, nx*ny)
+	dst32, err2 := devmem.AllocSlice[float32](d, nx*ny)
+	if err := errors.Join(err1, err2); err != nil {
+		t.Fatal(err)
+	}
+	defer src32.Free()
+	defer dst32.Free()
+	poison32 := make([]float32, nx*ny)
+	for i := range poison32 {
+		poison32[i] = math.Float32frombits(0x7fc0_dead)
+	}
+	if err := dst32.CopyFrom(poison32, nil); err != nil {
+		t.Fatal(err)
+	}
 	for name, err := range map[string]error{
 		"too few partials":    HeatStepNorm(s, dst, src, short, nx, 1, ny-1, 1, nx-1, 0.2),
 		"partials inside dst": HeatStepNorm(s, dst, src, inDst, nx, 1, ny-1, 1, nx-1, 0.2),
@@ -700,9 +901,11 @@ func TestHeatStepNormAndSumBlocksRefuseBadArguments(t *testing.T) {
 		"no partials":         HeatStepNorm(s, dst, src, devmem.Slice[float64]{}, nx, 1, ny-1, 1, nx-1, 0.2),
 		"sum into its input":  SumBlocks(s, parts, parts, other),
 		"sum into nothing":    SumBlocks(s, devmem.Slice[float64]{}, parts, other),
-		"float32 through a named": func() error {
-			_, err := heatPlanShape(heatShapes[1], s, devmem.Slice[float32]{}, devmem.Slice[float32]{}, nil, nx, 1, 1, 1, 1, float32(0))
-			return err
+		"float32 through a float64 kernel": func() error {
+			return run(heatPlanShape(heatShape{"heat_step_f64", 4, 4, 32, ""}, s, dst32, src32, nil, nx, 1, ny-1, 1, nx-1, float32(0.2)))
+		}(),
+		"partials through a kernel without": func() error {
+			return run(heatPlanShape(heatShape{"heat_step_%s", 4, 1, 128, ""}, s, dst, src, &parts, nx, 1, ny-1, 1, nx-1, 0.2))
 		}(),
 	} {
 		if !errors.Is(err, devmem.ErrInvalidArgument) {
@@ -716,6 +919,9 @@ func TestHeatStepNormAndSumBlocksRefuseBadArguments(t *testing.T) {
 	}
 	if err := s.Synchronize(); err != nil {
 		t.Fatal(err)
+	}
+	if got, _ := dst32.ToHost(nil); !slices.EqualFunc(got, poison32, func(a, b float32) bool { return math.Float32bits(a) == math.Float32bits(b) }) {
+		t.Fatal("the float32 dst was written by a refused call")
 	}
 	for name, x := range map[string]devmem.Slice[float64]{"dst": dst, "partials": parts, "other": other} {
 		for k, v := range read(t, s, x) {

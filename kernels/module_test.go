@@ -357,7 +357,7 @@ func TestLaunchArgumentsMatchTheKernelSignatures(t *testing.T) {
 	cases[0].work = [3]int{nx * ny, 1}
 	cases[1].work = [3]int{1000, 1}
 	cases[2].work, cases[3].work = cases[0].work, cases[1].work
-	cases[4].work = [3]int{heatStep.threadsX(1, nx-1), 1} // a pair of columns a thread; rows are grid-stride
+	cases[4].work = [3]int{(nx - 1 + 1) / 2, 1} // a thread a pair of columns, from 0 to nx-2; rows are grid-stride
 	cases[5].work, cases[6].work = [3]int{ny - 2, 1}, [3]int{ny - 2, 1}
 	cases[7].work = [3]int{(ny - 2) * residualThreads, 1}
 	cases[8].work = [3]int{1, 1}
@@ -365,15 +365,15 @@ func TestLaunchArgumentsMatchTheKernelSignatures(t *testing.T) {
 	b32, _ := devmem.AllocSlice[float32](d, nx*ny)
 	defer a32.Free()
 	defer b32.Free()
-	parts := alloc(t, d, HeatBlocks(ny-2, nx-2), nil)
+	parts := alloc(t, d, nx*ny, nil) // enough for any shape's blocks
 	f32step := mk(heatPlan(nil, a32, b32, nx, 1, ny-1, 1, nx-1, float32(0.1)))
-	f32step.work = [3]int{heatStep.threadsX(1, nx-1), 1}
+	f32step.work = [3]int{(nx - 1 + 1) / 2, 1}
 	cases = append(cases, f32step)
 	for _, c := range []planned{
 		mk(heatPlanShape(heatDefault, nil, a, b, &parts, nx, 1, ny-1, 1, nx-1, 0.1)),
 		mk(heatPlanShape(heatDefault, nil, a32, b32, &parts, nx, 1, ny-1, 1, nx-1, float32(0.1))),
 	} {
-		c.work = [3]int{nx - 2, 1}
+		c.work = [3]int{(nx - 1 + 1) / 2, 1}
 		cases = append(cases, c)
 	}
 	for _, pack := range []bool{true, false} {
@@ -401,6 +401,14 @@ func TestLaunchArgumentsMatchTheKernelSignatures(t *testing.T) {
 		cases = append(cases, pl)
 		if sh.both() {
 			pl := mk(heatPlanShape(sh, nil, a32s, b32s, nil, nx, 1, ny-1, 1, nx-1, float32(0.1)))
+			pl.work = [3]int{work, 1}
+			cases = append(cases, pl)
+		}
+		if sh.norm != "" {
+			pl := mk(heatPlanShape(sh, nil, a, b, &parts, nx, 1, ny-1, 1, nx-1, 0.1))
+			pl.work = [3]int{work, 1}
+			cases = append(cases, pl)
+			pl = mk(heatPlanShape(sh, nil, a32s, b32s, &parts, nx, 1, ny-1, 1, nx-1, float32(0.1)))
 			pl.work = [3]int{work, 1}
 			cases = append(cases, pl)
 		}
@@ -465,18 +473,24 @@ func TestLaunchGoesToTheLoadedFunctionWithItsArguments(t *testing.T) {
 
 func TestGoConstantsMatchTheDefinesOfTheSources(t *testing.T) {
 	walk := regexp.MustCompile(`heat_rows\w*<(\d+)(, (true|false))?>\(`)
+	const file = "heat.cu"
+	heat, _ := sources.ReadFile(file)
 	for _, sh := range heatShapes {
-		file := sh.file
-		if file == "" {
-			file = "heat.cu"
+		var names []string
+		for _, k := range []string{sh.kernel, sh.norm} {
+			switch {
+			case k == "":
+			case strings.Contains(k, "%s"):
+				names = append(names, fmt.Sprintf(k, "f64"), fmt.Sprintf(k, "f32"))
+			default:
+				names = append(names, k)
+			}
 		}
-		heat, _ := sources.ReadFile(file)
-		names := []string{sh.kernel}
-		switch {
-		case sh.kernel == "":
-			names = []string{"heat_step_f64", "heat_step_f32", "heat_norm_f64", "heat_norm_f32"}
-		case sh.both():
-			names = []string{fmt.Sprintf(sh.kernel, "f64"), fmt.Sprintf(sh.kernel, "f32")}
+		if sh.norm != "" && (sh.blockX*sh.blockY)%32 != 0 {
+			t.Errorf("%s in blocks of %d×%d threads: block_sum wants whole warps", sh.norm, sh.blockX, sh.blockY)
+		}
+		if sh.norm != "" && sh.pair() != strings.Contains(sh.norm, "_pair") {
+			t.Errorf("%s and %s own different columns a thread", sh.kernel, sh.norm)
 		}
 		for _, name := range names {
 			i := strings.Index(string(heat), "void "+name+"(")
@@ -485,6 +499,9 @@ func TestGoConstantsMatchTheDefinesOfTheSources(t *testing.T) {
 				continue
 			}
 			m := walk.FindStringSubmatch(string(heat[i:]))
+			if m != nil && strings.Contains(m[0], "_pair") != strings.Contains(name, "_pair") {
+				t.Errorf("%s calls %s, which its launch does not assume", name, m[0])
+			}
 			if m == nil || m[1] != fmt.Sprint(sh.rows) {
 				t.Errorf("%s does not walk %d rows a thread, which its launch assumes: %q", name, sh.rows, m)
 				continue
@@ -494,8 +511,8 @@ func TestGoConstantsMatchTheDefinesOfTheSources(t *testing.T) {
 			}
 		}
 	}
-	if (heatBlockX*heatBlockY)%32 != 0 {
-		t.Errorf("heat blocks of %d×%d threads: block_sum wants whole warps", heatBlockX, heatBlockY)
+	if heatShapes[0] != heatDefault || heatDefault.rows != heatRows || heatDefault.blockX != heatBlockX || heatDefault.blockY != heatBlockY {
+		t.Errorf("heatShapes[0] = %+v, heatDefault %+v: the benchmarks and tests take the first as the default", heatShapes[0], heatDefault)
 	}
 	for file, want := range map[string]string{
 		"residual.cu":  fmt.Sprintf("#define RESIDUAL_THREADS %d\n", residualThreads),

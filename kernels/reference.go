@@ -40,19 +40,43 @@ func heatRef[T Float](dst, src []T, nx, rowLo, rowHi, colLo, colHi int, r T) {
 	}
 }
 
-// heatNormRef is heat_norm of heat.cu launched with shape sh: heatRef, and
-// each block's sum of (dst-src)² in the order the kernel adds them. Thread
-// (tx, ty) of block (bx, by) owns column colLo + bx·blockX + tx and the runs
-// of sh.rows rows starting at rowLo + ((by·blockY + ty) + g·gy·blockY)·rows
-// for g = 0, 1, ...; it adds its cells top to bottom. The rows are visited
-// in order, one band of a block row at a time, so that the host walks the
-// slab row by row, and each thread's sum grows in the kernel's order.
+// heatNormRef is sh's norm kernel of heat.cu (heat_norm_%s_pair,
+// heat_norm_%s) launched over sh.normThreads(cols) threads a row: heatRef,
+// and each block's sum of (dst-src)² in the order the kernel adds them.
+//
+// Which thread owns a cell: along a row, thread column tc = (j - base)/w of
+// the grid, with w = 2 and base = colLo&^1 for a pair kernel (thread tc
+// owns columns base + 2tc and base + 2tc + 1: heat_rows_pair's j), and w = 1,
+// base = colLo otherwise; that is tx = tc % blockX of block bx = tc / blockX.
+// Down the rows, thread row ty of block row by owns the runs of sh.rows
+// rows starting at rowLo + ((by·blockY + ty) + g·gy·blockY)·rows for
+// g = 0, 1, ... (the kernel's i0 and stride). Each cell is counted once, by
+// its owner, and only the cells in [colLo, colHi) (the pair kernel's w0 and
+// w1).
+//
+// In what order: a kernel thread adds its cells run by run in order of the
+// run's first row and, in a run, row by row; in a row a pair thread adds
+// column j before j + 1. So it adds its cells in row-major order. The loop
+// below visits every cell of the rectangle in row-major order too (block
+// row by block row: a block row's cells are its own threads', and the rows
+// of one block row are visited in increasing order, band after band), and
+// adds each into its owner's sum: restricted to one thread, it is that
+// thread's order, so each thread's sum is the kernel's bits. Each sum starts
+// at +0 as s = 0.0 does, and a thread with no cell (past colHi, or the
+// upper bound's surplus) stays +0. The squares are float64(v)-float64(c)
+// squared, as (double)v - (double)c squared in the kernel, --fmad=false
+// keeping s + e*e two roundings as here. Then blockSumRef does block_sum's
+// tree over the block's threads numbered ty·blockX + tx (heat.cu's t).
 func heatNormRef[T Float](sh heatShape, dst, src []T, partial []float64, nx, rowLo, rowHi, colLo, colHi int, r T) {
 	rows, cols := rowHi-rowLo, colHi-colLo
-	gx, gy := sh.grid(rows, cols)
+	gx, gy := sh.grid(rows, sh.normThreads(cols))
 	threads := sh.blockX * sh.blockY
 	band := sh.blockY * sh.rows // rows a block row covers in one stride
 	stride := gy * band
+	base, w := colLo, 1
+	if sh.pair() {
+		base, w = colLo&^1, 2
+	}
 	sums := make([]float64, gx*threads) // thread (tx, ty) of block x at x·threads + ty·blockX + tx
 	for by := range gy {
 		clear(sums)
@@ -65,7 +89,8 @@ func heatNormRef[T Float](sh heatShape, dst, src []T, partial []float64, nx, row
 					v := HeatPoint(src[k], src[k-nx], src[k+nx], src[k-1], src[k+1], r)
 					dst[k] = v
 					d := float64(v) - float64(src[k])
-					t := ((j-colLo)/sh.blockX)*threads + ty*sh.blockX + (j-colLo)%sh.blockX
+					tc := (j - base) / w
+					t := (tc/sh.blockX)*threads + ty*sh.blockX + tc%sh.blockX
 					sums[t] = sums[t] + float64(d*d)
 				}
 			}
