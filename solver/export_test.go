@@ -20,3 +20,14 @@ func NewOnRanks(t *testing.T, n int, cfg func(rank int) Config) ([]comm.Communic
 		return err
 	})
 }
+
+// DeviceBytes is what New asks of the device for cfg on one rank: the
+// figure its refusal names. Exported here for package solver_test's tests.
+func DeviceBytes(t *testing.T, cfg Config) int64 {
+	t.Helper()
+	cfg, err := cfg.forRanks(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newLayout(cfg, 0).deviceBytes(cfg)
+}
