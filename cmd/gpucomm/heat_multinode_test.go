@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpucomm/gpucomm/internal/localtest"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 	"github.com/gpucomm/gpucomm/solver"
 )
@@ -53,7 +54,7 @@ func TestMultinodeHeatChecksumMatchesOneRank(t *testing.T) {
 			if j.Err != nil && !j.Lingered {
 				t.Fatalf("heat across nodes: %v\n%s", j.Err, j.Output)
 			}
-			if h := lineWith(t, j.Output, "heat: "); !strings.Contains(h, "4 ranks on "+c.backend) {
+			if h := localtest.LineStarting(t, j.Output, "heat: "); !strings.Contains(h, "4 ranks on "+c.backend) {
 				t.Errorf("header %q; want 4 ranks on %s", h, c.backend)
 			}
 			prefixes := []string{"steps: ", "checksum: "}
@@ -61,11 +62,11 @@ func TestMultinodeHeatChecksumMatchesOneRank(t *testing.T) {
 				prefixes = append(prefixes, "residual: ")
 			}
 			for _, prefix := range prefixes {
-				if got, want := lineWith(t, j.Output, prefix), lineWith(t, one, prefix); got != want {
+				if got, want := localtest.LineStarting(t, j.Output, prefix), localtest.LineStarting(t, one, prefix); got != want {
 					t.Errorf("%d nodes × %d ranks: %q\none rank: %q\n%s", multinodeNodes, multinodePerNode, got, want, j.Output)
 				}
 			}
-			t.Logf("%s", lineWith(t, j.Output, "checksum: "))
+			t.Logf("%s", localtest.LineStarting(t, j.Output, "checksum: "))
 		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpucomm/gpucomm/internal/localtest"
 	"github.com/gpucomm/gpucomm/solver"
 )
 
@@ -15,18 +16,6 @@ func runHeatCLI(t *testing.T, args ...string) (code int, stdout, stderr string) 
 	var out, errOut bytes.Buffer
 	code = run(append([]string{"heat"}, args...), &out, &errOut)
 	return code, out.String(), errOut.String()
-}
-
-// lineWith returns the output line that starts with prefix.
-func lineWith(t *testing.T, out, prefix string) string {
-	t.Helper()
-	for _, l := range strings.Split(out, "\n") {
-		if strings.HasPrefix(l, prefix) {
-			return l
-		}
-	}
-	t.Fatalf("no line starting %q in:\n%s", prefix, out)
-	return ""
 }
 
 func TestHeatReportsStepTimeBandwidthHaloWaitAndTheReferenceResidual(t *testing.T) {
@@ -51,29 +40,29 @@ func TestHeatReportsStepTimeBandwidthHaloWaitAndTheReferenceResidual(t *testing.
 		if errOut != "" {
 			t.Errorf("%v: stderr is not a terminal, so no progress bar: %q", c.args, errOut)
 		}
-		if h := lineWith(t, out, "heat: "); !strings.HasPrefix(h, c.header) {
+		if h := localtest.LineStarting(t, out, "heat: "); !strings.HasPrefix(h, c.header) {
 			t.Errorf("%v: header %q, want it to start %q", c.args, h, c.header)
 		}
-		if l := lineWith(t, out, "steps: "); l != fmt.Sprintf("steps: %d", c.steps) {
+		if l := localtest.LineStarting(t, out, "steps: "); l != fmt.Sprintf("steps: %d", c.steps) {
 			t.Errorf("%v: %q", c.args, l)
 		}
 		var perStep string
-		if _, err := fmt.Sscanf(lineWith(t, out, "time per step: "), "time per step: %s", &perStep); err != nil || perStep == "0s" {
+		if _, err := fmt.Sscanf(localtest.LineStarting(t, out, "time per step: "), "time per step: %s", &perStep); err != nil || perStep == "0s" {
 			t.Errorf("%v: time per step %q (%v)", c.args, perStep, err)
 		}
 		var bw float64
 		var unit string
-		if _, err := fmt.Sscanf(lineWith(t, out, "bandwidth: "), "bandwidth: %g %s", &bw, &unit); err != nil || bw <= 0 || !strings.HasSuffix(unit, "B/s") {
+		if _, err := fmt.Sscanf(localtest.LineStarting(t, out, "bandwidth: "), "bandwidth: %g %s", &bw, &unit); err != nil || bw <= 0 || !strings.HasSuffix(unit, "B/s") {
 			t.Errorf("%v: bandwidth %v %q (%v)", c.args, bw, unit, err)
 		}
-		if h := lineWith(t, out, "heat: "); !strings.HasSuffix(h, ", "+c.cfg.DType.String()) {
+		if h := localtest.LineStarting(t, out, "heat: "); !strings.HasSuffix(h, ", "+c.cfg.DType.String()) {
 			t.Errorf("%v: header %q does not end with the element type %v", c.args, h, c.cfg.DType)
 		}
-		if want := fmt.Sprintf("(%d bytes a step", 2*c.cfg.DType.Size()*c.cfg.N*c.cfg.M); !strings.Contains(lineWith(t, out, "bandwidth: "), want) {
+		if want := fmt.Sprintf("(%d bytes a step", 2*c.cfg.DType.Size()*c.cfg.N*c.cfg.M); !strings.Contains(localtest.LineStarting(t, out, "bandwidth: "), want) {
 			t.Errorf("%v: bandwidth line lacks %q", c.args, want)
 		}
 		var share float64
-		if _, err := fmt.Sscanf(lineWith(t, out, "halo wait: "), "halo wait: %g%%", &share); err != nil || share < 0 || share > 100 {
+		if _, err := fmt.Sscanf(localtest.LineStarting(t, out, "halo wait: "), "halo wait: %g%%", &share); err != nil || share < 0 || share > 100 {
 			t.Errorf("%v: halo wait %v%% (%v)", c.args, share, err)
 		}
 		// The residual printed is the solver's, which agrees with the
@@ -83,7 +72,7 @@ func TestHeatReportsStepTimeBandwidthHaloWaitAndTheReferenceResidual(t *testing.
 			t.Fatal(err)
 		}
 		var got float64
-		if _, err := fmt.Sscanf(lineWith(t, out, "residual: "), "residual: %g", &got); err != nil || fmt.Sprintf("%.4e", got) != fmt.Sprintf("%.4e", res) {
+		if _, err := fmt.Sscanf(localtest.LineStarting(t, out, "residual: "), "residual: %g", &got); err != nil || fmt.Sprintf("%.4e", got) != fmt.Sprintf("%.4e", res) {
 			t.Errorf("%v: residual %v, reference %v (%v)", c.args, got, res, err)
 		}
 	}
@@ -137,7 +126,7 @@ func TestHeatBarDrawsOnlyWhenOn(t *testing.T) {
 func checksumOf(t *testing.T, out string) uint64 {
 	t.Helper()
 	var sum uint64
-	if _, err := fmt.Sscanf(lineWith(t, out, "checksum: "), "checksum: %x", &sum); err != nil {
+	if _, err := fmt.Sscanf(localtest.LineStarting(t, out, "checksum: "), "checksum: %x", &sum); err != nil {
 		t.Fatalf("checksum line unreadable (%v):\n%s", err, out)
 	}
 	return sum
@@ -168,7 +157,7 @@ func TestHeatChecksumIsTheSameOnAnyRankCount(t *testing.T) {
 			if got := checksumOf(t, out); got != want {
 				t.Errorf("%v %v: checksum %016x, the reference field's %016x", dt, extra, got, want)
 			}
-			l := lineWith(t, out, "checksum: ")
+			l := localtest.LineStarting(t, out, "checksum: ")
 			if line == "" {
 				line = l
 			} else if l != line {

@@ -32,16 +32,16 @@ func TestDDPOnFourLocalRanksLowersTheLossWithIdenticalParameters(t *testing.T) {
 	cfg.Steps = 40
 	results, out := trainAll(t, 4, cfg)
 	var first, last float64
-	if _, err := fmt.Sscanf(lineStarting(t, out, "loss at start:"), "loss at start: %g", &first); err != nil {
+	if _, err := fmt.Sscanf(localtest.LineStarting(t, out, "loss at start:"), "loss at start: %g", &first); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fmt.Sscanf(lineStarting(t, out, "loss at end:"), "loss at end: %g", &last); err != nil {
+	if _, err := fmt.Sscanf(localtest.LineStarting(t, out, "loss at end:"), "loss at end: %g", &last); err != nil {
 		t.Fatal(err)
 	}
 	if !(last < 0.8*first) || math.Abs(first-math.Ln2) > 0.05 {
 		t.Errorf("loss from %v to %v: want a start near ln 2 and a clear fall", first, last)
 	}
-	if l := lineStarting(t, out, "parameters identical"); l != "parameters identical on every rank after each of 40 steps" {
+	if l := localtest.LineStarting(t, out, "parameters identical"); l != "parameters identical on every rank after each of 40 steps" {
 		t.Errorf("%q", l)
 	}
 	if !strings.HasPrefix(out, "ddp: 4 ranks on local, 65 parameters in 5 buckets of up to 16, 512 samples a rank\n") {
@@ -95,15 +95,4 @@ func TestDDPNoticesDivergedParameters(t *testing.T) {
 			t.Errorf("rank %d: %v, want a parameter mismatch", r, err)
 		}
 	}
-}
-
-func lineStarting(t *testing.T, out, prefix string) string {
-	t.Helper()
-	for _, l := range strings.Split(out, "\n") {
-		if strings.HasPrefix(l, prefix) {
-			return l
-		}
-	}
-	t.Fatalf("no line starting %q in:\n%s", prefix, out)
-	return ""
 }
