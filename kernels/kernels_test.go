@@ -675,20 +675,31 @@ func TestOneColumnHeatNormKeepsItsPartition(t *testing.T) {
 		if len(parts) != gx*gy {
 			t.Fatalf("%+v: %d partials, want %d×%d", rc, len(parts), gx, gy)
 		}
-		for i := rc.rowLo; i < rc.rowHi; i++ {
-			for j := rc.colLo; j < rc.colHi; j++ {
-				k := i*rc.nx + j
-				if math.Float64bits(norm[k]) != math.Float64bits(plain[k]) {
-					t.Fatalf("%+v: element %d: %v, HeatStepRect %v", rc, k, norm[k], plain[k])
-				}
-				d := norm[k] - in[k]
-				want[((i-rc.rowLo)/8)%gy*gx+(j-rc.colLo)/64] += d * d
-			}
-		}
+		stepSquares(t, rc, rc.nx, rc.rowLo, rc.rowHi, rc.colLo, rc.colHi, in, norm, plain, func(i, j int, d2 float64) {
+			want[((i-rc.rowLo)/8)%gy*gx+(j-rc.colLo)/64] += d2
+		})
 		for b := range want {
 			if parts[b] != want[b] {
 				t.Fatalf("%+v: block %d sums %v, its cells' squares sum to %v", rc, b, parts[b], want[b])
 			}
+		}
+	}
+}
+
+// stepSquares fails t unless the fused step wrote norm equal to
+// HeatStepRect's plain bit for bit on every cell of the rectangle (rc names
+// it in a failure), and gives add each cell's row, column and squared change
+// from in, row by row.
+func stepSquares(t *testing.T, rc any, nx, rowLo, rowHi, colLo, colHi int, in, norm, plain []float64, add func(i, j int, d2 float64)) {
+	t.Helper()
+	for i := rowLo; i < rowHi; i++ {
+		for j := colLo; j < colHi; j++ {
+			k := i*nx + j
+			if math.Float64bits(norm[k]) != math.Float64bits(plain[k]) {
+				t.Fatalf("%+v: element %d: %v, HeatStepRect %v", rc, k, norm[k], plain[k])
+			}
+			d := norm[k] - in[k]
+			add(i, j, d*d)
 		}
 	}
 }
@@ -705,16 +716,7 @@ func TestHeatStepNormOnRandomDataMatchesAPlainSum(t *testing.T) {
 		for _, p := range parts {
 			total += p
 		}
-		for i := rc.rowLo; i < rc.rowHi; i++ {
-			for j := rc.colLo; j < rc.colHi; j++ {
-				k := i*rc.nx + j
-				if math.Float64bits(norm[k]) != math.Float64bits(plain[k]) {
-					t.Fatalf("%+v: element %d: %v, HeatStepRect %v", rc, k, norm[k], plain[k])
-				}
-				d := norm[k] - in[k]
-				plainSum += d * d
-			}
-		}
+		stepSquares(t, rc, rc.nx, rc.rowLo, rc.rowHi, rc.colLo, rc.colHi, in, norm, plain, func(_, _ int, d2 float64) { plainSum += d2 })
 		if plainSum == 0 || math.Abs(total-plainSum) > float64(rc.nx*rc.ny)*0x1p-52*plainSum {
 			t.Fatalf("%+v: partials add to %v, a plain loop to %v", rc, total, plainSum)
 		}
