@@ -41,6 +41,13 @@
 //     (internal/mpi has no MPI_Ireduce yet): twice a reduce's traffic.
 //   - ReduceScatter: Iallreduce per chunk over all of send, of which this
 //     rank copies back its own block.
+//   - A collective of the four above of one chunk of at most 64 KiB (the
+//     whole array; not an 8-bit sum that is widened) is instead MPI's
+//     blocking MPI_Allreduce (in place) or MPI_Bcast on one pinned slot,
+//     with the same copies and host Avg, where the ranks agreed at Open that
+//     none has a timeout and every one's MPI is at MPI_THREAD_MULTIPLE:
+//     Open MPI's nonblocking collectives cost several times the blocking
+//     ones' latency on a small message (issue 23.4, docs/PERFORMANCE.md).
 //   - AllGather, Gather, Scatter, AllToAll: block by block as point-to-point
 //     transfers, each block chunked and pipelined on its own (all blocks at
 //     once); a rank's own block is a device-to-device copy, none in place.

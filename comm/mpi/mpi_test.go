@@ -73,4 +73,5 @@ func TestRankUnreceivedSendFailsClose(t *testing.T) { mpitest.UnreceivedSendFail
 func TestRankSendThenFinalize(t *testing.T) {
 	mpitest.SendThenFinalize(t, name, gpumpi.Finalize)
 }
-func TestRankNodePath(t *testing.T) { mpitest.NodePath(t, name) }
+func TestRankNodePath(t *testing.T)      { mpitest.NodePath(t, name) }
+func TestRankSmallBlocking(t *testing.T) { mpitest.SmallBlocking(t, name) }

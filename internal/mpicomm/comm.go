@@ -65,6 +65,14 @@ type Comm struct {
 	debug    bool
 	announce bool // some rank has a timeout: every rank announces each collective
 	multiple bool // MPI_THREAD_MULTIPLE: goroutines may block in MPI at once
+	// blockSmall: no rank has a timeout and every rank's MPI is at
+	// MPI_THREAD_MULTIPLE, as the ranks agreed: a staged collective of one
+	// small chunk is then MPI's blocking call on its slot (smallBlocking),
+	// which every rank must choose alike, since MPI matches no blocking
+	// collective with a nonblocking one.
+	blockSmall bool
+	// smallBlocking counts the staged collectives that went so.
+	smallBlocking atomic.Int64
 	// MPI's 8-bit sums saturate instead of wrapping (Open MPI 4.1.4's AVX
 	// ops do, on vectors): such sums then run widened to int32 on the host.
 	widenBytes bool
@@ -121,6 +129,15 @@ func (c *Comm) ChunkBytes() int { return c.chunk }
 
 // ThreadMultiple reports whether MPI provided MPI_THREAD_MULTIPLE.
 func (c *Comm) ThreadMultiple() bool { return c.multiple }
+
+// BlocksSmallCollectives reports whether a staged collective of one small
+// chunk goes as MPI's blocking call on one slot, as the ranks agreed (no
+// rank has a timeout and every rank's MPI is at MPI_THREAD_MULTIPLE).
+func (c *Comm) BlocksSmallCollectives() bool { return c.blockSmall }
+
+// SmallBlockingCollectives counts the staged collectives of this rank that
+// went as MPI's blocking call on one slot.
+func (c *Comm) SmallBlockingCollectives() int64 { return c.smallBlocking.Load() }
 
 // Open makes this process's communicator over every rank of the job. Every
 // rank calls it. It holds a reference to MPI (internal/mpi Acquire) until
@@ -267,7 +284,7 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	// threshold); one Allreduce(max) settles them all (agreement).
 	want := agreement{failed: localErr != nil, debug: o.Debug, announce: o.Timeout > 0, chunk: chunk,
 		nodeOff: nodeMin <= 0 && !alone, nodeMin: max(nodeMin, 0), stageOff: stage <= 0, stage: max(stage, 0), ipc: reach != nil,
-		ipcPartial: !reachesAll(reach, c.rank)}
+		ipcPartial: !reachesAll(reach, c.rank), serialised: !c.multiple}
 	if parent != nil {
 		want.debug, want.announce, want.chunk = parent.debug, parent.announce, parent.chunk
 	}
@@ -282,6 +299,7 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 		return c, fmt.Errorf("another rank failed to set up its side of the communicator: %w", comm.ErrUnsupported)
 	}
 	c.debug, c.announce, c.chunk = got.debug, got.announce, got.chunk
+	c.blockSmall = !got.announce && !got.serialised
 	// Without Debug a collective of nothing needs no meeting: Front skips it.
 	c.Front = driver.NewFront(driver.FrontConfig{Backend: c.backend, Rank: c.rank, Size: c.size, Device: c.dev, SkipEmpty: !c.debug}, frontEngine{c})
 	if !got.nodeOff {
@@ -332,17 +350,18 @@ type agreement struct {
 	ipc      bool // some rank reaches a peer through the IPC path
 	// some rank does not reach every other (or is on another node)
 	ipcPartial bool
+	serialised bool // some rank's MPI is below MPI_THREAD_MULTIPLE
 }
 
 // settle is one Allreduce(max) of the agreement over ctl.
 func (a agreement) settle(ctl *mpi.Comm) (agreement, error) {
 	v := []int64{b2i(a.failed), b2i(a.debug), b2i(a.announce), -int64(a.chunk),
-		b2i(a.nodeOff), int64(a.nodeMin), b2i(a.stageOff), int64(a.stage), b2i(a.ipc), b2i(a.ipcPartial)}
+		b2i(a.nodeOff), int64(a.nodeMin), b2i(a.stageOff), int64(a.stage), b2i(a.ipc), b2i(a.ipcPartial), b2i(a.serialised)}
 	if err := mpi.AllreduceInt64s(ctl, v, mpi.Max); err != nil {
 		return agreement{}, err
 	}
 	return agreement{failed: v[0] != 0, debug: v[1] != 0, announce: v[2] != 0, chunk: int(-v[3]),
-		nodeOff: v[4] != 0, nodeMin: int(v[5]), stageOff: v[6] != 0, stage: int(v[7]), ipc: v[8] != 0, ipcPartial: v[9] != 0}, nil
+		nodeOff: v[4] != 0, nodeMin: int(v[5]), stageOff: v[6] != 0, stage: int(v[7]), ipc: v[8] != 0, ipcPartial: v[9] != 0, serialised: v[10] != 0}, nil
 }
 
 func b2i(b bool) int64 {

@@ -136,6 +136,9 @@ func (c *Comm) average(call driver.Call, lo, hi int) func(s *slot, off, n int, _
 func (c *Comm) stagedAllReduce(o *op) error {
 	call := o.call
 	n := call.Count * call.DType.Size()
+	if c.reducesSmall(call, n) {
+		return c.smallReduction(o, n, call.Recv, 0, n)
+	}
 	r := c.reduction(call, 0, n)
 	p := r.pipe(n, call.Send)
 	p.Out = pipeline.CopyOut(call.Recv, 0)
@@ -148,6 +151,13 @@ func (c *Comm) stagedAllReduce(o *op) error {
 func (c *Comm) stagedReduce(o *op) error {
 	call := o.call
 	n := call.Count * call.DType.Size()
+	if c.reducesSmall(call, n) {
+		var out devmem.Buffer // only the root copies back
+		if c.rank == call.Root {
+			out = call.Recv
+		}
+		return c.smallReduction(o, n, out, 0, n)
+	}
 	r := c.reduction(call, 0, n)
 	p := r.pipe(n, call.Send)
 	p.Post = nil
@@ -163,6 +173,9 @@ func (c *Comm) stagedReduceScatter(o *op) error {
 	call := o.call
 	n := call.Count * call.DType.Size()
 	lo, hi := c.rank*n, (c.rank+1)*n
+	if c.reducesSmall(call, c.size*n) {
+		return c.smallReduction(o, c.size*n, call.Recv, lo, hi)
+	}
 	r := c.reduction(call, lo, hi)
 	mine := pipeline.CopyOut(call.Recv, lo)
 	p := r.pipe(c.size*n, call.Send)
@@ -184,6 +197,9 @@ func (c *Comm) stagedBroadcast(o *op) error {
 	call := o.call
 	es := call.DType.Size()
 	dt := mpiType(call.DType)
+	if n := call.Count * es; c.blocksSmall(n, c.policy().Cut(es)) {
+		return c.smallBroadcast(o, n)
+	}
 	p := c.cut(call.Count*es, es)
 	p.Start = func(s *slot, off, n int) ([]*mpi.Request, error) {
 		return one(c.coll.Ibcast(s.Buf.Addr(), n/es, dt, call.Root))
@@ -196,6 +212,96 @@ func (c *Comm) stagedBroadcast(o *op) error {
 		}
 	}
 	return c.run(o, p)
+}
+
+// smallBlockingBytes is the largest staged collective that goes as MPI's
+// blocking call on one pinned slot, where the ranks agreed it may
+// (blockSmall). The pipeline moves a message of one chunk through its
+// stages one after the other anyway; what it adds for one is MPI's
+// nonblocking collective and its wait (Open MPI's libnbc: on 2 ranks of one
+// node an 8 B MPI_Iallreduce and its wait took 2-3 µs where MPI_Allreduce
+// took 0.5), and a pipe, its closures and its slot list made per call.
+const smallBlockingBytes = 64 << 10
+
+// blocksSmall reports whether a staged collective of bytes bytes (the whole
+// array a rank's MPI call covers), cut as cut says, goes as MPI's blocking
+// call on one slot: one chunk, up to smallBlockingBytes, where no rank has a
+// timeout (whose bound needs the nonblocking call and its bounded wait)
+// and every rank's MPI lets goroutines block in it at once (below that,
+// MPI's one lock would be held through a wait for peers that may first
+// need this rank's other goroutines' messages). Every rank decides alike
+// from what it was called with and from what the ranks agreed, since MPI
+// matches no blocking collective with a nonblocking one.
+func (c *Comm) blocksSmall(bytes int, cut pipeline.Cut) bool {
+	return c.blockSmall && bytes > 0 && bytes <= smallBlockingBytes && bytes <= cut.Chunk
+}
+
+// reducesSmall is blocksSmall for a reduction of bytes bytes that is not
+// widened (a widened one is cut otherwise, and widens in its slot).
+func (c *Comm) reducesSmall(call driver.Call, bytes int) bool {
+	return !c.widened(call) && c.blocksSmall(bytes, c.policy().Cut(call.DType.Size()))
+}
+
+// smallReduction is the staged reduction of the n bytes of send as one
+// MPI_Allreduce in place on one slot: the copy in, the call, an Avg
+// finished on the host on bytes [lo, hi), and those bytes copied to out
+// (nothing when out is zero), as the pipeline does for one chunk.
+func (c *Comm) smallReduction(o *op, n int, out devmem.Buffer, lo, hi int) error {
+	call := &o.call
+	c.smallBlocking.Add(1)
+	s, err := c.eng.Pool.Take(n)
+	if err != nil {
+		return err
+	}
+	// The call is blocking: MPI is done with the slot when it returns.
+	defer c.eng.Pool.Give(s)
+	if err := devmem.CopyN(s.Buf, call.Send, n, nil); err != nil {
+		return err
+	}
+	a, es := s.Buf.Addr(), call.DType.Size()
+	if err := c.coll.Allreduce(a, a, n/es, mpiType(call.DType), mpiOp(call.Op)); err != nil {
+		return err
+	}
+	if out.IsZero() || lo >= hi {
+		return nil
+	}
+	if call.Op == comm.Avg {
+		if err := driver.DivideInto(call.DType, s.Bytes(hi)[lo:], c.size); err != nil {
+			return err
+		}
+	}
+	mine, err := s.Buf.Slice(lo, hi-lo)
+	if err != nil {
+		return err
+	}
+	return devmem.CopyN(out, mine, hi-lo, nil)
+}
+
+// smallBroadcast is the staged Broadcast of n bytes as one MPI_Bcast on one
+// slot: the root copies its data in, every rank but an in-place root
+// copies the slot out.
+func (c *Comm) smallBroadcast(o *op, n int) error {
+	call := &o.call
+	c.smallBlocking.Add(1)
+	s, err := c.eng.Pool.Take(n)
+	if err != nil {
+		return err
+	}
+	defer c.eng.Pool.Give(s)
+	root := c.rank == call.Root
+	if root {
+		if err := devmem.CopyN(s.Buf, call.Send, n, nil); err != nil {
+			return err
+		}
+	}
+	es := call.DType.Size()
+	if err := c.coll.Bcast(s.Buf.Addr(), n/es, mpiType(call.DType), call.Root); err != nil {
+		return err
+	}
+	if root && call.Send.Addr() == call.Recv.Addr() {
+		return nil // in place: the root's data is already there
+	}
+	return devmem.CopyN(call.Recv, s.Buf, n, nil)
 }
 
 // transfer is one stream of point-to-point messages: a device range sent to

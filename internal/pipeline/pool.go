@@ -94,6 +94,39 @@ func (p *Pool) get(n, bytes int) ([]*Slot, error) {
 	return out, nil
 }
 
+// Take lends one slot of at least bytes bytes, for a message of one chunk
+// that its caller moves itself, with a blocking call that is done with the
+// slot when it returns; Give returns the slot. Unlike Run's slots, one slot
+// costs no allocation once the pool holds one of its size.
+func (p *Pool) Take(bytes int) (*Slot, error) {
+	size := p.Class(bytes)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if f := p.free[size]; len(f) > 0 {
+		s := f[len(f)-1]
+		p.free[size] = f[:len(f)-1]
+		p.lent++
+		return s, nil
+	}
+	s, err := p.newSlot(size)
+	if err != nil {
+		return nil, err
+	}
+	p.lent++
+	return s, nil
+}
+
+// Give returns a slot that Take lent.
+func (p *Pool) Give(s *Slot) {
+	p.mu.Lock()
+	if p.free == nil {
+		p.free = map[int][]*Slot{}
+	}
+	p.free[s.Buf.Len()] = append(p.free[s.Buf.Len()], s)
+	p.lent--
+	p.mu.Unlock()
+}
+
 func (p *Pool) newSlot(size int) (*Slot, error) {
 	buf, err := p.dev.AllocPinned(size)
 	if err != nil {

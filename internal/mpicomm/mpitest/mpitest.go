@@ -396,7 +396,7 @@ func UnderLauncher(t *testing.T, backend string, np int, recvGap string) {
 	})
 	// Below MPI_THREAD_MULTIPLE every MPI call is serialised, and waits poll.
 	t.Run("SerializedThreadLevel", func(t *testing.T) {
-		ExpectPass(t, 3, RunRanks(t, 3, "^TestRank(SmallChunks|StreamsKeepCallOrder|OptionsAgree|NodePath|StreamOrderedP2P)$", 3*time.Minute,
+		ExpectPass(t, 3, RunRanks(t, 3, "^TestRank(SmallChunks|StreamsKeepCallOrder|OptionsAgree|NodePath|StreamOrderedP2P|SmallBlocking)$", 3*time.Minute,
 			mpi.ThreadLevelEnv+"=serialized"))
 	})
 	// The senders' processes end (MPI_Finalize, exit) right after their
