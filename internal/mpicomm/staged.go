@@ -248,33 +248,41 @@ func (c *Comm) reducesSmall(call driver.Call, bytes int) bool {
 // (nothing when out is zero), as the pipeline does for one chunk.
 func (c *Comm) smallReduction(o *op, n int, out devmem.Buffer, lo, hi int) error {
 	call := &o.call
+	return c.onSmallSlot(n, func(s *pipeline.Slot) error {
+		if err := devmem.CopyN(s.Buf, call.Send, n, nil); err != nil {
+			return err
+		}
+		a, es := s.Buf.Addr(), call.DType.Size()
+		if err := c.coll.Allreduce(a, a, n/es, mpiType(call.DType), mpiOp(call.Op)); err != nil {
+			return err
+		}
+		if out.IsZero() || lo >= hi {
+			return nil
+		}
+		if call.Op == comm.Avg {
+			if err := driver.DivideInto(call.DType, s.Bytes(hi)[lo:], c.size); err != nil {
+				return err
+			}
+		}
+		mine, err := s.Buf.Slice(lo, hi-lo)
+		if err != nil {
+			return err
+		}
+		return devmem.CopyN(out, mine, hi-lo, nil)
+	})
+}
+
+// onSmallSlot counts a staged collective that goes as MPI's blocking call
+// and runs fn on a slot of n bytes from the pool, given back when fn
+// returns: the call is blocking, so MPI is done with the slot by then.
+func (c *Comm) onSmallSlot(n int, fn func(s *pipeline.Slot) error) error {
 	c.smallBlocking.Add(1)
 	s, err := c.eng.Pool.Take(n)
 	if err != nil {
 		return err
 	}
-	// The call is blocking: MPI is done with the slot when it returns.
 	defer c.eng.Pool.Give(s)
-	if err := devmem.CopyN(s.Buf, call.Send, n, nil); err != nil {
-		return err
-	}
-	a, es := s.Buf.Addr(), call.DType.Size()
-	if err := c.coll.Allreduce(a, a, n/es, mpiType(call.DType), mpiOp(call.Op)); err != nil {
-		return err
-	}
-	if out.IsZero() || lo >= hi {
-		return nil
-	}
-	if call.Op == comm.Avg {
-		if err := driver.DivideInto(call.DType, s.Bytes(hi)[lo:], c.size); err != nil {
-			return err
-		}
-	}
-	mine, err := s.Buf.Slice(lo, hi-lo)
-	if err != nil {
-		return err
-	}
-	return devmem.CopyN(out, mine, hi-lo, nil)
+	return fn(s)
 }
 
 // smallBroadcast is the staged Broadcast of n bytes as one MPI_Bcast on one
@@ -282,26 +290,22 @@ func (c *Comm) smallReduction(o *op, n int, out devmem.Buffer, lo, hi int) error
 // copies the slot out.
 func (c *Comm) smallBroadcast(o *op, n int) error {
 	call := &o.call
-	c.smallBlocking.Add(1)
-	s, err := c.eng.Pool.Take(n)
-	if err != nil {
-		return err
-	}
-	defer c.eng.Pool.Give(s)
-	root := c.rank == call.Root
-	if root {
-		if err := devmem.CopyN(s.Buf, call.Send, n, nil); err != nil {
+	return c.onSmallSlot(n, func(s *pipeline.Slot) error {
+		root := c.rank == call.Root
+		if root {
+			if err := devmem.CopyN(s.Buf, call.Send, n, nil); err != nil {
+				return err
+			}
+		}
+		es := call.DType.Size()
+		if err := c.coll.Bcast(s.Buf.Addr(), n/es, mpiType(call.DType), call.Root); err != nil {
 			return err
 		}
-	}
-	es := call.DType.Size()
-	if err := c.coll.Bcast(s.Buf.Addr(), n/es, mpiType(call.DType), call.Root); err != nil {
-		return err
-	}
-	if root && call.Send.Addr() == call.Recv.Addr() {
-		return nil // in place: the root's data is already there
-	}
-	return devmem.CopyN(call.Recv, s.Buf, n, nil)
+		if root && call.Send.Addr() == call.Recv.Addr() {
+			return nil // in place: the root's data is already there
+		}
+		return devmem.CopyN(call.Recv, s.Buf, n, nil)
+	})
 }
 
 // transfer is one stream of point-to-point messages: a device range sent to
