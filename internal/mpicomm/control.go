@@ -131,6 +131,35 @@ func (a *announcer) behind(seq uint64) ([]int, error) {
 	return ranks, err
 }
 
+// behindBy is behind once the ranks still behind can announce seq no
+// more, or at deadline: MPI can fail a collective at once (a message to a
+// rank it knows dead) while a live rank's announcement of it is still on
+// its way, and that rank did arrive. A rank whose receive MPI failed
+// announces nothing more; a dead one without such a failure is waited for
+// until deadline, the collective's own bound (the error is due by then
+// anyway).
+func (a *announcer) behindBy(seq uint64, deadline time.Time) ([]int, error) {
+	for {
+		ranks, err := a.behind(seq)
+		if err != nil || len(ranks) == 0 || !time.Now().Before(deadline) || a.allLost(ranks) {
+			return ranks, err
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+// allLost reports whether MPI failed the receive from each of ranks.
+func (a *announcer) allLost(ranks []int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, p := range ranks {
+		if a.lost[p] == nil {
+			return false
+		}
+	}
+	return true
+}
+
 // stop cancels the posted receives and completes every request, within a
 // bound: a rank that died leaves nothing here to wait for.
 func (a *announcer) stop() error {
@@ -169,7 +198,7 @@ func (c *Comm) mpiFailure(o *op, err error) error {
 		// internal/mpi's lock below MPI_THREAD_MULTIPLE.
 		return fmt.Errorf("%s: MPI failed it%s: %w", what, peer, err)
 	}
-	ranks, aerr := c.ann.behind(o.seq)
+	ranks, aerr := c.ann.behindBy(o.seq, o.deadline)
 	switch {
 	case aerr != nil:
 		return fmt.Errorf("%s: MPI failed it%s (reading the other ranks' announcements failed too: %v): %w", what, peer, aerr, err)
