@@ -240,7 +240,7 @@ func (r *Recorder) ended(seq uint64, queued int64, err error) {
 	}
 	r.mu.Unlock()
 	if first && err != nil && errors.Is(err, ErrTimeout) {
-		reportWrite(WriteTraces("timeout: " + err.Error()))
+		ReportTraces("timeout: " + err.Error())
 	}
 }
 

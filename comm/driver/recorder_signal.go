@@ -50,7 +50,7 @@ func watchSignal(v string) {
 		signal.Notify(ch, sig)
 		go func() {
 			for range ch {
-				reportWrite(WriteTraces("signal " + sig.String()))
+				ReportTraces("signal " + sig.String())
 				if sig == syscall.SIGTERM || sig == syscall.SIGINT || sig == syscall.SIGHUP {
 					signal.Reset(sig)
 					syscall.Kill(os.Getpid(), sig)
@@ -60,6 +60,11 @@ func watchSignal(v string) {
 		}()
 	})
 }
+
+// ReportTraces is WriteTraces, then a line on standard error for each
+// record written, or why it was not: what a process about to end (a
+// timeout, the trace signal, MPI_Abort of a broken communicator) does.
+func ReportTraces(reason string) { reportWrite(WriteTraces(reason)) }
 
 // reportWrite says on standard error where the records went, or why not.
 func reportWrite(paths []string, err error) {

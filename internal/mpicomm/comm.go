@@ -476,13 +476,7 @@ func (c *Comm) Close() error {
 			c.backend, c.rank, broken)
 		// The flight records (with recording on) would die with the process:
 		// a collective that MPI failed at once, unlike a timeout, wrote none.
-		paths, err := driver.WriteTraces("Close of a broken communicator: " + broken.Error())
-		for _, p := range paths {
-			fmt.Fprintf(os.Stderr, "gpucomm: flight record written to %s\n", p)
-		}
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "gpucomm: %v\n", err)
-		}
+		driver.ReportTraces("Close of a broken communicator: " + broken.Error())
 		// The launcher forwards output asynchronously, and MPICH's stops
 		// forwarding once a rank aborts: give it a moment to pass on why.
 		time.Sleep(abortGrace)

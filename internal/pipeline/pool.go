@@ -73,19 +73,13 @@ func (p *Pool) get(n, bytes int) ([]*Slot, error) {
 	size := p.Class(bytes)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.free == nil {
-		p.free = map[int][]*Slot{}
-	}
 	out := make([]*Slot, 0, n)
-	for len(out) < n && len(p.free[size]) > 0 {
-		f := p.free[size]
-		out = append(out, f[len(f)-1])
-		p.free[size] = f[:len(f)-1]
-	}
 	for len(out) < n {
-		s, err := p.newSlot(size)
+		s, err := p.takeLocked(size)
 		if err != nil {
-			p.free[size] = append(p.free[size], out...)
+			for _, x := range out {
+				p.giveLocked(x)
+			}
 			return nil, err
 		}
 		out = append(out, s)
@@ -102,13 +96,7 @@ func (p *Pool) Take(bytes int) (*Slot, error) {
 	size := p.Class(bytes)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if f := p.free[size]; len(f) > 0 {
-		s := f[len(f)-1]
-		p.free[size] = f[:len(f)-1]
-		p.lent++
-		return s, nil
-	}
-	s, err := p.newSlot(size)
+	s, err := p.takeLocked(size)
 	if err != nil {
 		return nil, err
 	}
@@ -119,12 +107,27 @@ func (p *Pool) Take(bytes int) (*Slot, error) {
 // Give returns a slot that Take lent.
 func (p *Pool) Give(s *Slot) {
 	p.mu.Lock()
+	p.giveLocked(s)
+	p.lent--
+	p.mu.Unlock()
+}
+
+// takeLocked reuses a free slot of size bytes, or makes one. p.mu is held.
+func (p *Pool) takeLocked(size int) (*Slot, error) {
+	if f := p.free[size]; len(f) > 0 {
+		s := f[len(f)-1]
+		p.free[size] = f[:len(f)-1]
+		return s, nil
+	}
+	return p.newSlot(size)
+}
+
+// giveLocked keeps s for reuse. p.mu is held.
+func (p *Pool) giveLocked(s *Slot) {
 	if p.free == nil {
 		p.free = map[int][]*Slot{}
 	}
 	p.free[s.Buf.Len()] = append(p.free[s.Buf.Len()], s)
-	p.lent--
-	p.mu.Unlock()
 }
 
 func (p *Pool) newSlot(size int) (*Slot, error) {
@@ -145,11 +148,8 @@ func (p *Pool) newSlot(size int) (*Slot, error) {
 
 func (p *Pool) put(s []*Slot) {
 	p.mu.Lock()
-	if p.free == nil {
-		p.free = map[int][]*Slot{}
-	}
 	for _, x := range s {
-		p.free[x.Buf.Len()] = append(p.free[x.Buf.Len()], x)
+		p.giveLocked(x)
 	}
 	p.lent -= len(s)
 	p.mu.Unlock()
