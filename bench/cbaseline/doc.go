@@ -18,7 +18,10 @@
 // GPUCOMM_NCCL_LIB and GPUCOMM_CUDA_LIB honoured), handed to C once, so that
 // they time the very library the nccl backend calls; Libraries says which
 // files those are. They build with cgo alone, run on a communicator and a
-// CUDA stream of their own, and time each iteration with CUDA events.
+// CUDA stream of their own, and time each iteration with CUDA events, or,
+// when gpucomm is timed by wall clock (Args.SyncEach: bench's -nostream and
+// -wall), by the host's clock from the call to the end of a synchronize of
+// the stream, as gpucomm's own wall-clock iterations are.
 //
 // The loops have no table of element types or reductions of their own: Go
 // hands them the library's values from the mappings the backends use

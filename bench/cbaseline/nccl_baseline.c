@@ -2,7 +2,10 @@
 
 // The NCCL baseline: each operation called straight from a C loop on an
 // NCCL communicator and a CUDA stream of its own, each iteration timed with
-// CUDA events. It calls NCCL and CUDA through the functions gpucomm's own
+// CUDA events, or, with sync_each (gpucomm timed by wall clock: -nostream,
+// -wall), by the host's monotonic clock from the call to the end of a
+// stream synchronize, after a barrier and a synchronize, as gpucomm's
+// wall-clock iteration is timed. It calls NCCL and CUDA through the functions gpucomm's own
 // loaders resolved (internal/nccl, internal/cuda: GPUCOMM_NCCL_LIB and
 // GPUCOMM_CUDA_LIB honoured, versioned CUDA symbols chosen as they choose
 // them), handed over once by gcb_nccl_bind, so that it times the library
@@ -11,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "baseline.h"
 
@@ -228,6 +232,40 @@ static int one(gcb_nccl *s, const gcb_args *a, char *err, int errlen) {
 	return GCB_OK;
 }
 
+static double now_s(void) {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+// per_message turns a round trip into one-way latency and a window into
+// one message's time on the initiator; its peer reports zeros.
+static double per_message(const gcb_args *a, double t) {
+	if (a->coll == GCB_PINGPONG) return a->initiator ? t / 2 : 0;
+	if (a->coll == GCB_BANDWIDTH) return a->initiator ? t / a->window : 0;
+	return t;
+}
+
+// run_wall times each iteration by the host's clock, as gpucomm's
+// wall-clock iterations are (bench's wallIteration): every rank met first
+// for a collective (the one-element barrier, waited for), then the call and
+// a synchronize of the stream.
+static int run_wall(gcb_nccl *s, const gcb_args *a, int iters, double *times, char *err, int errlen) {
+	int rc;
+	int meet = a->coll != GCB_PINGPONG && a->coll != GCB_BANDWIDTH && a->recv != 0;
+	for (int i = 0; i < iters; i++) {
+		if (meet) {
+			NCCL(L.AllReduce((void *)a->recv, (void *)a->recv, 1, ncclUint8, ncclMax, s->comm, s->stream), "ncclAllReduce (barrier)");
+			CU(L.StreamSynchronize(s->stream), "cuStreamSynchronize");
+		}
+		double t0 = now_s();
+		if ((rc = one(s, a, err, errlen)) != GCB_OK) return rc;
+		CU(L.StreamSynchronize(s->stream), "cuStreamSynchronize");
+		times[i] = per_message(a, now_s() - t0);
+	}
+	return GCB_OK;
+}
+
 int gcb_nccl_run(gcb_nccl *s, const gcb_args *in, int iters, double *times, char *err, int errlen) {
 	if (s == NULL || iters < 0 || in->warmup < 0) return GCB_EARG;
 	gcb_args a = *in;
@@ -247,6 +285,7 @@ int gcb_nccl_run(gcb_nccl *s, const gcb_args *in, int iters, double *times, char
 		NCCL(L.AllReduce((void *)a.recv, (void *)a.recv, 1, ncclUint8, ncclMax, s->comm, s->stream), "ncclAllReduce (barrier)");
 	}
 	CU(L.StreamSynchronize(s->stream), "cuStreamSynchronize");
+	if (a.sync_each) return run_wall(s, &a, iters, times, err, errlen);
 	for (int i = 0; i < iters; i++) {
 		CU(L.EventRecord(s->ev[2 * i], s->stream), "cuEventRecord");
 		if ((rc = one(s, &a, err, errlen)) != GCB_OK) return rc;
@@ -256,10 +295,7 @@ int gcb_nccl_run(gcb_nccl *s, const gcb_args *in, int iters, double *times, char
 	for (int i = 0; i < iters; i++) {
 		float ms = 0;
 		CU(L.EventElapsedTime(&ms, s->ev[2 * i], s->ev[2 * i + 1]), "cuEventElapsedTime");
-		double t = ms / 1e3;
-		if (a.coll == GCB_PINGPONG) t = a.initiator ? t / 2 : 0;
-		if (a.coll == GCB_BANDWIDTH) t = a.initiator ? t / a.window : 0;
-		times[i] = t;
+		times[i] = per_message(&a, ms / 1e3);
 	}
 	return GCB_OK;
 }

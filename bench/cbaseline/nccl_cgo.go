@@ -184,7 +184,11 @@ func NewNCCL(ordinal, nranks, rank int, id [NCCLIDSize]byte) (*NCCL, error) {
 }
 
 // Run times len(times) iterations of c on device buffers after a.Warmup
-// untimed ones, each with a pair of CUDA events on the loop's own stream.
+// untimed ones, each with a pair of CUDA events on the loop's own stream;
+// with a.SyncEach by the host's clock instead, from the call to the end of
+// a synchronize of the stream, each collective's iteration after a barrier
+// that was waited for (gpucomm's wall-clock timing, bench's -nostream and
+// -wall).
 // PingPong and Bandwidth are called by the pair only; the Initiator gets the
 // times, its peer zeros.
 func (n *NCCL) Run(c Coll, a Args, times []float64) error {

@@ -49,28 +49,32 @@ func TestNCCLLoopsOnOneGPU(t *testing.T) {
 	if err := send.CopyFrom(in, nil); err != nil {
 		t.Fatal(err)
 	}
-	for _, coll := range []Coll{AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll} {
-		if err := devmem.Memset(recv.Buffer(), 0xFF, nil); err != nil {
-			t.Fatal(err)
-		}
-		a := Args{Send: send.Buffer().Addr(), Recv: recv.Buffer().Addr(), Count: c, DType: comm.Int32, Op: comm.Max, Warmup: 1}
-		times := make([]float64, 5)
-		if err := n.Run(coll, a, times); err != nil {
-			t.Fatalf("%v: %v", coll, err)
-		}
-		got, err := recv.ToHost(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range got {
-			if got[i] != in[i] {
-				t.Errorf("%v: element %d is %d, want %d", coll, i, got[i], in[i])
-				break
+	// Timed by events, and by the host's clock around each call and a
+	// synchronize (SyncEach: gpucomm timed by wall clock).
+	for _, syncEach := range []bool{false, true} {
+		for _, coll := range []Coll{AllReduce, AllGather, ReduceScatter, Broadcast, Reduce, AllToAll} {
+			if err := devmem.Memset(recv.Buffer(), 0xFF, nil); err != nil {
+				t.Fatal(err)
 			}
-		}
-		for i, v := range times {
-			if !(v > 0) {
-				t.Errorf("%v: time %d is %g s", coll, i, v)
+			a := Args{Send: send.Buffer().Addr(), Recv: recv.Buffer().Addr(), Count: c, DType: comm.Int32, Op: comm.Max, Warmup: 1, SyncEach: syncEach}
+			times := make([]float64, 5)
+			if err := n.Run(coll, a, times); err != nil {
+				t.Fatalf("%v (SyncEach %v): %v", coll, syncEach, err)
+			}
+			got, err := recv.ToHost(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range got {
+				if got[i] != in[i] {
+					t.Errorf("%v (SyncEach %v): element %d is %d, want %d", coll, syncEach, i, got[i], in[i])
+					break
+				}
+			}
+			for i, v := range times {
+				if !(v > 0) {
+					t.Errorf("%v (SyncEach %v): time %d is %g s", coll, syncEach, i, v)
+				}
 			}
 		}
 	}

@@ -625,8 +625,8 @@ func StreamQueryIn(ctx Context, s Stream) (done bool, err error) {
 	if err := ready(); err != nil {
 		return false, err
 	}
-	var stage C.int
-	r := C.gc_cuStreamQueryIn(C.uintptr_t(ctx), C.uintptr_t(s), &stage)
+	out := C.gc_cuStreamQueryIn(C.uintptr_t(ctx), C.uintptr_t(s))
+	r, stage := out.r, out.stage
 	if r == CUDA_ERROR_NOT_READY && stage == 3 {
 		return false, nil
 	}
@@ -662,9 +662,8 @@ func EventRecordIn(ctx Context, e Event, s Stream) error {
 	if err := ready(); err != nil {
 		return err
 	}
-	var stage C.int
-	r := C.gc_cuEventRecordIn(C.uintptr_t(ctx), C.uintptr_t(e), C.uintptr_t(s), &stage)
-	return result(stageCall(int(stage), "cuEventRecord"), r)
+	out := C.gc_cuEventRecordIn(C.uintptr_t(ctx), C.uintptr_t(e), C.uintptr_t(s))
+	return result(stageCall(int(out.stage), "cuEventRecord"), out.r)
 }
 
 // ErrorOf is the *Error of a CUresult that C code of another package got

@@ -140,23 +140,29 @@ static CUresult gc_enter(uintptr_t ctx, CUcontext* prev, int* stage) {
 static void gc_leave(uintptr_t ctx, CUcontext prev) {
 	if (prev != NULL && prev != H(CUcontext, ctx)) CU(cuCtxSetCurrent, (CUcontext))(prev);
 }
-static CUresult gc_cuEventRecordIn(uintptr_t ctx, uintptr_t e, uintptr_t s, int* stage) {
+// gc_staged is a call's result and the stage it came from, returned by
+// value: a stage written through a pointer from Go would move to the heap,
+// an allocation on every event record and stream poll.
+typedef struct { CUresult r; int stage; } gc_staged;
+static gc_staged gc_cuEventRecordIn(uintptr_t ctx, uintptr_t e, uintptr_t s) {
+	gc_staged out = {0, 0};
 	CUcontext prev = NULL;
-	CUresult r = gc_enter(ctx, &prev, stage);
-	if (r != 0) return r;
-	*stage = 3;
-	r = CU(cuEventRecord, (CUevent, CUstream))(H(CUevent, e), H(CUstream, s));
+	out.r = gc_enter(ctx, &prev, &out.stage);
+	if (out.r != 0) return out;
+	out.stage = 3;
+	out.r = CU(cuEventRecord, (CUevent, CUstream))(H(CUevent, e), H(CUstream, s));
 	gc_leave(ctx, prev);
-	return r;
+	return out;
 }
-static CUresult gc_cuStreamQueryIn(uintptr_t ctx, uintptr_t s, int* stage) {
+static gc_staged gc_cuStreamQueryIn(uintptr_t ctx, uintptr_t s) {
+	gc_staged out = {0, 0};
 	CUcontext prev = NULL;
-	CUresult r = gc_enter(ctx, &prev, stage);
-	if (r != 0) return r;
-	*stage = 3;
-	r = CU(cuStreamQuery, (CUstream))(H(CUstream, s));
+	out.r = gc_enter(ctx, &prev, &out.stage);
+	if (out.r != 0) return out;
+	out.stage = 3;
+	out.r = CU(cuStreamQuery, (CUstream))(H(CUstream, s));
 	gc_leave(ctx, prev);
-	return r;
+	return out;
 }
 static void gc_ctxfns(uintptr_t* get, uintptr_t* set) {
 	*get = (uintptr_t)gpucomm_cu[F_cuCtxGetCurrent];

@@ -2,20 +2,37 @@
 # Runs on the GPU machine from the repository root, with .gpupack carried
 # (scripts/gpu/build.sh makes it): the mpi backend's IPC path with ranks
 # sharing one GPU, first without and then under NVIDIA's MPS daemon, which
-# lets the ranks' kernels run together instead of taking turns (issue 22;
-# docs/PERFORMANCE.md, "Under MPS"). Output: $OUT/mps.txt.
+# lets the ranks' kernels run together instead of taking turns, each beside
+# the cudaaware backend under the CUDA-aware Open MPI (../shared/gpu) in the
+# same call (issue 22; docs/PERFORMANCE.md, "Under MPS"). Output: $OUT/mps.txt.
 #
 #   OUT=/tmp/out bash scripts/gpu/mps.sh
 set -u
 B=/tmp/gpucomm-bin; mkdir -p $B; [ -x $B/gpucomm ] || tar xJf .gpupack/bins.tar.xz -C $B
+[ -d /tmp/ompi-cuda ] || tar xJf .gpupack/ompi-cuda.tar.xz -C /tmp
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 GPUCOMM_DEVICE=cuda
 OUT=${OUT:-/tmp/gpucomm-out}; mkdir -p "$OUT"; L=$OUT/mps.txt
 ops=pingpong,bw,allreduce,allgather,alltoall
+SYS_PATH=$PATH SYS_LD=${LD_LIBRARY_PATH:-}
+cuda_mpi() { export PATH=/tmp/ompi-cuda/bin:$SYS_PATH LD_LIBRARY_PATH=/tmp/ompi-cuda/lib:$SYS_LD; }
+sys_mpi() { export PATH=$SYS_PATH LD_LIBRARY_PATH=$SYS_LD; }
+# both NP X...: the mpi backend under the machine's Open MPI, then cudaaware
+# under the CUDA-aware one, NP ranks, 4 to 64 MiB; X are mpirun's extra flags.
+both() {
+  local np=$1; shift
+  echo "== mpi, $np ranks"
+  sys_mpi
+  timeout 90 mpirun --bind-to none "$@" -np $np $B/gpucomm bench -backend mpi -op $ops -b 4M -e 64M -f 4 -noprogress
+  echo "== cudaaware, $np ranks"
+  cuda_mpi
+  timeout 90 mpirun --bind-to none -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE "$@" -np $np $B/gpucomm bench -backend cudaaware -op $ops -b 4M -e 64M -f 4 -noprogress
+  sys_mpi
+}
 {
 date -u; which nvidia-cuda-mps-control; ls /usr/local/nvidia/bin 2>/dev/null | tr '\n' ' '; echo
 MPSC=$(command -v nvidia-cuda-mps-control || ls /usr/local/nvidia/bin/nvidia-cuda-mps-control 2>/dev/null)
-echo "== without MPS, 2 ranks"
-timeout 60 mpirun --bind-to none -np 2 $B/gpucomm bench -backend mpi -op $ops -b 4M -e 64M -f 4 -noprogress
+echo "==== without MPS"
+both 2
 if [ -n "$MPSC" ]; then
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
   mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
@@ -23,10 +40,10 @@ if [ -n "$MPSC" ]; then
   X="-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY"
   timeout 20 mpirun --bind-to none $X -np 2 $B/gpucomm check -backend mpi 2>&1 | grep -i -E "placement|mps|pass|fail" | head -5
   for np in 2 4; do
-    echo "== MPS, $np ranks"
-    timeout 60 mpirun --bind-to none $X -np $np $B/gpucomm bench -backend mpi -op $ops -b 4M -e 64M -f 4 -noprogress
+    echo "==== MPS, $np ranks"
+    both $np $X
   done
-  echo "== MPS, 2 ranks, 8 B"
+  echo "==== MPS, 2 ranks, 8 B"
   timeout 30 mpirun --bind-to none $X -np 2 $B/gpucomm bench -backend mpi -op allreduce,pingpong -b 8 -e 8 -n 5000 -noprogress
   timeout 30 mpirun --bind-to none $X -np 2 $B/gpucomm bench -backend mpi -op allreduce,pingpong -b 8 -e 8 -n 5000 -nostream -noprogress
   echo quit | $MPSC; cat /tmp/mps-log/control.log 2>/dev/null | tail -5

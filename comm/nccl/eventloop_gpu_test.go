@@ -1,0 +1,267 @@
+//go:build cgo
+
+package nccl
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gpucomm/gpucomm/bench/cbaseline"
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/cuda"
+	"github.com/gpucomm/gpucomm/internal/devhook"
+	"github.com/gpucomm/gpucomm/internal/nccl"
+)
+
+// BenchmarkGPUEventLoop takes bench's event-timed loop apart (issue 23.2):
+// the same one-rank float32 AllReduce, K iterations each between two CUDA
+// events, timed as `gpucomm bench` and its C loop time them, with each
+// piece swapped in turn: the events (recorded through internal/cuda or
+// through devmem), the call (NCCL from Go on the communicator's handle or
+// on a communicator of the test's own, the engine, the Comm), the checked
+// iterations bench puts first and last (a memset before, a copy to the
+// host after), and the C loop itself. It reports the median event time of
+// an iteration (ev-µs) and the host's time to issue one (host-µs). Run it
+// as one rank:
+// mpirun -np 1 comm_nccl.test -test.run XXX -test.bench GPUEventLoop -test.benchtime 20x
+func BenchmarkGPUEventLoop(b *testing.B) {
+	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
+		b.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU and NCCL, and run as one rank")
+	}
+	if v := Probe(); !v.Usable {
+		b.Skip("NCCL cannot run here: " + v.Reason)
+	}
+	cc, err := comm.Open(Name, comm.WithDevice("cuda"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Close()
+	c := cc.(*Comm)
+	e, ok := c.eng.(*ncclEngine)
+	if !ok {
+		b.Skip("not the real NCCL engine")
+	}
+	dev := c.Device()
+	const most = 16 << 20
+	send, err := dev.Alloc(most)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer send.Free()
+	recv, err := dev.Alloc(most)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer recv.Free()
+	s, err := dev.NewStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Destroy()
+	h := cuda.Stream(devhook.StreamHandle(s))
+	const maxK = 500
+	var devEv []*devmem.Event
+	rawEv := make([]cuda.Event, 2*maxK)
+	for range 2 * maxK {
+		ev, err := dev.NewEvent()
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ev.Destroy()
+		devEv = append(devEv, ev)
+	}
+	var own nccl.Comm
+	err = e.do(func() error {
+		for i := range rawEv {
+			var err error
+			if rawEv[i], err = cuda.EventCreate(0); err != nil {
+				return err
+			}
+		}
+		id, err := nccl.GetUniqueID()
+		if err != nil {
+			return err
+		}
+		own, err = nccl.CommInitRank(1, id, 0)
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.do(func() error {
+		for _, ev := range rawEv {
+			cuda.EventDestroy(ev)
+		}
+		return nccl.CommDestroy(own)
+	})
+	id, err := cbaseline.NCCLUniqueID()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cl, err := cbaseline.NewNCCL(dev.Ordinal(), 1, 0, id)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+
+	type events struct {
+		record  func(i int) error
+		elapsed func(i int) (time.Duration, error)
+	}
+	raw := events{
+		record: func(i int) error { return cuda.EventRecordIn(e.ctx, rawEv[i], h) },
+		elapsed: func(i int) (time.Duration, error) {
+			return cuda.EventElapsedTime(rawEv[2*i], rawEv[2*i+1])
+		},
+	}
+	viaDevmem := events{
+		record:  func(i int) error { return devEv[i].Record(s) },
+		elapsed: func(i int) (time.Duration, error) { return devmem.Elapsed(devEv[2*i], devEv[2*i+1]) },
+	}
+	sp, rp := cuda.DevicePtr(send.Addr()), cuda.DevicePtr(recv.Addr())
+	type call func(n int) error
+	rawCall := func(h2 nccl.Comm) call {
+		return func(n int) error { return nccl.AllReduce(e.ctx, sp, rp, n, nccl.Float32, nccl.Sum, h2, h) }
+	}
+	engineCall := func(n int) error {
+		return e.allReduce(send, recv, n, comm.Float32, comm.Sum, s)
+	}
+	commCall := func(n int) error {
+		return cc.AllReduce(send, recv, n, comm.Float32, comm.Sum, s)
+	}
+	cases := []struct {
+		name    string
+		ev      events
+		call    call
+		checked bool // bench's memset before and copy after the first and last iterations
+		locked  bool // the loop on a locked OS thread
+	}{
+		{"raw-events/raw-nccl", raw, rawCall(e.h), false, false},
+		{"raw-events/raw-nccl-own-comm", raw, rawCall(own), false, false},
+		{"devmem-events/raw-nccl", viaDevmem, rawCall(e.h), false, false},
+		{"raw-events/engine", raw, engineCall, false, false},
+		{"raw-events/comm", raw, commCall, false, false},
+		{"devmem-events/comm", viaDevmem, commCall, false, false},
+		{"devmem-events/comm-locked", viaDevmem, commCall, false, true},
+		{"devmem-events/comm-checked", viaDevmem, commCall, true, false},
+		{"raw-events/raw-nccl-locked", raw, rawCall(e.h), false, true},
+	}
+	out := make([]byte, most)
+	for _, size := range []int{8, 2 << 20, 16 << 20} {
+		n := size / 4
+		for _, k := range []int{20, maxK} {
+			for _, tc := range cases {
+				for _, withC := range []bool{false, true} {
+					name := fmt.Sprintf("%dB/K=%d/%s", size, k, tc.name)
+					if withC {
+						// Each round followed by a round of the C loop, as bench
+						// alternates them.
+						name += "/then-c-loop"
+					}
+					b.Run(name, func(b *testing.B) {
+						if tc.locked {
+							runtime.LockOSThread()
+							defer runtime.UnlockOSThread()
+						}
+						var samples, cs []float64
+						var host time.Duration
+						for b.Loop() {
+							for range 5 {
+								if err := tc.call(n); err != nil {
+									b.Fatal(err)
+								}
+							}
+							if err := s.Synchronize(); err != nil {
+								b.Fatal(err)
+							}
+							t0 := time.Now()
+							for i := range k {
+								checked := tc.checked && (i == 0 || i == k-1)
+								if checked {
+									if err := devmem.Memset(recv, 0xff, s); err != nil {
+										b.Fatal(err)
+									}
+								}
+								if err := tc.ev.record(2 * i); err != nil {
+									b.Fatal(err)
+								}
+								if err := tc.call(n); err != nil {
+									b.Fatal(err)
+								}
+								if err := tc.ev.record(2*i + 1); err != nil {
+									b.Fatal(err)
+								}
+								if checked {
+									part, err := recv.Slice(0, size)
+									if err == nil {
+										err = devmem.CopyToHost(out[:size], part, s)
+									}
+									if err != nil {
+										b.Fatal(err)
+									}
+								}
+							}
+							host += time.Since(t0)
+							// The handle itself: devmem's Synchronize skips a
+							// stream it issued nothing to since it was last idle.
+							if err := e.do(func() error { return cuda.StreamSynchronize(h) }); err != nil {
+								b.Fatal(err)
+							}
+							for i := range k {
+								d, err := tc.ev.elapsed(i)
+								if err != nil {
+									b.Fatal(err)
+								}
+								samples = append(samples, d.Seconds()*1e6)
+							}
+							if withC {
+								times := make([]float64, k)
+								a := cbaseline.Args{Send: send.Addr(), Recv: recv.Addr(), Count: n, DType: comm.Float32, Op: comm.Sum, Warmup: 5}
+								if err := cl.Run(cbaseline.AllReduce, a, times); err != nil {
+									b.Fatal(err)
+								}
+								for _, t := range times {
+									cs = append(cs, t*1e6)
+								}
+							}
+						}
+						report(b, samples, host, k)
+						if withC {
+							slices.Sort(cs)
+							b.ReportMetric(cs[len(cs)/2], "c-ev-µs")
+						}
+					})
+				}
+			}
+			b.Run(fmt.Sprintf("%dB/K=%d/c-loop", size, k), func(b *testing.B) {
+				var samples []float64
+				times := make([]float64, k)
+				a := cbaseline.Args{Send: send.Addr(), Recv: recv.Addr(), Count: n, DType: comm.Float32, Op: comm.Sum, Warmup: 5}
+				t0 := time.Now()
+				for b.Loop() {
+					if err := cl.Run(cbaseline.AllReduce, a, times); err != nil {
+						b.Fatal(err)
+					}
+					for _, t := range times {
+						samples = append(samples, t*1e6)
+					}
+				}
+				// The whole call, warm-up and synchronizes included: an upper bound.
+				report(b, samples, time.Since(t0), k)
+			})
+		}
+	}
+}
+
+func report(b *testing.B, samples []float64, host time.Duration, k int) {
+	slices.Sort(samples)
+	b.ReportMetric(samples[len(samples)/2], "ev-µs")
+	b.ReportMetric(samples[len(samples)/10], "ev-p10-µs")
+	b.ReportMetric(samples[len(samples)*9/10], "ev-p90-µs")
+	b.ReportMetric(host.Seconds()*1e6/float64(b.N*k), "host-µs")
+}
