@@ -3,6 +3,7 @@
 package nccl
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -264,4 +265,145 @@ func report(b *testing.B, samples []float64, host time.Duration, k int) {
 	b.ReportMetric(samples[len(samples)/10], "ev-p10-µs")
 	b.ReportMetric(samples[len(samples)*9/10], "ev-p90-µs")
 	b.ReportMetric(host.Seconds()*1e6/float64(b.N*k), "host-µs")
+}
+
+// BenchmarkGPUCommHandles times the same event-timed loop of raw NCCL
+// calls from Go (raw events, one stream) on different ncclComm_t handles of
+// one process, interleaved three times: the Comm's own, a second Comm's,
+// that second Comm's after its watchdog stopped, and communicators the test
+// makes itself with ncclCommInitRank (issue 23.2: a handle of the test's
+// own ran the loop faster than the Comm's on two machines). Run it as one
+// rank:
+// mpirun -np 1 comm_nccl.test -test.run XXX -test.bench GPUCommHandles -test.benchtime 20x
+func BenchmarkGPUCommHandles(b *testing.B) {
+	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
+		b.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU and NCCL, and run as one rank")
+	}
+	if v := Probe(); !v.Usable {
+		b.Skip("NCCL cannot run here: " + v.Reason)
+	}
+	open := func() (*Comm, *ncclEngine) {
+		cc, err := comm.Open(Name, comm.WithDevice("cuda"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		c := cc.(*Comm)
+		e, ok := c.eng.(*ncclEngine)
+		if !ok {
+			cc.Close()
+			b.Skip("not the real NCCL engine")
+		}
+		return c, e
+	}
+	c1, e1 := open()
+	defer c1.Close()
+	dev := c1.Device()
+	buf, err := dev.Alloc(2 << 20)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer buf.Free()
+	out, err := dev.Alloc(2 << 20)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer out.Free()
+	s, err := dev.NewStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Destroy()
+	h := cuda.Stream(devhook.StreamHandle(s))
+	const k = 20
+	ev := make([]cuda.Event, 2*k)
+	initOwn := func() nccl.Comm {
+		var own nccl.Comm
+		err := e1.do(func() error {
+			id, err := nccl.GetUniqueID()
+			if err != nil {
+				return err
+			}
+			own, err = nccl.CommInitRank(1, id, 0)
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return own
+	}
+	own1 := initOwn()
+	c2, e2 := open()
+	defer c2.Close()
+	own2 := initOwn()
+	defer e1.do(func() error { return errors.Join(nccl.CommDestroy(own1), nccl.CommDestroy(own2)) })
+	err = e1.do(func() error {
+		for i := range ev {
+			var err error
+			if ev[i], err = cuda.EventCreate(0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e1.do(func() error {
+		for _, x := range ev {
+			cuda.EventDestroy(x)
+		}
+		return nil
+	})
+	sp, rp := cuda.DevicePtr(buf.Addr()), cuda.DevicePtr(out.Addr())
+	sync := func() {
+		if err := e1.do(func() error { return cuda.StreamSynchronize(h) }); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for rep := range 3 {
+		handles := []struct {
+			name string
+			h    nccl.Comm
+		}{{"comm-first", e1.h}, {"own-made-second", own1}, {"comm-third", e2.h}, {"own-made-fourth", own2}}
+		if rep == 2 {
+			c2.dog.stop() // the third round: the second Comm without its watchdog
+			handles[2].name = "comm-third-watchdog-stopped"
+		}
+		for _, size := range []int{8, 2 << 20} {
+			n := size / 4
+			for _, hd := range handles {
+				b.Run(fmt.Sprintf("%dB/rep%d/%s", size, rep, hd.name), func(b *testing.B) {
+					var samples []float64
+					for b.Loop() {
+						for range 5 {
+							if err := nccl.AllReduce(e1.ctx, sp, rp, n, nccl.Float32, nccl.Sum, hd.h, h); err != nil {
+								b.Fatal(err)
+							}
+						}
+						sync()
+						for i := range k {
+							if err := cuda.EventRecordIn(e1.ctx, ev[2*i], h); err != nil {
+								b.Fatal(err)
+							}
+							if err := nccl.AllReduce(e1.ctx, sp, rp, n, nccl.Float32, nccl.Sum, hd.h, h); err != nil {
+								b.Fatal(err)
+							}
+							if err := cuda.EventRecordIn(e1.ctx, ev[2*i+1], h); err != nil {
+								b.Fatal(err)
+							}
+						}
+						sync()
+						for i := range k {
+							d, err := cuda.EventElapsedTime(ev[2*i], ev[2*i+1])
+							if err != nil {
+								b.Fatal(err)
+							}
+							samples = append(samples, d.Seconds()*1e6)
+						}
+					}
+					report(b, samples, 0, k)
+				})
+			}
+		}
+	}
 }
