@@ -1,17 +1,15 @@
 //go:build cgo
 
-package nccl_test
+package nccl
 
 import (
 	"context"
-	"os"
 	"slices"
 	"testing"
 
 	"github.com/gpucomm/gpucomm/bench"
 	"github.com/gpucomm/gpucomm/bench/cbaseline"
 	"github.com/gpucomm/gpucomm/comm"
-	"github.com/gpucomm/gpucomm/comm/nccl"
 	"github.com/gpucomm/gpucomm/devmem"
 )
 
@@ -23,53 +21,15 @@ import (
 // one rank:
 // mpirun -np 1 comm_nccl.test -test.run XXX -test.bench GPUBenchRunRounds -test.benchtime 1x -test.v
 func BenchmarkGPUBenchRunRounds(b *testing.B) {
-	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
-		b.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU and NCCL, and run as one rank")
-	}
-	if v := nccl.Probe(); !v.Usable {
-		b.Skip("NCCL cannot run here: " + v.Reason)
-	}
-	c, err := comm.Open(nccl.Name, comm.WithDevice("cuda"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	dev := c.Device()
+	cc, _ := gpuComm(b)
+	c := comm.Communicator(cc)
 	const most = 2 << 20
-	send, err := dev.Alloc(most)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer send.Free()
-	recv, err := dev.Alloc(most)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer recv.Free()
-	s, err := dev.NewStream()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Destroy()
+	send := gpuAlloc(b, cc, most)
+	recv := gpuAlloc(b, cc, most)
+	s := gpuStream(b, cc)
 	const k = 20
-	var ev []*devmem.Event
-	for range 2 * k {
-		e, err := dev.NewEvent()
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer e.Destroy()
-		ev = append(ev, e)
-	}
-	id, err := cbaseline.NCCLUniqueID()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cl, err := cbaseline.NewNCCL(dev.Ordinal(), 1, 0, id)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
+	ev := gpuEvents(b, cc, 2*k)
+	cl := cLoop(b, cc)
 	out := make([]byte, most)
 	round := func(n int, barrier, checks bool) []float64 {
 		for range 5 {

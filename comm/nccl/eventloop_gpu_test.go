@@ -3,9 +3,7 @@
 package nccl
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"slices"
 	"testing"
@@ -31,84 +29,18 @@ import (
 // as one rank:
 // mpirun -np 1 comm_nccl.test -test.run XXX -test.bench GPUEventLoop -test.benchtime 20x
 func BenchmarkGPUEventLoop(b *testing.B) {
-	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
-		b.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU and NCCL, and run as one rank")
-	}
-	if v := Probe(); !v.Usable {
-		b.Skip("NCCL cannot run here: " + v.Reason)
-	}
-	cc, err := comm.Open(Name, comm.WithDevice("cuda"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cc.Close()
-	c := cc.(*Comm)
-	e, ok := c.eng.(*ncclEngine)
-	if !ok {
-		b.Skip("not the real NCCL engine")
-	}
-	dev := c.Device()
+	c, e := gpuComm(b)
+	cc := comm.Communicator(c)
 	const most = 16 << 20
-	send, err := dev.Alloc(most)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer send.Free()
-	recv, err := dev.Alloc(most)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer recv.Free()
-	s, err := dev.NewStream()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Destroy()
+	send := gpuAlloc(b, c, most)
+	recv := gpuAlloc(b, c, most)
+	s := gpuStream(b, c)
 	h := cuda.Stream(devhook.StreamHandle(s))
 	const maxK = 500
-	var devEv []*devmem.Event
-	rawEv := make([]cuda.Event, 2*maxK)
-	for range 2 * maxK {
-		ev, err := dev.NewEvent()
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer ev.Destroy()
-		devEv = append(devEv, ev)
-	}
-	var own nccl.Comm
-	err = e.do(func() error {
-		for i := range rawEv {
-			var err error
-			if rawEv[i], err = cuda.EventCreate(0); err != nil {
-				return err
-			}
-		}
-		id, err := nccl.GetUniqueID()
-		if err != nil {
-			return err
-		}
-		own, err = nccl.CommInitRank(1, id, 0)
-		return err
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e.do(func() error {
-		for _, ev := range rawEv {
-			cuda.EventDestroy(ev)
-		}
-		return nccl.CommDestroy(own)
-	})
-	id, err := cbaseline.NCCLUniqueID()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cl, err := cbaseline.NewNCCL(dev.Ordinal(), 1, 0, id)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
+	devEv := gpuEvents(b, c, 2*maxK)
+	rawEv := rawEvents(b, e, 2*maxK)
+	own := ownComm(b, e)
+	cl := cLoop(b, c)
 
 	type events struct {
 		record  func(i int) error
@@ -276,84 +208,16 @@ func report(b *testing.B, samples []float64, host time.Duration, k int) {
 // rank:
 // mpirun -np 1 comm_nccl.test -test.run XXX -test.bench GPUCommHandles -test.benchtime 20x
 func BenchmarkGPUCommHandles(b *testing.B) {
-	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
-		b.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU and NCCL, and run as one rank")
-	}
-	if v := Probe(); !v.Usable {
-		b.Skip("NCCL cannot run here: " + v.Reason)
-	}
-	open := func() (*Comm, *ncclEngine) {
-		cc, err := comm.Open(Name, comm.WithDevice("cuda"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		c := cc.(*Comm)
-		e, ok := c.eng.(*ncclEngine)
-		if !ok {
-			cc.Close()
-			b.Skip("not the real NCCL engine")
-		}
-		return c, e
-	}
-	c1, e1 := open()
-	defer c1.Close()
-	dev := c1.Device()
-	buf, err := dev.Alloc(2 << 20)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer buf.Free()
-	out, err := dev.Alloc(2 << 20)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer out.Free()
-	s, err := dev.NewStream()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Destroy()
+	c1, e1 := gpuComm(b)
+	buf := gpuAlloc(b, c1, 2<<20)
+	out := gpuAlloc(b, c1, 2<<20)
+	s := gpuStream(b, c1)
 	h := cuda.Stream(devhook.StreamHandle(s))
 	const k = 20
-	ev := make([]cuda.Event, 2*k)
-	initOwn := func() nccl.Comm {
-		var own nccl.Comm
-		err := e1.do(func() error {
-			id, err := nccl.GetUniqueID()
-			if err != nil {
-				return err
-			}
-			own, err = nccl.CommInitRank(1, id, 0)
-			return err
-		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return own
-	}
-	own1 := initOwn()
-	c2, e2 := open()
-	defer c2.Close()
-	own2 := initOwn()
-	defer e1.do(func() error { return errors.Join(nccl.CommDestroy(own1), nccl.CommDestroy(own2)) })
-	err = e1.do(func() error {
-		for i := range ev {
-			var err error
-			if ev[i], err = cuda.EventCreate(0); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer e1.do(func() error {
-		for _, x := range ev {
-			cuda.EventDestroy(x)
-		}
-		return nil
-	})
+	ev := rawEvents(b, e1, 2*k)
+	own1 := ownComm(b, e1)
+	c2, e2 := gpuComm(b)
+	own2 := ownComm(b, e1)
 	sp, rp := cuda.DevicePtr(buf.Addr()), cuda.DevicePtr(out.Addr())
 	sync := func() {
 		if err := e1.do(func() error { return cuda.StreamSynchronize(h) }); err != nil {

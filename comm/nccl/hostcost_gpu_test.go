@@ -3,7 +3,6 @@
 package nccl
 
 import (
-	"os"
 	"runtime"
 	"testing"
 	"time"
@@ -27,51 +26,12 @@ import (
 // Run it as one rank:
 // mpirun -np 1 comm_nccl.test -test.run XXX -test.bench GPUAllReduceHostCost.
 func BenchmarkGPUAllReduceHostCost(b *testing.B) {
-	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
-		b.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU and NCCL, and run as one rank")
-	}
-	if v := Probe(); !v.Usable {
-		b.Skip("NCCL cannot run here: " + v.Reason)
-	}
-	cc, err := comm.Open(Name, comm.WithDevice("cuda"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cc.Close()
-	c := cc.(*Comm)
-	e, ok := c.eng.(*ncclEngine)
-	if !ok {
-		b.Skip("not the real NCCL engine")
-	}
-	dev := c.Device()
-	buf, err := dev.Alloc(64)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer buf.Free()
-	s, err := dev.NewStream()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Destroy()
-	ev, err := dev.NewEvent()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ev.Destroy()
-	cev, err := func() (cuda.Event, error) {
-		var ev cuda.Event
-		err := cuda.WithContext(e.ctx, func() error {
-			var err error
-			ev, err = cuda.EventCreate(0)
-			return err
-		})
-		return ev, err
-	}()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cuda.WithContext(e.ctx, func() error { return cuda.EventDestroy(cev) })
+	c, e := gpuComm(b)
+	cc := comm.Communicator(c)
+	buf := gpuAlloc(b, c, 64)
+	s := gpuStream(b, c)
+	ev := gpuEvents(b, c, 1)[0]
+	cev := rawEvents(b, e, 1)[0]
 	h := cuda.Stream(devhook.StreamHandle(s))
 	p := cuda.DevicePtr(buf.Addr())
 	cases := []struct {
