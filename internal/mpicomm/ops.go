@@ -23,9 +23,10 @@ type op struct {
 	seq      uint64        // the collective's ticket; 0 for point-to-point
 	deadline time.Time     // zero: no timeout
 	recv     devmem.Buffer // where a direct ReduceScatter has MPI write
-	// crowd is set when several transfers of the operation wait at once
-	// (move, before it starts them; never cleared): their waits poll
-	// (waitCrowded) instead of each blocking a thread in MPI.
+	// crowd is set when more transfers of the node's operations wait at
+	// once than the node has CPUs (move, before it starts them; never
+	// cleared): their waits poll (waitCrowded) instead of each blocking a
+	// thread in MPI.
 	crowd bool
 }
 
@@ -553,32 +554,31 @@ func (c *Comm) wait(o *op, reqs []*mpi.Request) error {
 
 // waitCrowded waits for reqs by testing them, yielding between tests, for
 // a transfer that waits beside others of its operation (a GroupP2P window,
-// the blocks of an AllToAll or AllGather, one goroutine each). Each of them
-// blocked in MPI_Waitall would be an OS thread spinning in MPI's progress
-// under its lock: 64 for a window of 64, more threads than cores, and on an
-// H200 machine under MPS the windowed 4 MiB sends of the IPC path took
-// about 17 µs each, eight times their copy. Polled from goroutines, at most
-// GOMAXPROCS threads are in MPI at once. After crowdSpin of yielding, the
-// polls sleep, from 20 µs doubling to 200 µs.
+// the blocks of an AllToAll or AllGather, one goroutine each) where the
+// node's ranks have more such transfers than the node has CPUs (crowded).
+// Each of them blocked in MPI_Waitall is an OS thread spinning in MPI's
+// progress under its lock: on the 2-core CPU machine (host device, 2 ranks)
+// an AllGather of 64 KiB took 4 ms (a scheduler time slice) where C's MPI
+// loop took 8 µs, and a window of 64 sends is 64 threads. Polled from
+// goroutines, at most GOMAXPROCS threads are in MPI at once. It never
+// sleeps, as MPI_Waitall never does: a first version that slept after 1 ms
+// of polling took the 64 MiB windows of the IPC path on an H200 from 1713
+// to 1040 GB/s.
 func waitCrowded(reqs []*mpi.Request) error {
-	start := time.Now()
-	sleep := 20 * time.Microsecond
 	for {
 		done, err := mpi.Testall(reqs)
 		if err != nil || done {
 			return err
 		}
-		if time.Since(start) < crowdSpin {
-			runtime.Gosched()
-			continue
-		}
-		time.Sleep(sleep)
-		sleep = min(2*sleep, 200*time.Microsecond)
+		runtime.Gosched()
 	}
 }
 
-// crowdSpin is how long waitCrowded yields between polls before it sleeps.
-const crowdSpin = time.Millisecond
+// crowded reports whether n transfers waiting at once on each of the node's
+// ranks are more than the node's CPUs (this process's, as a stand-in).
+func (c *Comm) crowded(n int) bool {
+	return n > 1 && n*max(c.localSize, 1) > runtime.NumCPU()
+}
 
 // blockOp is block for one of the direct collectives' MPI calls, f(c, o):
 // without a timeout it makes no closure.

@@ -345,7 +345,9 @@ func (c *Comm) move(o *op, ts []transfer) error {
 	if len(ts) == 1 {
 		return c.moveOne(o, ts[0])
 	}
-	o.crowd = true // before the goroutines: they only read it
+	if c.crowded(len(ts)) {
+		o.crowd = true // before the goroutines: they only read it
+	}
 	errs := make([]error, len(ts))
 	var wg sync.WaitGroup
 	for i := range ts {
