@@ -18,7 +18,7 @@ func TestCrowdedCountsTheNodesWaitersAgainstItsCPUs(t *testing.T) {
 		{4, 1, false},                 // one transfer: MPI_Waitall, however many ranks
 		{1, cpus, false},              // as many as the CPUs: not crowded
 		{1, cpus + 1, true},           // one more than the CPUs
-		{2, cpus/2 + 1, true},         // two ranks of a node, each over half the CPUs
+		{2, max(cpus/2+1, 2), true},   // two ranks of a node, each over half the CPUs
 		{0, cpus + 1, true},           // a node size not known counts as one rank
 		{cpus + 1, 2, true},           // more ranks than CPUs, two transfers each
 		{2, max(cpus/2, 2), cpus < 4}, // exactly the CPUs between two ranks (or, on fewer than 4, over them)
