@@ -217,7 +217,7 @@ func BenchmarkGPUCommHandles(b *testing.B) {
 	ev := rawEvents(b, e1, 2*k)
 	own1 := ownComm(b, e1)
 	c2, e2 := gpuComm(b)
-	own2 := ownComm(b, e1)
+	own2 := ownComm(b, e2)
 	sp, rp := cuda.DevicePtr(buf.Addr()), cuda.DevicePtr(out.Addr())
 	sync := func() {
 		if err := e1.do(func() error { return cuda.StreamSynchronize(h) }); err != nil {

@@ -23,10 +23,10 @@ type op struct {
 	seq      uint64        // the collective's ticket; 0 for point-to-point
 	deadline time.Time     // zero: no timeout
 	recv     devmem.Buffer // where a direct ReduceScatter has MPI write
-	// crowd is set when more transfers of the node's operations wait at
-	// once than the node has CPUs (move, before it starts them; never
-	// cleared): their waits poll (waitCrowded) instead of each blocking a
-	// thread in MPI.
+	// crowd is set when the operation's transfers, counted on each of the
+	// node's ranks, outnumber the CPUs (crowded; move sets it before it
+	// starts them, and never clears it): their waits poll (waitCrowded)
+	// instead of each blocking a thread in MPI.
 	crowd bool
 }
 
@@ -528,9 +528,10 @@ func (c *Comm) barrier(o *op) error {
 }
 
 // wait completes reqs within the operation's deadline. Without a timeout,
-// and with MPI_THREAD_MULTIPLE, it blocks in MPI_Waitall; below that level
-// internal/mpi serialises every call, so it polls (WaitTimeout) to leave MPI
-// free for the goroutines whose messages these requests may need.
+// and with MPI_THREAD_MULTIPLE, it blocks in MPI_Waitall, or, for a crowded
+// operation's transfers, polls (waitCrowded); below that level internal/mpi
+// serialises every call, so it polls (WaitTimeout) to leave MPI free for the
+// goroutines whose messages these requests may need.
 func (c *Comm) wait(o *op, reqs []*mpi.Request) error {
 	if len(reqs) == 0 {
 		return nil
@@ -552,30 +553,44 @@ func (c *Comm) wait(o *op, reqs []*mpi.Request) error {
 	return mpi.WaitTimeout(reqs, max(time.Until(o.deadline), time.Microsecond))
 }
 
-// waitCrowded waits for reqs by testing them, yielding between tests, for
+// waitCrowded waits for reqs by testing each (MPI_Test, which allocates
+// nothing, where MPI_Testall's Go side does), yielding between rounds, for
 // a transfer that waits beside others of its operation (a GroupP2P window,
 // the blocks of an AllToAll or AllGather, one goroutine each) where the
 // node's ranks have more such transfers than the node has CPUs (crowded).
 // Each of them blocked in MPI_Waitall is an OS thread spinning in MPI's
-// progress under its lock: on the 2-core CPU machine (host device, 2 ranks)
-// an AllGather of 64 KiB took 4 ms (a scheduler time slice) where C's MPI
-// loop took 8 µs, and a window of 64 sends is 64 threads. Polled from
-// goroutines, at most GOMAXPROCS threads are in MPI at once. It never
-// sleeps, as MPI_Waitall never does: a first version that slept after 1 ms
-// of polling took the 64 MiB windows of the IPC path on an H200 from 1713
-// to 1040 GB/s.
+// progress, the threads taking MPI's lock in turn, and one descheduled
+// while it holds the lock stalls the others: on the 2-core CPU machine (host
+// device, 2 ranks) an AllGather of 64 KiB took 4 ms, a scheduler time
+// slice, where C's MPI loop took 8 µs. Polled, each test holds the lock
+// briefly and the goroutines yield between tests; the waits still keep this
+// process's GOMAXPROCS CPUs busy until they end, as the blocked threads kept
+// theirs. It never sleeps: a first version that slept after 1 ms of polling
+// took the 64 MiB windows of the IPC path on an H200 from 1713 to 1040 GB/s.
+// The first error ends the wait, other requests perhaps still pending, as a
+// timeout ends WaitTimeout's (the caller finds them with Testall).
 func waitCrowded(reqs []*mpi.Request) error {
 	for {
-		done, err := mpi.Testall(reqs)
-		if err != nil || done {
-			return err
+		all := true
+		for _, r := range reqs {
+			done, err := r.Test()
+			if err != nil {
+				return err
+			}
+			all = all && done
+		}
+		if all {
+			return nil
 		}
 		runtime.Gosched()
 	}
 }
 
-// crowded reports whether n transfers waiting at once on each of the node's
-// ranks are more than the node's CPUs (this process's, as a stand-in).
+// crowded reports whether n transfers waiting at once on each of the
+// communicator's ranks of this node are more than the CPUs this process may
+// run on, a stand-in for the node's (where each rank is bound to its own
+// share of the CPUs it counts too many; other communicators' and streams'
+// calls are not counted).
 func (c *Comm) crowded(n int) bool {
 	return n > 1 && n*max(c.localSize, 1) > runtime.NumCPU()
 }

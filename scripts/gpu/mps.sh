@@ -2,9 +2,11 @@
 # Runs on the GPU machine from the repository root, with .gpupack carried
 # (scripts/gpu/build.sh makes it): the mpi backend's IPC path with ranks
 # sharing one GPU, first without and then under NVIDIA's MPS daemon, which
-# lets the ranks' kernels run together instead of taking turns, each beside
-# the cudaaware backend under the CUDA-aware Open MPI (../shared/gpu) in the
-# same call (issue 22; docs/PERFORMANCE.md, "Under MPS"). Output: $OUT/mps.txt.
+# lets the ranks' kernels run together instead of taking turns; each
+# bandwidth job beside the cudaaware backend under the CUDA-aware Open MPI
+# (../shared/gpu) in the same call (issue 22; docs/PERFORMANCE.md, "Under
+# MPS"). The timeouts add up to under the device tool's 10 minutes, and the
+# daemon is stopped on the way out. Output: $OUT/mps.txt.
 #
 #   OUT=/tmp/out bash scripts/gpu/mps.sh
 set -u
@@ -22,10 +24,10 @@ both() {
   local np=$1; shift
   echo "== mpi, $np ranks"
   sys_mpi
-  timeout 90 mpirun --bind-to none "$@" -np $np $B/gpucomm bench -backend mpi -op $ops -b 4M -e 64M -f 4 -noprogress
+  timeout 75 mpirun --bind-to none "$@" -np $np $B/gpucomm bench -backend mpi -op $ops -b 4M -e 64M -f 4 -noprogress
   echo "== cudaaware, $np ranks"
   cuda_mpi
-  timeout 90 mpirun --bind-to none -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE "$@" -np $np $B/gpucomm bench -backend cudaaware -op $ops -b 4M -e 64M -f 4 -noprogress
+  timeout 75 mpirun --bind-to none -x LD_LIBRARY_PATH -x GPUCOMM_DEVICE "$@" -np $np $B/gpucomm bench -backend cudaaware -op $ops -b 4M -e 64M -f 4 -noprogress
   sys_mpi
 }
 {
@@ -37,6 +39,7 @@ if [ -n "$MPSC" ]; then
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/mps-log
   mkdir -p $CUDA_MPS_PIPE_DIRECTORY $CUDA_MPS_LOG_DIRECTORY
   $MPSC -d; echo "mps-control -d rc=$?"; sleep 1
+  trap 'echo quit | $MPSC' EXIT
   X="-x CUDA_MPS_PIPE_DIRECTORY -x CUDA_MPS_LOG_DIRECTORY"
   timeout 20 mpirun --bind-to none $X -np 2 $B/gpucomm check -backend mpi 2>&1 | grep -i -E "placement|mps|pass|fail" | head -5
   for np in 2 4; do
@@ -46,7 +49,7 @@ if [ -n "$MPSC" ]; then
   echo "==== MPS, 2 ranks, 8 B"
   timeout 30 mpirun --bind-to none $X -np 2 $B/gpucomm bench -backend mpi -op allreduce,pingpong -b 8 -e 8 -n 5000 -noprogress
   timeout 30 mpirun --bind-to none $X -np 2 $B/gpucomm bench -backend mpi -op allreduce,pingpong -b 8 -e 8 -n 5000 -nostream -noprogress
-  echo quit | $MPSC; cat /tmp/mps-log/control.log 2>/dev/null | tail -5
+  echo quit | $MPSC; trap - EXIT; cat /tmp/mps-log/control.log 2>/dev/null | tail -5
 fi
 } > $L 2>&1
 tail -c 6000 $L
