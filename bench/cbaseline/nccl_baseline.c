@@ -5,8 +5,8 @@
 // CUDA events, or, with sync_each (gpucomm timed by wall clock: -nostream,
 // -wall), by the host's monotonic clock from the call to the end of a
 // stream synchronize, after a barrier and a synchronize, as gpucomm's
-// wall-clock iteration is timed. It calls NCCL and CUDA through the functions gpucomm's own
-// loaders resolved (internal/nccl, internal/cuda: GPUCOMM_NCCL_LIB and
+// wall-clock iteration is timed. It calls NCCL and CUDA through the
+// functions gpucomm's own loaders resolved (internal/nccl, internal/cuda: GPUCOMM_NCCL_LIB and
 // GPUCOMM_CUDA_LIB honoured, versioned CUDA symbols chosen as they choose
 // them), handed over once by gcb_nccl_bind, so that it times the library
 // the nccl backend uses; it never opens a library itself.
@@ -246,18 +246,24 @@ static double per_message(const gcb_args *a, double t) {
 	return t;
 }
 
+// barrier queues the loop's barrier, a one-element allreduce, on the
+// stream: every rank starts after all have arrived. Point-to-point pairs
+// skip it (the other ranks sit their test out).
+static int barrier(gcb_nccl *s, const gcb_args *a, char *err, int errlen) {
+	if (a->coll == GCB_PINGPONG || a->coll == GCB_BANDWIDTH || a->recv == 0) return GCB_OK;
+	NCCL(L.AllReduce((void *)a->recv, (void *)a->recv, 1, ncclUint8, ncclMax, s->comm, s->stream), "ncclAllReduce (barrier)");
+	return GCB_OK;
+}
+
 // run_wall times each iteration by the host's clock, as gpucomm's
 // wall-clock iterations are (bench's wallIteration): every rank met first
-// for a collective (the one-element barrier, waited for), then the call and
-// a synchronize of the stream.
+// for a collective (the barrier, waited for), then the call and a
+// synchronize of the stream.
 static int run_wall(gcb_nccl *s, const gcb_args *a, int iters, double *times, char *err, int errlen) {
 	int rc;
-	int meet = a->coll != GCB_PINGPONG && a->coll != GCB_BANDWIDTH && a->recv != 0;
 	for (int i = 0; i < iters; i++) {
-		if (meet) {
-			NCCL(L.AllReduce((void *)a->recv, (void *)a->recv, 1, ncclUint8, ncclMax, s->comm, s->stream), "ncclAllReduce (barrier)");
-			CU(L.StreamSynchronize(s->stream), "cuStreamSynchronize");
-		}
+		if ((rc = barrier(s, a, err, errlen)) != GCB_OK) return rc;
+		CU(L.StreamSynchronize(s->stream), "cuStreamSynchronize");
 		double t0 = now_s();
 		if ((rc = one(s, a, err, errlen)) != GCB_OK) return rc;
 		CU(L.StreamSynchronize(s->stream), "cuStreamSynchronize");
@@ -280,11 +286,7 @@ int gcb_nccl_run(gcb_nccl *s, const gcb_args *in, int iters, double *times, char
 	for (int i = 0; i < a.warmup; i++) {
 		if ((rc = one(s, &a, err, errlen)) != GCB_OK) return rc;
 	}
-	// A one-element allreduce is the barrier: every rank starts timing after
-	// all have arrived. Point-to-point pairs skip it (the others sit out).
-	if (a.coll != GCB_PINGPONG && a.coll != GCB_BANDWIDTH && a.recv != 0) {
-		NCCL(L.AllReduce((void *)a.recv, (void *)a.recv, 1, ncclUint8, ncclMax, s->comm, s->stream), "ncclAllReduce (barrier)");
-	}
+	if ((rc = barrier(s, &a, err, errlen)) != GCB_OK) return rc;
 	CU(L.StreamSynchronize(s->stream), "cuStreamSynchronize");
 	if (a.sync_each) return run_wall(s, &a, iters, times, err, errlen);
 	for (int i = 0; i < iters; i++) {

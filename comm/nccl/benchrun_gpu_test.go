@@ -4,11 +4,9 @@ package nccl
 
 import (
 	"context"
-	"slices"
 	"testing"
 
 	"github.com/gpucomm/gpucomm/bench"
-	"github.com/gpucomm/gpucomm/bench/cbaseline"
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/devmem"
 )
@@ -84,22 +82,6 @@ func BenchmarkGPUBenchRunRounds(b *testing.B) {
 		}
 		return t
 	}
-	cRound := func(n int) []float64 {
-		times := make([]float64, k)
-		a := cbaseline.Args{Send: send.Addr(), Recv: recv.Addr(), Count: n, DType: comm.Float32, Op: comm.Sum, Warmup: 5}
-		if err := cl.Run(cbaseline.AllReduce, a, times); err != nil {
-			b.Fatal(err)
-		}
-		for i := range times {
-			times[i] *= 1e6
-		}
-		return times
-	}
-	median := func(t []float64) float64 {
-		u := slices.Clone(t)
-		slices.Sort(u)
-		return u[len(u)/2]
-	}
 	cfg := bench.DefaultConfig()
 	cfg.Ops = []bench.Operation{bench.AllReduce}
 	cfg.MinBytes, cfg.MaxBytes, cfg.StepFactor = 8, most, 8
@@ -125,7 +107,7 @@ func BenchmarkGPUBenchRunRounds(b *testing.B) {
 					barrier, checked bool
 				}{{"plain", false, false}, {"barrier", true, false}, {"barrier+checks", true, true}} {
 					t := round(size/4, v.barrier, v.checked)
-					ct := cRound(size / 4)
+					ct := cRound(b, cl, send, recv, size/4, k)
 					b.Logf("round %d single %-15s %8d B: %.2f µs, C loop %.2f", r, v.name, size, median(t), median(ct))
 					if size == 8 {
 						b.Logf("  gpucomm %.2f", t)

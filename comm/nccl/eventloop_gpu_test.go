@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpucomm/gpucomm/bench/cbaseline"
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/cuda"
@@ -153,36 +152,21 @@ func BenchmarkGPUEventLoop(b *testing.B) {
 								samples = append(samples, d.Seconds()*1e6)
 							}
 							if withC {
-								times := make([]float64, k)
-								a := cbaseline.Args{Send: send.Addr(), Recv: recv.Addr(), Count: n, DType: comm.Float32, Op: comm.Sum, Warmup: 5}
-								if err := cl.Run(cbaseline.AllReduce, a, times); err != nil {
-									b.Fatal(err)
-								}
-								for _, t := range times {
-									cs = append(cs, t*1e6)
-								}
+								cs = append(cs, cRound(b, cl, send, recv, n, k)...)
 							}
 						}
 						report(b, samples, host, k)
 						if withC {
-							slices.Sort(cs)
-							b.ReportMetric(cs[len(cs)/2], "c-ev-µs")
+							b.ReportMetric(median(cs), "c-ev-µs")
 						}
 					})
 				}
 			}
 			b.Run(fmt.Sprintf("%dB/K=%d/c-loop", size, k), func(b *testing.B) {
 				var samples []float64
-				times := make([]float64, k)
-				a := cbaseline.Args{Send: send.Addr(), Recv: recv.Addr(), Count: n, DType: comm.Float32, Op: comm.Sum, Warmup: 5}
 				t0 := time.Now()
 				for b.Loop() {
-					if err := cl.Run(cbaseline.AllReduce, a, times); err != nil {
-						b.Fatal(err)
-					}
-					for _, t := range times {
-						samples = append(samples, t*1e6)
-					}
+					samples = append(samples, cRound(b, cl, send, recv, n, k)...)
 				}
 				// The whole call, warm-up and synchronizes included: an upper bound.
 				report(b, samples, time.Since(t0), k)
@@ -191,12 +175,16 @@ func BenchmarkGPUEventLoop(b *testing.B) {
 	}
 }
 
+// report gives the median, p10 and p90 of the iterations' event times in
+// µs and, when host is not zero, the host's time to issue one iteration.
 func report(b *testing.B, samples []float64, host time.Duration, k int) {
 	slices.Sort(samples)
 	b.ReportMetric(samples[len(samples)/2], "ev-µs")
 	b.ReportMetric(samples[len(samples)/10], "ev-p10-µs")
 	b.ReportMetric(samples[len(samples)*9/10], "ev-p90-µs")
-	b.ReportMetric(host.Seconds()*1e6/float64(b.N*k), "host-µs")
+	if host > 0 {
+		b.ReportMetric(host.Seconds()*1e6/float64(b.N*k), "host-µs")
+	}
 }
 
 // BenchmarkGPUCommHandles times the same event-timed loop of raw NCCL

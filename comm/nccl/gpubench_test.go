@@ -4,6 +4,7 @@ package nccl
 
 import (
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/gpucomm/gpucomm/bench/cbaseline"
@@ -141,4 +142,26 @@ func cLoop(b *testing.B, c *Comm) *cbaseline.NCCL {
 	}
 	b.Cleanup(func() { cl.Close() })
 	return cl
+}
+
+// cRound is one round of the C loop: k AllReduces of n float32 from send
+// into recv after 5 warm-up ones, each iteration's event time in µs.
+func cRound(b *testing.B, cl *cbaseline.NCCL, send, recv devmem.Buffer, n, k int) []float64 {
+	b.Helper()
+	times := make([]float64, k)
+	a := cbaseline.Args{Send: send.Addr(), Recv: recv.Addr(), Count: n, DType: comm.Float32, Op: comm.Sum, Warmup: 5}
+	if err := cl.Run(cbaseline.AllReduce, a, times); err != nil {
+		b.Fatal(err)
+	}
+	for i := range times {
+		times[i] *= 1e6
+	}
+	return times
+}
+
+// median is the middle of samples (a sorted copy's).
+func median(samples []float64) float64 {
+	u := slices.Clone(samples)
+	slices.Sort(u)
+	return u[len(u)/2]
 }
