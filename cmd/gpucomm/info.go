@@ -407,7 +407,7 @@ func finalizeBoundEffect(value string) (effect, problem string) {
 		return "invalid", fmt.Sprintf("%s=%q: want a positive duration such as 10s, or 0 or off for none", mpi.FinalizeBoundEnv, value)
 	}
 	return fmt.Sprintf("MPICH: a rank whose MPI_Finalize has not returned %v after the barrier before it leaves it running and ends with its own status "+
-		"(launch with Hydra's -disable-auto-cleanup; Open MPI fails such a job)", d), ""
+		"(launch with Hydra's -disable-auto-cleanup); ignored under Open MPI, whose mpirun fails such a job", d), ""
 }
 
 func writeInfoText(w io.Writer, rep infoReport) {

@@ -26,10 +26,12 @@ import (
 // report status 1 for such a rank, whatever status it ended with (its proxy
 // gives the rank a provisional 1 when its PMI connection closes before
 // PMI's finalize, and keeps it when it reaped the rank first; mpiexec then
-// says "Hangup (signal 1)"): the ranks' output decides such a job. Open
-// MPI's mpirun fails a job whose rank ended before MPI_Finalize returned,
-// whatever its status: the bound is for MPICH. Unset, "0", "0s" or "off":
-// no barrier and no bound.
+// says "Hangup (signal 1)"): the ranks' output decides such a job. Under
+// Open MPI the variable is ignored (rank 0 says so on stderr): its mpirun
+// fails a job whose rank ended before MPI_Finalize returned, whatever its
+// status, and Open MPI 4.1's mpirun can itself hang in its teardown when
+// ranks leave so, which would turn a bounded hang into an unbounded one.
+// Unset, "0", "0s" or "off": no barrier and no bound.
 const FinalizeBoundEnv = "GPUCOMM_MPI_FINALIZE_BOUND"
 
 // finalizeBoundFrom reads FinalizeBoundEnv's value v.
@@ -43,4 +45,16 @@ func finalizeBoundFrom(v string) (time.Duration, error) {
 		return 0, fmt.Errorf("mpi: %s=%q: want a positive duration such as 10s, or 0 or off for none: %w", FinalizeBoundEnv, v, errs.ErrInvalidArgument)
 	}
 	return d, nil
+}
+
+// finalizeBoundIn is the bound MPI family fam runs with for
+// FinalizeBoundEnv's value v, and what to say when it ignores the value:
+// Open MPI runs with none (see FinalizeBoundEnv).
+func finalizeBoundIn(fam, v string) (bound time.Duration, ignored string, err error) {
+	bound, err = finalizeBoundFrom(v)
+	if err != nil || bound == 0 || fam != "openmpi" {
+		return bound, "", err
+	}
+	return 0, fmt.Sprintf("gpucomm: %s=%s ignored under Open MPI: its mpirun fails a job whose rank ends before MPI_Finalize returns, "+
+		"and can hang in its own teardown when one does; the bound is for MPICH's finalize hang\n", FinalizeBoundEnv, v), nil
 }

@@ -2,6 +2,7 @@ package mpi
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,35 @@ func TestFinalizeBoundFrom(t *testing.T) {
 	for _, v := range []string{"10", "-1s", "soon", "1h-"} {
 		if got, err := finalizeBoundFrom(v); !errors.Is(err, errs.ErrInvalidArgument) || got != 0 {
 			t.Errorf("finalizeBoundFrom(%q) = %v, %v; want ErrInvalidArgument", v, got, err)
+		}
+	}
+}
+
+// Open MPI runs without the bound and says why; MPICH keeps it; an invalid
+// value is an error under either.
+func TestFinalizeBoundInFamily(t *testing.T) {
+	for _, c := range []struct {
+		fam, v string
+		want   time.Duration
+		said   bool
+	}{
+		{"mpich", "5s", 5 * time.Second, false},
+		{"openmpi", "5s", 0, true},
+		{"openmpi", "off", 0, false},
+		{"openmpi", "", 0, false},
+		{"mpich", "", 0, false},
+	} {
+		got, note, err := finalizeBoundIn(c.fam, c.v)
+		if err != nil || got != c.want || (note != "") != c.said {
+			t.Errorf("finalizeBoundIn(%q, %q) = %v, %q, %v; want %v, a note %v", c.fam, c.v, got, note, err, c.want, c.said)
+		}
+		if c.said && (!strings.Contains(note, FinalizeBoundEnv+"="+c.v) || !strings.Contains(note, "ignored under Open MPI")) {
+			t.Errorf("finalizeBoundIn(%q, %q) said %q, want the variable, its value and why", c.fam, c.v, note)
+		}
+	}
+	for _, fam := range []string{"mpich", "openmpi"} {
+		if got, _, err := finalizeBoundIn(fam, "soon"); !errors.Is(err, errs.ErrInvalidArgument) || got != 0 {
+			t.Errorf("finalizeBoundIn(%q, soon) = %v, %v; want ErrInvalidArgument", fam, got, err)
 		}
 	}
 }

@@ -209,7 +209,7 @@ func bringUpLocked() error {
 	if err := launcherConflict(family, os.LookupEnv); err != nil {
 		return err
 	}
-	bound, err := finalizeBoundFrom(os.Getenv(FinalizeBoundEnv))
+	bound, boundIgnored, err := finalizeBoundIn(family, os.Getenv(FinalizeBoundEnv))
 	if err != nil {
 		return err
 	}
@@ -249,6 +249,9 @@ func bringUpLocked() error {
 	world.h, world.rank, world.size = C.gc_comm_world(), int(rank), int(size)
 	owned, initThread, provided, tagUB = own != 0, t, ThreadSupport(prov), int(ub)
 	finalizeBound = bound
+	if boundIgnored != "" && rank == 0 {
+		fmt.Fprint(os.Stderr, boundIgnored)
+	}
 	rotateReduceRoot = hasReduceRootBug(Version())
 	serialize.Store(provided < ThreadMultiple)
 	state.Store(stateUp) // last: a call that sees stateUp sees the fields above
