@@ -56,12 +56,20 @@ func (h *hostDriver) alloc(n int, pinned bool) (*allocation, error) {
 }
 
 func (h *hostDriver) copy(dst, src Buffer, n int, s *Stream) error {
-	return onStream(s, func() error {
-		d, _ := dst.Bytes()
-		v, _ := src.Bytes()
-		copy(d[:n], v[:n])
+	if s == nil { // no closure: a staged collective's copies on no stream allocate nothing
+		hostCopy(dst, src, n)
+		return nil
+	}
+	return s.impl.hostFunc(func() error {
+		hostCopy(dst, src, n)
 		return nil
 	})
+}
+
+func hostCopy(dst, src Buffer, n int) {
+	d, _ := dst.Bytes()
+	v, _ := src.Bytes()
+	copy(d[:n], v[:n])
 }
 
 func (h *hostDriver) copyFromHost(dst Buffer, src []byte, s *Stream) error {

@@ -53,6 +53,12 @@ type hostQueue struct {
 	// to run the queue (under mu); the sweep starts a drain for a stream
 	// whose count has not moved while its queue waited a whole sweep.
 	deferred uint64
+
+	// drainFn is drain, bound once by init: "go s.drain()" would make a
+	// closure for the method call each time (one allocation a
+	// stream-ordered call whose drain goroutine had ended), "go
+	// s.drainFn()" makes none.
+	drainFn func()
 }
 
 // maxKeptQueue bounds the queue's array kept for reuse once it is empty.
@@ -65,6 +71,7 @@ func (q *hostQueue) init(before func() error) {
 	}
 	q.before = before
 	q.cond = sync.NewCond(&q.mu)
+	q.drainFn = q.drain
 }
 
 // work is an item of the host queue. run does it. poll, when not nil, says
@@ -143,7 +150,7 @@ func (s *hostQueue) startDeferred(seen uint64) (waiting bool, count uint64) {
 	if s.deferred == seen {
 		s.drainer = true
 		sweep.started.Add(1)
-		go s.drain()
+		go s.drainFn()
 		return false, 0
 	}
 	return true, s.deferred
@@ -215,7 +222,7 @@ func (s *hostQueue) pushLocked(w work) {
 	s.queue = append(s.queue, w)
 	if !s.running && !s.drainer && s.flushing == 0 {
 		s.drainer = true
-		go s.drain()
+		go s.drainFn()
 	}
 }
 

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"sync"
 
 	"github.com/gpucomm/gpucomm/devmem"
@@ -37,10 +38,13 @@ type Pool struct {
 	dev  *devmem.Device
 	base int // the smallest slot
 
-	mu     sync.Mutex
-	free   map[int][]*Slot // by size
-	lent   int             // slots handed out and not yet back
-	leaked int             // slots left to requests that never completed
+	mu sync.Mutex
+	// free holds the slots waiting for reuse, by size class: a class is
+	// base << i, so the bit length of its size names it alone, and a small
+	// collective's take and give index an array where a map would hash.
+	free   [bits.UintSize + 1][]*Slot
+	lent   int // slots handed out and not yet back
+	leaked int // slots left to requests that never completed
 }
 
 // NewPool makes an empty pool of slots of at least base bytes on dev.
@@ -66,7 +70,7 @@ func (p *Pool) Lent() int {
 func (p *Pool) Free(size int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.free[size])
+	return len(p.free[bits.Len(uint(size))])
 }
 
 func (p *Pool) get(n, bytes int) ([]*Slot, error) {
@@ -114,9 +118,11 @@ func (p *Pool) Give(s *Slot) {
 
 // takeLocked reuses a free slot of size bytes, or makes one. p.mu is held.
 func (p *Pool) takeLocked(size int) (*Slot, error) {
-	if f := p.free[size]; len(f) > 0 {
+	i := bits.Len(uint(size))
+	if f := p.free[i]; len(f) > 0 {
 		s := f[len(f)-1]
-		p.free[size] = f[:len(f)-1]
+		f[len(f)-1] = nil
+		p.free[i] = f[:len(f)-1]
 		return s, nil
 	}
 	return p.newSlot(size)
@@ -124,10 +130,8 @@ func (p *Pool) takeLocked(size int) (*Slot, error) {
 
 // giveLocked keeps s for reuse. p.mu is held.
 func (p *Pool) giveLocked(s *Slot) {
-	if p.free == nil {
-		p.free = map[int][]*Slot{}
-	}
-	p.free[s.Buf.Len()] = append(p.free[s.Buf.Len()], s)
+	i := bits.Len(uint(s.Buf.Len()))
+	p.free[i] = append(p.free[i], s)
 }
 
 func (p *Pool) newSlot(size int) (*Slot, error) {
@@ -168,12 +172,12 @@ func (p *Pool) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs []error
-	for _, f := range p.free {
+	for i, f := range p.free {
 		for _, s := range f {
 			errs = append(errs, s.Buf.Free(), s.in.Destroy(), s.out.Destroy())
 		}
+		p.free[i] = nil
 	}
-	p.free = nil
 	if p.lent > 0 {
 		errs = append(errs, fmt.Errorf("%d staging buffers still lent at Close", p.lent))
 	}
