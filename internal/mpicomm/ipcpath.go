@@ -88,6 +88,7 @@ type ipcPath struct {
 	reach   []bool           // by rank: the pair reaches each other (both sides agree)
 	cache   *ipccache.Handle // this Comm's share of the process's cache of the device
 	copies  *devmem.Stream   // the receiver's copies
+	batch   *copyBatch       // point-to-point copies on copies, waited for together
 	ackP2P  *mpi.Comm        // acknowledgements of the user's messages (dup of p2p)
 	ackColl *mpi.Comm        // and of collectives' blocks (dup of coll)
 	room    int              // bytes a control cell receives into
@@ -271,6 +272,7 @@ func (c *Comm) setUpIPC(reach []bool) error {
 	if c.ipc.copies, err = c.dev.NewStream(); err != nil {
 		return err
 	}
+	c.ipc.batch = newCopyBatch(c.ipc.copies)
 	if c.ipc.cache, err = ipccache.Shared(c.dev, ipccache.Limits{}); err != nil {
 		return err
 	}
@@ -508,10 +510,7 @@ func (c *Comm) ipcCopy(t transfer, raw []byte) error {
 	if err != nil {
 		return err
 	}
-	err = devmem.CopyN(t.buf, ref.Buf, t.bytes, c.ipc.copies)
-	if err == nil {
-		err = c.ipc.copies.Synchronize()
-	}
+	err = c.ipc.batch.copy(t.buf, ref.Buf, t.bytes)
 	return errors.Join(err, ref.Release())
 }
 

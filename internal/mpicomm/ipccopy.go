@@ -1,0 +1,71 @@
+package mpicomm
+
+import (
+	"sync"
+
+	"github.com/gpucomm/gpucomm/devmem"
+)
+
+// copyBatch issues the IPC path's receiving copies on one stream and waits
+// for them together: a receiver whose copy is issued while another waits
+// for the stream waits for the next synchronize, which one of the waiters
+// makes for every copy issued meanwhile (a group commit). The transfers of
+// a window (up to 64 at once, one goroutine each) each synchronized the
+// stream themselves: 64 waits on one stream, each spinning or polling, for
+// copies that run one after the other anyway. Nothing changes between the
+// ranks: each message keeps its control message and acknowledgement, and
+// a receiver acknowledges its message as soon as its own copy is done.
+type copyBatch struct {
+	s *devmem.Stream
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	cur     *copyGen // the copies issued since the last synchronize began
+	syncing bool     // a waiter synchronizes the stream (mu released)
+	syncs   int      // synchronizes made (the tests read it)
+}
+
+// copyGen is the copies one synchronize waits for, and its result.
+type copyGen struct {
+	n    int // copies issued into it
+	done bool
+	err  error
+}
+
+func newCopyBatch(s *devmem.Stream) *copyBatch {
+	b := &copyBatch{s: s, cur: &copyGen{}}
+	b.cond = sync.NewCond(&b.mu)
+	return b
+}
+
+// copy copies n bytes of src to dst on the batch's stream and returns once
+// a synchronize that began after the copy was issued has ended, with its
+// error (the stream's first error since the synchronize before it, which
+// may be another copy's: on one stream a failure is the stream's).
+func (b *copyBatch) copy(dst, src devmem.Buffer, n int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := devmem.CopyN(dst, src, n, b.s); err != nil {
+		return err
+	}
+	g := b.cur
+	g.n++
+	for !g.done {
+		if b.syncing {
+			b.cond.Wait()
+			continue
+		}
+		// No one synchronizes: this waiter does, for every copy issued
+		// so far; copies issued meanwhile wait for the next.
+		b.syncing = true
+		b.syncs++
+		b.cur = &copyGen{}
+		b.mu.Unlock()
+		err := b.s.Synchronize()
+		b.mu.Lock()
+		g.err, g.done = err, true
+		b.syncing = false
+		b.cond.Broadcast()
+	}
+	return g.err
+}
