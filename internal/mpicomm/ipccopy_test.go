@@ -74,7 +74,8 @@ func TestCopyBatchWaitsForCopiesTogether(t *testing.T) {
 	errs := make([]error, k+1)
 	var wg sync.WaitGroup
 	wg.Go(func() { errs[0] = b.copy(jobs[0].dst, jobs[0].src, n) }) // the first synchronize, held
-	for {                                                           // until the first copier synchronizes
+	// Wait until the first copier synchronizes.
+	for {
 		b.mu.Lock()
 		s := b.syncing
 		b.mu.Unlock()
