@@ -108,6 +108,11 @@ bench() { # gpucomm's figures on each backend, each with its C baseline in the s
   for np in 2 4; do
     step bench-mpi-np$np 120 mpirun $NB -np $np $B/gpucomm bench -backend mpi -op pingpong,allreduce,allgather,alltoall -b 8 -e 64M -f 8 -noprogress
   done
+  # issue 23.4: small collectives on the host device against C's MPI loop, and gpucomm's own host cost a call
+  step small-host-cost 60 env GPUCOMM_DEVICE=host $B/comm_mpi.test -test.run XXX -test.bench SmallCollectiveHostCost
+  for ns in "" -nostream; do
+    step small-host-mpi$ns 60 mpirun $NB -np 2 $B/gpucomm bench -backend mpi -device host -op allreduce,broadcast -b 8 -e 64 -n 5000 -noprogress $ns
+  done
   step bench-nccl-np1 60 mpirun $NB -np 1 $B/gpucomm bench -backend nccl -op allreduce,allgather,reducescatter,broadcast -b 8 -e 256M -f 8 -noprogress
   step bench-nccl-np1-nostream 60 mpirun $NB -np 1 $B/gpucomm bench -backend nccl -op allreduce -b 8 -e 256M -f 8 -nostream -noprogress
   step bench-nccl-profile 60 mpirun $NB -np 1 $B/gpucomm bench -backend nccl -op allreduce -b 8 -e 8 -n 200000 -nobaseline -noprogress -cpuprofile $OUT/nccl-allreduce-8B.prof
@@ -116,6 +121,9 @@ bench() { # gpucomm's figures on each backend, each with its C baseline in the s
     step bench-cudaaware-np$np 120 mpirun $NB $X -np $np $B/gpucomm bench -backend cudaaware -op pingpong,allreduce,allgather,alltoall -b 8 -e 64M -f 8 -noprogress
   done
   step bench-cudaaware-nostream 60 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -op pingpong,allreduce -b 8 -e 64M -f 64 -nostream -noprogress
+  for ns in "" -nostream; do
+    step small-host-cudaaware$ns 60 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -device host -op allreduce,broadcast -b 8 -e 64 -n 5000 -noprogress $ns
+  done
   sys_mpi
   step heat-np1 60 mpirun $NB -np 1 $B/gpucomm heat -backend mpi -n 16384 -steps 1000
 }
