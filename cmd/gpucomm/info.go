@@ -396,9 +396,15 @@ func knobEffect(name, value string, opts comm.Options, optsErr error) (effect, p
 }
 
 // finalizeBoundEffect reads GPUCOMM_MPI_FINALIZE_BOUND as internal/mpi
-// does when MPI starts (finalizeBoundFrom there): unset, "0" or "off" is
-// no bound, else a duration of 0 or more.
+// does when MPI starts (finalizeBoundIn there) in this binary's MPI family.
 func finalizeBoundEffect(value string) (effect, problem string) {
+	return finalizeBoundEffectIn(mpi.Family(), value)
+}
+
+// finalizeBoundEffectIn is finalizeBoundEffect in MPI family fam: unset,
+// "0" or "off" is no bound, else a duration of 0 or more, which Open MPI
+// ignores.
+func finalizeBoundEffectIn(fam, value string) (effect, problem string) {
 	d, err := time.ParseDuration(value)
 	switch {
 	case value == "" || value == "0" || value == "off" || err == nil && d == 0:
@@ -406,8 +412,11 @@ func finalizeBoundEffect(value string) (effect, problem string) {
 	case err != nil || d < 0:
 		return "invalid", fmt.Sprintf("%s=%q: want a positive duration such as 10s, or 0 or off for none", mpi.FinalizeBoundEnv, value)
 	}
+	if fam == "openmpi" {
+		return fmt.Sprintf("ignored: this binary's MPI is Open MPI, whose mpirun fails a job whose rank leaves MPI_Finalize running (the bound of %v is for MPICH)", d), ""
+	}
 	return fmt.Sprintf("MPICH: a rank whose MPI_Finalize has not returned %v after the barrier before it leaves it running and ends with its own status "+
-		"(launch with Hydra's -disable-auto-cleanup); ignored under Open MPI, whose mpirun fails such a job", d), ""
+		"(launch with Hydra's -disable-auto-cleanup; ignored under Open MPI)", d), ""
 }
 
 func writeInfoText(w io.Writer, rep infoReport) {

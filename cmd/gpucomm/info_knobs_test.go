@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/gpucomm/gpucomm/internal/mpi"
 )
 
 // info lists every GPUCOMM_ variable the scripts read (${GPUCOMM_X...} or
@@ -63,29 +65,41 @@ func TestInfoListsEveryVariableTheScriptsRead(t *testing.T) {
 }
 
 // info reads GPUCOMM_MPI_FINALIZE_BOUND as internal/mpi does when MPI
-// starts (its TestFinalizeBoundFrom has the same values): a malformed one
-// is a problem naming the variable, and exit 1.
+// starts (its TestFinalizeBoundFrom and TestFinalizeBoundInFamily have the
+// same values): a malformed one is a problem naming the variable, and exit
+// 1; under Open MPI a bound is ignored, and info says so.
 func TestInfoJudgesTheFinalizeBoundAsMPIDoes(t *testing.T) {
-	for _, v := range []string{"", "0", "off", "0s"} {
-		if effect, problem := finalizeBoundEffect(v); problem != "" || !strings.Contains(effect, "unbounded") {
-			t.Errorf("%q: %q, %q; want no bound and no problem", v, effect, problem)
+	for _, fam := range []string{"mpich", "openmpi"} {
+		for _, v := range []string{"", "0", "off", "0s"} {
+			if effect, problem := finalizeBoundEffectIn(fam, v); problem != "" || !strings.Contains(effect, "unbounded") {
+				t.Errorf("%s, %q: %q, %q; want no bound and no problem", fam, v, effect, problem)
+			}
 		}
-	}
-	for v, want := range map[string]string{"10s": "10s", "1.5s": "1.5s", "5m": "5m0s"} {
-		if effect, problem := finalizeBoundEffect(v); problem != "" || !strings.Contains(effect, "returned "+want+" after") {
-			t.Errorf("%q: %q, %q; want a bound of %s", v, effect, problem, want)
+		for v, want := range map[string]string{"10s": "10s", "1.5s": "1.5s", "5m": "5m0s"} {
+			effect, problem := finalizeBoundEffectIn(fam, v)
+			says := "returned " + want + " after"
+			if fam == "openmpi" {
+				says = "ignored: this binary's MPI is Open MPI"
+			}
+			if problem != "" || !strings.Contains(effect, says) || !strings.Contains(effect, want) {
+				t.Errorf("%s, %q: %q, %q; want %q and the bound %s", fam, v, effect, problem, says, want)
+			}
 		}
-	}
-	for _, v := range []string{"10", "-1s", "soon", "1h-"} {
-		if effect, problem := finalizeBoundEffect(v); effect != "invalid" || !strings.Contains(problem, "GPUCOMM_MPI_FINALIZE_BOUND") {
-			t.Errorf("%q: %q, %q; want invalid, naming the variable", v, effect, problem)
+		for _, v := range []string{"10", "-1s", "soon", "1h-"} {
+			if effect, problem := finalizeBoundEffectIn(fam, v); effect != "invalid" || !strings.Contains(problem, "GPUCOMM_MPI_FINALIZE_BOUND") {
+				t.Errorf("%s, %q: %q, %q; want invalid, naming the variable", fam, v, effect, problem)
+			}
 		}
 	}
 
 	withSections(t)
 	t.Setenv("GPUCOMM_MPI_FINALIZE_BOUND", "5s")
 	code, out, errOut := runCLI(t, "info")
-	if code != exitOK || !regexp.MustCompile(`(?m)^  GPUCOMM_MPI_FINALIZE_BOUND\s+5s\s+MPICH: .* 5s after the barrier`).MatchString(out) {
+	line := `(?m)^  GPUCOMM_MPI_FINALIZE_BOUND\s+5s\s+MPICH: .* 5s after the barrier`
+	if mpi.Family() == "openmpi" {
+		line = `(?m)^  GPUCOMM_MPI_FINALIZE_BOUND\s+5s\s+ignored: this binary's MPI is Open MPI.*5s is for MPICH`
+	}
+	if code != exitOK || !regexp.MustCompile(line).MatchString(out) {
 		t.Errorf("GPUCOMM_MPI_FINALIZE_BOUND=5s: exit %d, stderr %q; want 0 and the bound in its line:\n%s", code, errOut, out)
 	}
 	t.Setenv("GPUCOMM_MPI_FINALIZE_BOUND", "soon")

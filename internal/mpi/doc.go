@@ -35,8 +35,8 @@
 // cached copy of the communicator whose rank 0 is the root). And one it
 // bounds on request: MPICH 4.0.2 + UCX 1.13 leaving a rank in MPI_Finalize
 // (FinalizeBoundEnv: a barrier, then MPI_Finalize given a bound, after which
-// the rank goes on to exit with its own status; Open MPI's mpirun would fail
-// such a job, so it is for MPICH).
+// the rank goes on to exit with its own status; for MPICH only: Open MPI
+// ignores it, as its mpirun fails such a job).
 //
 // A point-to-point request that MPI completes with an error names its peer
 // (*PeerError around MPI's *Error), so that a dead or unreachable rank is

@@ -475,7 +475,14 @@ func TestUnderLauncherFinalizeBoundEndsAStuckFinalize(t *testing.T) {
 				// rank leaves MPI_Finalize running, and can hang in its own
 				// teardown then), so nothing stalls: every rank finalizes
 				// and ends with its status.
-				expectBoundIgnored(t, np, out)
+				// mpirun ends the job when the first rank exits with a
+				// status other than 0, perhaps before another has said it
+				// passed its checks: then one must have.
+				want := np
+				if status != 0 {
+					want = 1
+				}
+				expectBoundIgnored(t, want, out)
 				var exit *exec.ExitError
 				switch {
 				case status == 0 && err != nil:
@@ -526,8 +533,8 @@ func TestUnderLauncherFinalizeBoundEndsAStuckFinalize(t *testing.T) {
 
 // expectBoundIgnored checks an Open MPI job started with FinalizeBoundEnv
 // set: rank 0 said once that it is ignored, no rank left MPI_Finalize
-// running, and every rank passed its finalize checks.
-func expectBoundIgnored(t *testing.T, np int, out string) {
+// running, and at least passed ranks passed their finalize checks.
+func expectBoundIgnored(t *testing.T, passed int, out string) {
 	t.Helper()
 	if n := strings.Count(out, FinalizeBoundEnv+"=1s ignored under Open MPI"); n != 1 {
 		t.Errorf("the job said %d times that Open MPI ignores %s, want once (rank 0); output:\n%s", n, FinalizeBoundEnv, out)
@@ -535,8 +542,8 @@ func expectBoundIgnored(t *testing.T, np int, out string) {
 	if strings.Contains(out, "MPI_Finalize had not returned") {
 		t.Errorf("a rank left MPI_Finalize running under Open MPI; output:\n%s", out)
 	}
-	if n := strings.Count(out, "finalize checks passed"); n != np {
-		t.Errorf("%d of %d ranks passed their finalize checks; output:\n%s", n, np, out)
+	if n := strings.Count(out, "finalize checks passed"); n < passed {
+		t.Errorf("%d ranks passed their finalize checks, want at least %d; output:\n%s", n, passed, out)
 	}
 }
 

@@ -1,6 +1,8 @@
 package mpicomm
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/gpucomm/gpucomm/devmem"
@@ -16,7 +18,8 @@ import (
 // ranks: each message keeps its control message and acknowledgement, and
 // a receiver acknowledges its message as soon as its own copy is done.
 type copyBatch struct {
-	s *devmem.Stream
+	s    *devmem.Stream
+	wait func() error // s.Synchronize (a test's stand-in)
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -33,19 +36,22 @@ type copyGen struct {
 }
 
 func newCopyBatch(s *devmem.Stream) *copyBatch {
-	b := &copyBatch{s: s, cur: &copyGen{}}
+	b := &copyBatch{s: s, wait: s.Synchronize, cur: &copyGen{}}
 	b.cond = sync.NewCond(&b.mu)
 	return b
 }
 
 // copy copies n bytes of src to dst on the batch's stream and returns once
-// a synchronize that began after the copy was issued has ended, with its
-// error (the stream's first error since the synchronize before it, which
-// may be another copy's: on one stream a failure is the stream's).
+// a synchronize that began after the copy was issued has ended. A
+// synchronize reports the stream's first error since the one before it,
+// and on the host device it also runs the copies issued while it is under
+// way: an error fails its own generation and the one open meanwhile (a copy
+// reported failed that did not fail is sent again through the pipeline; a
+// failed copy reported done would be a wrong answer).
 func (b *copyBatch) copy(dst, src devmem.Buffer, n int) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	if err := devmem.CopyN(dst, src, n, b.s); err != nil {
+		b.mu.Unlock()
 		return err
 	}
 	g := b.cur
@@ -61,11 +67,27 @@ func (b *copyBatch) copy(dst, src devmem.Buffer, n int) error {
 		b.syncs++
 		b.cur = &copyGen{}
 		b.mu.Unlock()
-		err := b.s.Synchronize()
+		err := b.synchronize()
 		b.mu.Lock()
-		g.err, g.done = err, true
+		g.err, g.done = errors.Join(g.err, err), true
+		if err != nil && b.cur.n > 0 {
+			b.cur.err = errors.Join(b.cur.err, err)
+		}
 		b.syncing = false
 		b.cond.Broadcast()
 	}
-	return g.err
+	err := g.err
+	b.mu.Unlock()
+	return err
+}
+
+// synchronize synchronizes the batch's stream, a panic in the work it runs
+// made an error (the waiters are then told, not left waiting).
+func (b *copyBatch) synchronize() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the IPC path's copy stream: synchronize panicked: %v", r)
+		}
+	}()
+	return b.wait()
 }

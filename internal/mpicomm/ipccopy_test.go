@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 
@@ -107,21 +108,19 @@ func TestCopyBatchWaitsForCopiesTogether(t *testing.T) {
 	}
 }
 
-// A failure on the stream is the error of every copy its synchronize
-// covered, and not of the copies waited for by the next one.
-func TestCopyBatchFailureIsTheSynchronizesOwn(t *testing.T) {
-	d, b := batchFixture(t)
-	const k, n = 8, 4096
-	boom := errors.New("boom")
-	gate := make(chan struct{})
-	if err := b.s.HostFunc(func() error { <-gate; return boom }); err != nil {
+// holdFirst queues fn on the batch's stream behind a gate, starts a copy
+// whose synchronize runs into it, and returns once that synchronize is
+// under way, with the gate and the copy's result.
+func holdFirst(t *testing.T, d *devmem.Device, b *copyBatch, fn func() error) (gate chan struct{}, first func() error) {
+	t.Helper()
+	gate = make(chan struct{})
+	if err := b.s.HostFunc(func() error { <-gate; return fn() }); err != nil {
 		t.Fatal(err)
 	}
-	src, want := filled(t, d, 1, n)
-	first, _ := filled(t, d, 2, n)
-	var firstErr error
-	var wg sync.WaitGroup
-	wg.Go(func() { firstErr = b.copy(first, src, n) })
+	src, _ := filled(t, d, 1, 64)
+	dst, _ := filled(t, d, 2, 64)
+	done := make(chan error, 1)
+	go func() { done <- b.copy(dst, src, 64) }()
 	for {
 		b.mu.Lock()
 		s := b.syncing
@@ -131,29 +130,86 @@ func TestCopyBatchFailureIsTheSynchronizesOwn(t *testing.T) {
 		}
 		runtime.Gosched()
 	}
-	dsts := make([]devmem.Buffer, k)
-	errs := make([]error, k)
-	for i := range dsts {
-		dsts[i], _ = filled(t, d, int64(10+i), n)
-		wg.Go(func() { errs[i] = b.copy(dsts[i], src, n) })
-	}
-	waitIssued(b, k)
-	close(gate)
-	wg.Wait()
-	if !errors.Is(firstErr, boom) {
-		t.Errorf("the copy behind the failing work: %v, want %v", firstErr, boom)
-	}
-	for i, dst := range dsts {
-		if errs[i] != nil {
-			t.Errorf("copy %d, issued after the failing synchronize began: %v", i, errs[i])
-			continue
+	return gate, func() error { return <-done }
+}
+
+// A failure on the stream fails every copy a synchronize that met it may
+// have covered: its own and, as a synchronize on the host device also runs
+// the copies issued while it is under way, those too, whether the failing
+// work came before them or among them. None of them is reported done (the
+// receiver would acknowledge a copy that never happened); a copy issued
+// afterwards is, and lands whole.
+func TestCopyBatchFailureFailsEveryCopyItMayHaveCovered(t *testing.T) {
+	d, b := batchFixture(t)
+	const k, n = 8, 4096
+	boom := errors.New("boom")
+	src, want := filled(t, d, 3, n)
+	for _, among := range []bool{false, true} {
+		fails := func() error { return boom }
+		if among { // the failing work is queued after the first synchronize began
+			fails = func() error { return nil }
+		}
+		gate, first := holdFirst(t, d, b, fails)
+		if among {
+			if err := b.s.HostFunc(func() error { return boom }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		errs := make([]error, k)
+		var wg sync.WaitGroup
+		for i := range errs {
+			dst, _ := filled(t, d, int64(10+i), n)
+			wg.Go(func() { errs[i] = b.copy(dst, src, n) })
+		}
+		waitIssued(b, k)
+		close(gate)
+		wg.Wait()
+		if err := first(); !errors.Is(err, boom) {
+			t.Errorf("failure among later copies %v: the first copy's synchronize met the failure but returned %v", among, err)
+		}
+		for i, err := range errs {
+			if !errors.Is(err, boom) {
+				t.Errorf("failure among later copies %v: copy %d, issued while the failing synchronize ran, returned %v, want %v", among, i, err, boom)
+			}
+		}
+		after, _ := filled(t, d, 99, n)
+		if err := b.copy(after, src, n); err != nil {
+			t.Fatalf("failure among later copies %v: a copy issued after the failure: %v", among, err)
 		}
 		got := make([]byte, n)
-		if err := devmem.CopyToHost(got, dst, nil); err != nil {
-			t.Fatal(err)
+		if err := devmem.CopyToHost(got, after, nil); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("failure among later copies %v: the copy after the failure differs from its source (%v)", among, err)
 		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("copy %d: the destination differs from its source", i)
-		}
+	}
+}
+
+// A synchronize that panics is every waiter's error, and the batch goes on.
+func TestCopyBatchPanicIsAnError(t *testing.T) {
+	d, b := batchFixture(t)
+	gate, first := holdFirst(t, d, b, func() error { return nil })
+	// A host function's panic is an error already (devmem's safely); a
+	// panic out of the stream's synchronize itself is what the batch
+	// recovers: the wait is swapped for one that panics, once.
+	close(gate)
+	if err := first(); err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	b.wait = func() error { b.wait = b.s.Synchronize; panic("driver fault") }
+	b.mu.Unlock()
+	src, want := filled(t, d, 5, 64)
+	dst, _ := filled(t, d, 6, 64)
+	if err := b.copy(dst, src, 64); err == nil || !strings.Contains(err.Error(), "panicked: driver fault") {
+		t.Fatalf("a synchronize that panicked: %v, want an error saying so", err)
+	}
+	if b.syncing {
+		t.Fatal("the batch still counts a synchronize under way")
+	}
+	if err := b.copy(dst, src, 64); err != nil {
+		t.Fatalf("the copy after a synchronize that panicked: %v", err)
+	}
+	got := make([]byte, 64)
+	if err := devmem.CopyToHost(got, dst, nil); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("the copy after a synchronize that panicked differs from its source (%v)", err)
 	}
 }

@@ -87,8 +87,8 @@ func init() {
 type ipcPath struct {
 	reach   []bool           // by rank: the pair reaches each other (both sides agree)
 	cache   *ipccache.Handle // this Comm's share of the process's cache of the device
-	copies  *devmem.Stream   // the receiver's copies
-	batch   *copyBatch       // point-to-point copies on copies, waited for together
+	copies  *devmem.Stream   // the collectives' copies and folds (ipcpath_reduce.go)
+	batch   *copyBatch       // the receivers' copies, on a stream of their own, waited for together
 	ackP2P  *mpi.Comm        // acknowledgements of the user's messages (dup of p2p)
 	ackColl *mpi.Comm        // and of collectives' blocks (dup of coll)
 	room    int              // bytes a control cell receives into
@@ -272,7 +272,14 @@ func (c *Comm) setUpIPC(reach []bool) error {
 	if c.ipc.copies, err = c.dev.NewStream(); err != nil {
 		return err
 	}
-	c.ipc.batch = newCopyBatch(c.ipc.copies)
+	// The receivers' copies have a stream of their own: a synchronize
+	// reports the first error since the one before it, and a
+	// collective's synchronize must not take a receiver's.
+	s, err := c.dev.NewStream()
+	if err != nil {
+		return err
+	}
+	c.ipc.batch = newCopyBatch(s)
 	if c.ipc.cache, err = ipccache.Shared(c.dev, ipccache.Limits{}); err != nil {
 		return err
 	}
@@ -283,7 +290,7 @@ func (c *Comm) setUpIPC(reach []bool) error {
 	return nil
 }
 
-// closeIPC releases the path's cells, cache, stream and communicators.
+// closeIPC releases the path's cells, cache, streams and communicators.
 func (c *Comm) closeIPC() error {
 	var errs []error
 	c.ipc.cellMu.Lock()
@@ -297,6 +304,9 @@ func (c *Comm) closeIPC() error {
 	}
 	if !c.ipc.scratch.IsZero() {
 		errs = append(errs, c.ipc.scratch.Free())
+	}
+	if c.ipc.batch != nil {
+		errs = append(errs, c.ipc.batch.s.Destroy())
 	}
 	if c.ipc.copies != nil {
 		errs = append(errs, c.ipc.copies.Destroy())

@@ -66,7 +66,7 @@ func (p *Pool) Lent() int {
 	return p.lent
 }
 
-// Free is how many slots of the given size wait for reuse.
+// Free is how many slots of size bytes, a Class, wait for reuse.
 func (p *Pool) Free(size int) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -110,6 +110,7 @@ func (p *Pool) Take(bytes int) (*Slot, error) {
 
 // Give returns a slot that Take lent.
 func (p *Pool) Give(s *Slot) {
+	p.mine(s)
 	p.mu.Lock()
 	p.giveLocked(s)
 	p.lent--
@@ -126,6 +127,15 @@ func (p *Pool) takeLocked(size int) (*Slot, error) {
 		return s, nil
 	}
 	return p.newSlot(size)
+}
+
+// mine panics unless s is a slot of one of the pool's classes with its
+// events, as the pool makes them: filed by its size's bit length, any other
+// would be lent for a class larger than it (a Part, or another pool's).
+func (p *Pool) mine(s *Slot) {
+	if n := s.Buf.Len(); s.in == nil || n != p.Class(n) {
+		panic(fmt.Sprintf("pipeline: a slot of %d bytes given back to a pool whose classes start at %d bytes (a Part, or another pool's slot)", n, p.base))
+	}
 }
 
 // giveLocked keeps s for reuse. p.mu is held.
@@ -151,6 +161,9 @@ func (p *Pool) newSlot(size int) (*Slot, error) {
 }
 
 func (p *Pool) put(s []*Slot) {
+	for _, x := range s {
+		p.mine(x)
+	}
 	p.mu.Lock()
 	for _, x := range s {
 		p.giveLocked(x)

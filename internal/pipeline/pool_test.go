@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/gpucomm/gpucomm/devmem"
@@ -49,6 +50,74 @@ func TestTakeLendsOneSlotAndGiveReturnsIt(t *testing.T) {
 	}
 	p.put(slots)
 	if err := p.Close(); err != nil {
+		t.Error(err)
+	}
+}
+
+// A pool whose base is not a power of two keeps each class apart (a class
+// is filed by its size's bit length), and refuses a slot that is not one of
+// its classes, before it takes its lock: a Part of a slot, or a slot of
+// another pool, would be lent for a class larger than it.
+func TestPoolClassesOfAnOddBaseAndForeignSlots(t *testing.T) {
+	dev := devmem.NewHostDevice()
+	p := NewPool(dev, 3000)
+	sizes := map[int]int{1: 3000, 3000: 3000, 3001: 6000, 6000: 6000, 6001: 12000}
+	var lent []*Slot
+	for ask, want := range sizes {
+		s, err := p.Take(ask)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Buf.Len() != want {
+			t.Errorf("Take(%d): %d bytes, want %d", ask, s.Buf.Len(), want)
+		}
+		lent = append(lent, s)
+	}
+	for _, s := range lent {
+		p.Give(s)
+	}
+	if p.Free(3000) != 2 || p.Free(6000) != 2 || p.Free(12000) != 1 {
+		t.Errorf("free by class: %d, %d, %d; want 2, 2, 1", p.Free(3000), p.Free(6000), p.Free(12000))
+	}
+	for ask, want := range sizes {
+		s, err := p.Take(ask)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Buf.Len() != want {
+			t.Errorf("Take(%d) from the free slots: %d bytes, want %d", ask, s.Buf.Len(), want)
+		}
+		p.Give(s)
+	}
+	whole, err := p.Take(3000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, err := whole.Part(0, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := NewPool(dev, 2048)
+	foreign, err := other.Take(2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]*Slot{"a Part": part, "another pool's slot": foreign} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("Give of %s: no panic", name)
+				}
+			}()
+			p.Give(s)
+		}()
+	}
+	p.Give(whole) // the lock was not left held
+	other.Give(foreign)
+	if p.Lent() != 0 || p.Free(3000) != 2 {
+		t.Errorf("after the refused slots: %d lent, %d free of 3000 bytes; want 0, 2 (nothing filed with them)", p.Lent(), p.Free(3000))
+	}
+	if err := errors.Join(p.Close(), other.Close()); err != nil {
 		t.Error(err)
 	}
 }

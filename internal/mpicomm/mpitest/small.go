@@ -218,8 +218,9 @@ func poisons(n int) []float64 {
 // staging slot from an array of free lists, the queued record of a
 // stream-ordered call reused (on a small collective, allocations and their
 // collection had cost about a fifth of gpucomm's own work). On a GPU the
-// count is logged: the CUDA calls are not this test's. The results are
-// checked afterwards.
+// count is logged (the CUDA calls are not this test's), and under the race
+// detector (whose sync.Pool drops a quarter of what is put back). The
+// results are checked afterwards.
 func smallAllocations(t *testing.T, c comm.Communicator) {
 	t.Helper()
 	me, n, dev := c.Rank(), c.Size(), c.Device()
@@ -243,8 +244,8 @@ func smallAllocations(t *testing.T, c comm.Communicator) {
 			t.Fatalf("rank %d, stream %v: %v", me, st != nil, failed)
 		}
 		switch {
-		case dev.Kind() != devmem.Host:
-			t.Logf("rank %d, stream %v: %v allocations a small AllReduce and Broadcast on %v", me, st != nil, allocs, dev)
+		case dev.Kind() != devmem.Host || raceEnabled:
+			t.Logf("rank %d, stream %v: %v allocations a small AllReduce and Broadcast on %v (race detector %v)", me, st != nil, allocs, dev, raceEnabled)
 		case allocs != 0:
 			t.Errorf("rank %d, stream %v: a small AllReduce and Broadcast allocate %v objects, want none", me, st != nil, allocs)
 		}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package mpitest
+
+const raceEnabled = false
