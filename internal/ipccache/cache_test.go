@@ -279,6 +279,11 @@ var childRoles = map[string]func() error{"realloc": reallocChild, "serve": serve
 
 const reallocBytes = 1 << 20
 
+// reallocTries bounds the allocations the child makes to get the freed
+// buffer's address again (under the race detector and a loaded machine the
+// kernel has taken 20 and more).
+const reallocTries = 200
+
 func pattern(seed uint64) []byte {
 	b := make([]byte, reallocBytes)
 	r := rand.New(rand.NewPCG(seed, 2))
@@ -335,14 +340,16 @@ func reallocChild() error {
 		return err
 	}
 	// The kernel hands the freed range out again; should it pick another,
-	// keep that one taken and ask again.
+	// keep that one taken and ask again. If none of reallocTries lands
+	// there, the last is said all the same, and the parent finds the case
+	// not set up (it was freed with the others before: its export failed).
 	var held []devmem.Buffer
 	var b devmem.Buffer
-	for range 20 {
+	for i := range reallocTries {
 		if b, err = alloc(2); err != nil {
 			return err
 		}
-		if b.Addr() == addr {
+		if b.Addr() == addr || i == reallocTries-1 {
 			break
 		}
 		held = append(held, b)
@@ -436,7 +443,9 @@ func reallocation(t *testing.T, spec string) {
 	fmt.Fprintln(stdin, "free it")
 	hb, addrB := read()
 	if addrB != addrA {
-		t.Fatalf("the child's second buffer is at %#x, the first was at %#x: the case is not set up", addrB, addrA)
+		fmt.Fprintln(stdin, "done")
+		t.Skipf("in %d allocations the kernel did not hand the child the freed buffer's address %#x again (the last at %#x): the case could not be set up in this run",
+			reallocTries, addrA, addrB)
 	}
 	ka, _ := KeyOf(ha)
 	kb, _ := KeyOf(hb)
