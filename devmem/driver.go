@@ -17,6 +17,7 @@ type driver interface {
 
 type streamImpl interface {
 	hostFunc(fn func() error) error
+	hostCall(fn func(before error) error) error
 	hostFuncDeferred(fn func() error) error
 	hostWait(wait func() error, poll func() (bool, error), deferred bool) error
 	query() (bool, error)

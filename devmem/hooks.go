@@ -9,6 +9,7 @@ import "github.com/gpucomm/gpucomm/internal/devhook/table"
 func init() {
 	table.Set(table.Funcs[*Stream, *Device, Buffer]{
 		HostWait:         (*Stream).hostWait,
+		HostCall:         (*Stream).hostCall,
 		HostFuncDeferred: (*Stream).hostFuncDeferred,
 		Enqueue:          (*Stream).enqueue,
 		EnqueueIn:        (*Stream).enqueueIn,

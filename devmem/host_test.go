@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math/rand"
 	"runtime"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -317,5 +319,80 @@ func TestOpenDeviceSpecs(t *testing.T) {
 	}
 	if _, err := Open("cuda", 0); err == nil {
 		t.Error("Open(cuda) without a CUDA library succeeded")
+	}
+}
+
+// A host call runs where a host function would, in order, and also when the
+// work before it failed, given that failure (a host function is skipped
+// then); Synchronize reports the failure and the call's own error, and the
+// queue goes on. The failing work is a before that fails (the cuda
+// driver's wait for what it handed to CUDA), once.
+func TestHostCallRunsAfterAFailureAndIsGivenIt(t *testing.T) {
+	fault := errors.New("illegal address")
+	var failNext atomic.Bool
+	var q hostQueue
+	q.init(func() error {
+		if failNext.Swap(false) {
+			return fault
+		}
+		return nil
+	})
+	var order []string
+	var given []error
+	mine := errors.New("the call gave up its turn")
+	call := func(before error) error {
+		order = append(order, "call")
+		given = append(given, before)
+		if before != nil {
+			return mine
+		}
+		return nil
+	}
+	fn := func() error { order = append(order, "fn"); return nil }
+
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(q.hostFunc(fn))
+	must(q.hostCall(call))
+	must(q.flush())
+	failNext.Store(true)
+	must(q.hostFunc(fn)) // skipped: its before fails
+	if err := q.flush(); !errors.Is(err, fault) {
+		t.Errorf("Synchronize after a skipped host function: %v, want %v", err, fault)
+	}
+	failNext.Store(true)
+	must(q.hostCall(call)) // runs, given the failure
+	if err := q.flush(); !errors.Is(err, fault) || !errors.Is(err, mine) {
+		t.Errorf("Synchronize after a call that failed on a failure: %v, want both %v and %v", err, fault, mine)
+	}
+	must(q.hostCall(call))
+	must(q.flush())
+	if want := []string{"fn", "call", "call", "call"}; !slices.Equal(order, want) {
+		t.Errorf("ran %v, want %v", order, want)
+	}
+	if len(given) != 3 || given[0] != nil || !errors.Is(given[1], fault) || given[2] != nil {
+		t.Errorf("the calls were given %v, want nil, %v, nil", given, fault)
+	}
+	// A call that panics is an error, not a crash.
+	must(q.hostCall(func(error) error { panic("boom") }))
+	if err := q.flush(); err == nil || !strings.Contains(err.Error(), "panicked") {
+		t.Errorf("Synchronize after a call that panicked: %v, want an error saying so", err)
+	}
+	// On a stream of the host device nothing before a call fails.
+	d := NewHostDevice()
+	s, err := d.NewStream()
+	must(err)
+	defer s.Destroy()
+	var got []error
+	must(s.hostCall(func(before error) error { got = append(got, before); return nil }))
+	must(s.Synchronize())
+	var nilStream *Stream
+	must(nilStream.hostCall(func(before error) error { got = append(got, before); return nil }))
+	if len(got) != 2 || got[0] != nil || got[1] != nil {
+		t.Errorf("host device and nil stream: calls given %v, want nil twice", got)
 	}
 }

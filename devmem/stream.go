@@ -62,6 +62,18 @@ func (s *Stream) HostFunc(fn func() error) error {
 	return s.impl.hostFunc(fn)
 }
 
+// hostCall is HostFunc for a call that runs even when the stream's work
+// before it failed, given the failure (internal/devhook.HostCall).
+func (s *Stream) hostCall(call func(before error) error) error {
+	if s == nil {
+		return call(nil)
+	}
+	if err := s.check(nil); err != nil {
+		return err
+	}
+	return s.impl.hostCall(call)
+}
+
 // hostFuncDeferred is HostFunc for work that nothing needs to start before
 // the stream's next Synchronize (internal/devhook.HostFuncDeferred).
 func (s *Stream) hostFuncDeferred(fn func() error) error {

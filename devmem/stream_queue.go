@@ -81,10 +81,12 @@ func (q *hostQueue) init(before func() error) {
 // then runs it without sleeping while another goroutine waits.
 // fn, when run is nil, is a host function: it runs (safely) once before
 // has returned, and not when before fails; so a host function costs no
-// closure of its own.
+// closure of its own. call, when run and fn are nil, is a host call: it
+// runs (safely) once before has returned, given before's error.
 type work struct {
 	run  func() error
 	fn   func() error
+	call func(before error) error
 	poll func() (bool, error)
 }
 
@@ -93,10 +95,26 @@ func (s *hostQueue) do(w work) error {
 	if w.run != nil {
 		return w.run()
 	}
+	if w.call != nil {
+		if err := s.before(); err != nil {
+			return errors.Join(err, safeCall(w.call, err))
+		}
+		return safeCall(w.call, nil)
+	}
 	if err := s.before(); err != nil {
 		return err
 	}
 	return safely(w.fn)
+}
+
+// safeCall is safely for a host call.
+func safeCall(call func(before error) error, before error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("devmem: stream task panicked: %v", r)
+		}
+	}()
+	return call(before)
 }
 
 // lenLocked is the number of items queued and not started.
@@ -347,6 +365,16 @@ func (s *hostQueue) drainableLocked() bool {
 func (s *hostQueue) hostFunc(fn func() error) error {
 	s.mu.Lock()
 	s.pushLocked(work{fn: fn})
+	s.mu.Unlock()
+	return nil
+}
+
+// hostCall queues call as hostFunc queues a host function, but call also
+// runs when the work before it failed, given that failure
+// (internal/devhook.HostCall).
+func (s *hostQueue) hostCall(call func(before error) error) error {
+	s.mu.Lock()
+	s.pushLocked(work{call: call})
 	s.mu.Unlock()
 	return nil
 }

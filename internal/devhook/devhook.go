@@ -69,6 +69,17 @@ func HostWait(s *devmem.Stream, wait func() error, poll func() (bool, error), de
 	return funcs.HostWait(s, wait, poll, deferred)
 }
 
+// HostCall queues call on s as s.HostFunc queues a host function, but call
+// runs even when the GPU work queued before it failed, given that failure
+// (nil when there was none, and always on the host device): a backend's
+// queued operation that holds a turn other calls wait for (a collective's
+// ticket, a transfer's place on the node path) must give it up then, not
+// leave them waiting. Synchronize reports the failure and call's error. A
+// nil s runs call(nil) now; other errors are those of HostFunc.
+func HostCall(s *devmem.Stream, call func(before error) error) error {
+	return funcs.HostCall(s, call)
+}
+
 // Enqueue runs fn with s's CUstream, the device's primary context current,
 // at s's place in line: now when no host work is queued on s (and fn's
 // error is returned here), or else once the host work queued before it is

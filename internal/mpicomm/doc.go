@@ -18,12 +18,16 @@
 //     MPI_Comm_split_type(SHARED), the device from devmem.Open with that local
 //     rank; the ranks agree on the chunk, Debug and announcing in one
 //     Allreduce. Close releases it all (MPI_Finalize with the last reference).
-//   - Stream order: every operation runs as stream.HostFunc(fn). Collectives
-//     take a ticket at call time and fn waits for its turn, so MPI sees each
-//     rank's collectives in call order whichever stream runs them;
-//     point-to-point transfers take a message number per peer and direction
-//     at call time, used as the MPI tag, so the k-th receive from a peer
-//     matches its k-th send.
+//   - Stream order: every operation runs as a host call on its stream
+//     (devhook.HostCall, a stream.HostFunc that also runs when the stream's
+//     earlier GPU work failed). Collectives take a ticket at call time and
+//     fn waits for its turn, so MPI sees each rank's collectives in call
+//     order whichever stream runs them; point-to-point transfers take a
+//     message number per peer and direction at call time, used as the MPI
+//     tag, so the k-th receive from a peer matches its k-th send. An
+//     operation whose stream's earlier work failed does not run: it breaks
+//     the communicator and gives up its ticket or its turns on the node
+//     path, so that later calls fail at once, saying why, and do not wait.
 //   - Debug (GPUCOMM_DEBUG): an Allreduce(min) of each collective's signature
 //     digest and its complement before it runs; on a difference the ranks
 //     gather the texts and every rank returns ErrMismatch naming who called

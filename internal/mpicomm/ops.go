@@ -13,6 +13,7 @@ import (
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/devhook"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 	"github.com/gpucomm/gpucomm/internal/nodepath"
 )
@@ -238,13 +239,15 @@ func (c *Comm) passTurn(seq uint64) {
 	c.mu.Unlock()
 }
 
-// enqueue runs fn in stream order on the call's stream; fn sets ran first
-// thing. An operation that can never run after it took its ticket or its
-// message numbers leaves this rank out of step: the communicator is broken,
-// and the ticket is passed on so that later collectives fail instead of
+// enqueue runs fn in stream order on the call's stream, given the failure
+// of the stream's work before it, if any (devhook.HostCall: fn runs even
+// then, and must give up what it holds); fn sets ran first thing. An
+// operation that can never run after it took its ticket or its message
+// numbers leaves this rank out of step: the communicator is broken, and
+// the ticket is passed on so that later collectives fail instead of
 // waiting.
-func (c *Comm) enqueue(call driver.Call, seq uint64, fn func() error, ran *atomic.Bool) error {
-	err := call.Stream.HostFunc(fn)
+func (c *Comm) enqueue(call driver.Call, seq uint64, fn func(before error) error, ran *atomic.Bool) error {
+	err := devhook.HostCall(call.Stream, fn)
 	if err != nil && !ran.Load() {
 		c.setBroken(fmt.Errorf("%v could not be queued on its stream (%v); this rank is out of step with the others", call.Operation, err))
 		if seq > 0 {
@@ -293,7 +296,7 @@ type queuedCollective struct {
 	fl   driver.Flight
 	body func(*Comm, *op) error
 	ran  atomic.Bool
-	fn   func() error // run, bound when made
+	fn   func(before error) error // run, bound when made
 	// refs counts who still reads this: the enqueuing call (until enqueue
 	// returns, which reads ran) and the stream task (until run returns).
 	// The last to let go clears it and puts it back in queuedPool; a task
@@ -303,10 +306,15 @@ type queuedCollective struct {
 
 var queuedPool sync.Pool
 
-func (q *queuedCollective) run() error {
+func (q *queuedCollective) run(before error) error {
 	q.ran.Store(true)
 	q.fl.Started()
-	err := q.c.runTicket(q.call, q.seq, q.body)
+	var err error
+	if before != nil {
+		err = q.c.skipTicket(q.call, q.seq, before)
+	} else {
+		err = q.c.runTicket(q.call, q.seq, q.body)
+	}
 	q.fl.Ended(err)
 	q.release()
 	return err
@@ -384,6 +392,27 @@ func (c *Comm) turnOp(call driver.Call, seq uint64) *op {
 	}
 	c.current = op{c: c, call: call, seq: seq}
 	return &c.current
+}
+
+// skipTicket is runTicket for a collective whose stream's work before it
+// failed (before): it does not run (its inputs may never have been written,
+// and the failure is the stream's to report), the other ranks run it
+// without this one, so the communicator is broken, and its turn is passed
+// on once it comes, so that later calls fail at once instead of waiting for
+// it.
+func (c *Comm) skipTicket(call driver.Call, seq uint64, before error) error {
+	err := fmt.Errorf("%v was not run: the work queued before it on its stream failed (%v); this rank is out of step with the others", call.Operation, before)
+	c.setBroken(err)
+	c.mu.Lock()
+	// Broken now, the wait passes the turn on once it comes (or ends at
+	// Close); were it to find the communicator whole, the turn is ended.
+	if c.waitTurnLocked(seq) == nil {
+		c.mu.Unlock()
+		c.endTurn(seq)
+	} else {
+		c.mu.Unlock()
+	}
+	return c.wrap(call.Operation, err)
 }
 
 // runTicket runs collective seq once the one before it has finished: what
@@ -472,10 +501,21 @@ func (c *Comm) pointToPoint(call driver.Call, fl driver.Flight, ps []comm.P2P) e
 	// The queued call outlives this frame (and the caller's slice).
 	qps, qtags, qturns := slices.Clone(ps), slices.Clone(tags), slices.Clone(turns)
 	var ran atomic.Bool
-	err := c.enqueue(call, 0, func() error {
+	err := c.enqueue(call, 0, func(before error) error {
 		ran.Store(true)
 		fl.Started()
-		err := c.runP2P(call, qps, qtags, qturns)
+		var err error
+		if before != nil {
+			// Not run: the peer waits for a message or a receive that
+			// never comes, and the transfers' turns on the node path are
+			// given up, so that later ones do not wait for them.
+			err = fmt.Errorf("%v was not run: the work queued before it on its stream failed (%v); this rank is out of step with the others", call.Operation, before)
+			c.setBroken(err)
+			nodepath.Abandon(qturns, err)
+			err = c.wrap(call.Operation, err)
+		} else {
+			err = c.runP2P(call, qps, qtags, qturns)
+		}
 		fl.Ended(err)
 		return err
 	}, &ran)

@@ -9,6 +9,7 @@ package table
 // method of the same meaning (internal/devhook documents them).
 type Funcs[S, D, B any] struct {
 	HostWait         func(s S, wait func() error, poll func() (bool, error), deferred bool) error
+	HostCall         func(s S, call func(before error) error) error
 	HostFuncDeferred func(s S, fn func() error) error
 	Enqueue          func(s S, fn func(handle uintptr) error) error
 	EnqueueIn        func(s S, fn func(ctx, handle uintptr) error) error
@@ -28,7 +29,7 @@ func Set[S, D, B any](f Funcs[S, D, B]) { funcs = f }
 // all of them for these types.
 func Get[S, D, B any]() (Funcs[S, D, B], bool) {
 	f, ok := funcs.(Funcs[S, D, B])
-	if !ok || f.HostWait == nil || f.HostFuncDeferred == nil || f.Enqueue == nil || f.EnqueueIn == nil ||
+	if !ok || f.HostWait == nil || f.HostCall == nil || f.HostFuncDeferred == nil || f.Enqueue == nil || f.EnqueueIn == nil ||
 		f.StreamHandle == nil || f.Context == nil || f.IsVMM == nil || f.OnStaleViews == nil {
 		return Funcs[S, D, B]{}, false
 	}
