@@ -53,6 +53,19 @@ func waitIssued(b *copyBatch, k int) {
 	}
 }
 
+// waitSyncing waits until a copier synchronizes the batch's stream.
+func waitSyncing(b *copyBatch) {
+	for {
+		b.mu.Lock()
+		s := b.syncing
+		b.mu.Unlock()
+		if s {
+			return
+		}
+		runtime.Gosched()
+	}
+}
+
 // Copies issued while one synchronize runs are waited for by one more, not
 // one each, and each lands whole in its own buffer. The stream is held by a
 // host function until every later copy is issued.
@@ -75,16 +88,7 @@ func TestCopyBatchWaitsForCopiesTogether(t *testing.T) {
 	errs := make([]error, k+1)
 	var wg sync.WaitGroup
 	wg.Go(func() { errs[0] = b.copy(jobs[0].dst, jobs[0].src, n) }) // the first synchronize, held
-	// Wait until the first copier synchronizes.
-	for {
-		b.mu.Lock()
-		s := b.syncing
-		b.mu.Unlock()
-		if s {
-			break
-		}
-		runtime.Gosched()
-	}
+	waitSyncing(b) // the first copier's
 	for i := 1; i <= k; i++ {
 		wg.Go(func() { errs[i] = b.copy(jobs[i].dst, jobs[i].src, n) })
 	}
@@ -121,15 +125,7 @@ func holdFirst(t *testing.T, d *devmem.Device, b *copyBatch, fn func() error) (g
 	dst, _ := filled(t, d, 2, 64)
 	done := make(chan error, 1)
 	go func() { done <- b.copy(dst, src, 64) }()
-	for {
-		b.mu.Lock()
-		s := b.syncing
-		b.mu.Unlock()
-		if s {
-			break
-		}
-		runtime.Gosched()
-	}
+	waitSyncing(b)
 	return gate, func() error { return <-done }
 }
 
