@@ -87,8 +87,9 @@ func TestCopyBatchWaitsForCopiesTogether(t *testing.T) {
 	}
 	errs := make([]error, k+1)
 	var wg sync.WaitGroup
-	wg.Go(func() { errs[0] = b.copy(jobs[0].dst, jobs[0].src, n) }) // the first synchronize, held
-	waitSyncing(b) // the first copier's
+	// The first copy's synchronize, held by the gate.
+	wg.Go(func() { errs[0] = b.copy(jobs[0].dst, jobs[0].src, n) })
+	waitSyncing(b)
 	for i := 1; i <= k; i++ {
 		wg.Go(func() { errs[i] = b.copy(jobs[i].dst, jobs[i].src, n) })
 	}
