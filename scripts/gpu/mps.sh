@@ -49,6 +49,10 @@ if [ -n "$MPSC" ]; then
   echo "==== MPS, 2 ranks, 8 B"
   timeout 30 mpirun --bind-to none $X -np 2 $B/gpucomm bench -backend mpi -op allreduce,pingpong -b 8 -e 8 -n 5000 -noprogress
   timeout 30 mpirun --bind-to none $X -np 2 $B/gpucomm bench -backend mpi -op allreduce,pingpong -b 8 -e 8 -n 5000 -nostream -noprogress
+  # where a message of a 4 MiB window goes (CPU profiles of both ranks, read
+  # here with go tool pprof .gpu/gpucomm FILE)
+  echo "==== MPS, 2 ranks, 4 MiB windows, profiled"
+  timeout 40 mpirun --bind-to none $X -np 2 $B/gpucomm bench -backend mpi -op bw -b 4M -e 4M -n 200 -nobaseline -noprogress -cpuprofile $OUT/mps-bw-4M.prof
   echo quit | $MPSC; trap - EXIT; cat /tmp/mps-log/control.log 2>/dev/null | tail -5
 fi
 } > $L 2>&1
