@@ -245,10 +245,177 @@ func TestRankIPCCollectives(t *testing.T) {
 	}
 	x.Free()
 	y.Free()
+	ipcBlockCollectives(t, c, mc)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if st := dev.Stats(); st.Opened != 0 || st.Buffers != 0 || st.Pinned != 0 {
 		t.Errorf("left after Close: %+v", st)
 	}
+}
+
+// ipcBlockCollectives: AllGather (out of place and in place), Gather to
+// rank 1, Scatter from rank 1 (out of place and in place at the root) and
+// AllToAll go through the IPC path, every block copied out of its sender's
+// buffer, and an AllGather whose send on rank 0 is pinned memory (which
+// cannot be exported) through the host-staged blocks on every rank (the
+// counters say which); outputs poisoned first, checked element by element,
+// and what a rank does not receive left as it was.
+func ipcBlockCollectives(t *testing.T, c comm.Communicator, mc *mpicomm.Comm) {
+	t.Helper()
+	dev := c.Device()
+	p, r := c.Size(), c.Rank()
+	const n = 1001
+	root := 1 % p
+	before, stagedBefore := mc.IPCCollectives(), ipcStaged(mc)
+	// block is rank q's block j of seed's data: q's send of an AllGather
+	// (j = 0) or block j of q's send of an AllToAll or a Scatter.
+	block := func(seed, q, j int) []float64 { return mpitest.Values(1000*seed+100*q+j, n) }
+	concat := func(parts ...[]float64) []float64 {
+		var out []float64
+		for _, v := range parts {
+			out = append(out, v...)
+		}
+		return out
+	}
+	blocks := func(seed, q int) []float64 { // q's whole send of size blocks
+		var parts [][]float64
+		for j := range p {
+			parts = append(parts, block(seed, q, j))
+		}
+		return concat(parts...)
+	}
+	run := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+
+	// AllGather, out of place and in place.
+	x := mpitest.Upload(t, dev, block(1, r, 0))
+	y := mpitest.Poisoned(t, dev, p*n)
+	run("AllGather", comm.AllGather(c, x, y, nil))
+	var gathered [][]float64
+	for q := range p {
+		gathered = append(gathered, block(1, q, 0))
+	}
+	mpitest.Expect(t, "AllGather", y, concat(gathered...))
+	x.Free()
+	y.Free()
+	all := mpitest.Poisoned(t, dev, p*n)
+	mine, err := all.Sub(r*n, (r+1)*n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mine.CopyFrom(block(1, r, 0), nil); err != nil {
+		t.Fatal(err)
+	}
+	run("AllGather in place", comm.AllGather(c, mine, all, nil))
+	mpitest.Expect(t, "AllGather in place", all, concat(gathered...))
+	all.Free()
+
+	// Gather to the root: only the root's output changes.
+	x = mpitest.Upload(t, dev, block(2, r, 0))
+	y = mpitest.Poisoned(t, dev, p*n)
+	run("Gather", comm.Gather(c, x, y, root, nil))
+	want := make([]float64, p*n)
+	for i := range want {
+		want[i] = mpitest.Poison
+	}
+	if r == root {
+		var parts [][]float64
+		for q := range p {
+			parts = append(parts, block(2, q, 0))
+		}
+		want = concat(parts...)
+	}
+	mpitest.Expect(t, fmt.Sprintf("Gather to rank %d", root), y, want)
+	x.Free()
+	y.Free()
+
+	// Scatter from the root, out of place, then in place at the root.
+	var send devmem.Slice[float64]
+	if r == root {
+		send = mpitest.Upload(t, dev, blocks(3, root))
+	} else {
+		send = mpitest.Poisoned(t, dev, p*n)
+	}
+	y = mpitest.Poisoned(t, dev, n)
+	run("Scatter", comm.Scatter(c, send, y, root, nil))
+	mpitest.Expect(t, fmt.Sprintf("Scatter from rank %d", root), y, block(3, root, r))
+	y.Free()
+	if r == root {
+		own, err := send.Sub(r*n, (r+1)*n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run("Scatter in place", comm.Scatter(c, send, own, root, nil))
+		mpitest.Expect(t, "Scatter in place at the root", send, blocks(3, root))
+	} else {
+		y = mpitest.Poisoned(t, dev, n)
+		run("Scatter in place", comm.Scatter(c, send, y, root, nil))
+		mpitest.Expect(t, fmt.Sprintf("Scatter from rank %d, in place at the root", root), y, block(3, root, r))
+		y.Free()
+	}
+	send.Free()
+
+	// AllToAll: block j of rank q's send lands in block q of rank j's recv.
+	x = mpitest.Upload(t, dev, blocks(4, r))
+	y = mpitest.Poisoned(t, dev, p*n)
+	run("AllToAll", comm.AllToAll(c, x, y, nil))
+	var got [][]float64
+	for q := range p {
+		got = append(got, block(4, q, r))
+	}
+	mpitest.Expect(t, "AllToAll", y, concat(got...))
+	y.Free()
+	x.Free()
+	if got := mc.IPCCollectives() - before; got != 6 {
+		t.Errorf("%d block collectives through the IPC path, want 6", got)
+	}
+	// Rank 0's send cannot be exported: every rank takes the host-staged
+	// blocks.
+	var pinned devmem.Slice[float64]
+	if r == 0 {
+		pb, err := dev.AllocPinned(n * 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pinned = devmem.SliceOf[float64](pb)
+		if err := pinned.CopyFrom(block(5, r, 0), nil); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		pinned = mpitest.Upload(t, dev, block(5, r, 0))
+	}
+	y = mpitest.Poisoned(t, dev, p*n)
+	run("AllGather of a pinned send on rank 0", comm.AllGather(c, pinned, y, nil))
+	gathered = gathered[:0]
+	for q := range p {
+		gathered = append(gathered, block(5, q, 0))
+	}
+	mpitest.Expect(t, "AllGather of a pinned send on rank 0", y, concat(gathered...))
+	y.Free()
+	pinned.Free()
+	if got := mc.IPCCollectives() - before; got != 6 {
+		t.Errorf("after an AllGather of a pinned send, %d block collectives through the IPC path, want still 6", got)
+	}
+	// The fallback counts once on every rank, and its blocks from rank 0,
+	// sent as messages of the IPC path that cannot export the buffer
+	// either, each once more at both ends.
+	wantStaged := int64(2)
+	if r == 0 {
+		wantStaged = int64(p)
+	}
+	if got := ipcStaged(mc) - stagedBefore; got != wantStaged {
+		t.Errorf("%d collectives and messages fell back to the host-staged path, want %d (the AllGather of a pinned send, and its messages from rank 0)", got, wantStaged)
+	}
+}
+
+// ipcStaged is how many messages and collectives of the IPC path went
+// through the host-staged path after all.
+func ipcStaged(mc *mpicomm.Comm) int64 {
+	_, _, staged := mc.IPCMessages()
+	return staged
 }

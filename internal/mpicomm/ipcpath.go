@@ -611,7 +611,7 @@ func (c *Comm) CollectiveRoute() string {
 	case c.nodeMin <= 0:
 		return "reductions and Broadcast: MPI (host-staged): the node path is off"
 	case c.ipcAll:
-		return fmt.Sprintf("reductions and Broadcast: IPC from %d bytes: every rank reads its peers' buffers on the device (every rank is on this node and reaches every other)", c.nodeMin)
+		return fmt.Sprintf("reductions and Broadcast: IPC from %d bytes: every rank reads its peers' buffers on the device (every rank is on this node and reaches every other); so do the blocks of AllGather, Gather, Scatter and AllToAll", c.nodeMin)
 	default:
 		return "reductions and Broadcast: MPI (host-staged): not every rank of the communicator is on this node and reaches every other through IPC"
 	}

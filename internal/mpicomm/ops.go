@@ -107,15 +107,15 @@ func (c *Comm) dispatchFlight(call driver.Call, fl driver.Flight) error {
 	case driver.OpBroadcast:
 		return c.either(call, fl, (*Comm).directBroadcast, (*Comm).nodeBroadcast)
 	case driver.OpAllGather:
-		return c.either(call, fl, (*Comm).directAllGather, (*Comm).stagedBlocks)
+		return c.either(call, fl, (*Comm).directAllGather, (*Comm).nodeBlockColl)
 	case driver.OpReduceScatter:
 		return c.either(call, fl, (*Comm).directReduceScatter, (*Comm).nodeReduceScatter)
 	case driver.OpAllToAll:
-		return c.either(call, fl, (*Comm).directAllToAll, (*Comm).stagedBlocks)
+		return c.either(call, fl, (*Comm).directAllToAll, (*Comm).nodeBlockColl)
 	case driver.OpGather:
-		return c.either(call, fl, (*Comm).directGather, (*Comm).stagedBlocks)
+		return c.either(call, fl, (*Comm).directGather, (*Comm).nodeBlockColl)
 	case driver.OpScatter:
-		return c.either(call, fl, (*Comm).directScatter, (*Comm).stagedBlocks)
+		return c.either(call, fl, (*Comm).directScatter, (*Comm).nodeBlockColl)
 	case driver.OpBarrier:
 		return c.collective(call, fl, (*Comm).barrier)
 	case driver.OpSend, driver.OpRecv, driver.OpGroupP2P:

@@ -661,9 +661,23 @@ func CountsThatDiffer(t *testing.T, c comm.Communicator) {
 // checks that counter, the messages sent and received through path, grew by
 // a block for each that moved between this rank and a rank q that path
 // reaches (reaches(q)): AllGather and AllToAll one each way with each such
-// rank, Gather one to rank 0, Scatter one from the last rank.
+// rank, Gather one to rank 0, Scatter one from the last rank. Where every
+// pair of the communicator reaches through the IPC path (IPCAll), the four
+// go as collectives of that path instead, each rank copying its blocks out
+// of the senders' buffers: then no message moves, and the IPC path's
+// collectives grow by four on every rank.
 func BlockCollectives(t *testing.T, c comm.Communicator, path string, reaches func(q int) bool, counter func() (sent, got int64)) {
 	t.Helper()
+	type ipcCollectives interface {
+		IPCAll() bool
+		IPCCollectives() int64
+	}
+	ic, viaIPC := c.(ipcCollectives)
+	viaIPC = viaIPC && ic.IPCAll()
+	var collectives0 int64
+	if viaIPC {
+		collectives0 = ic.IPCCollectives()
+	}
 	dev := c.Device()
 	p, r := c.Size(), c.Rank()
 	const nb = 700
@@ -717,8 +731,14 @@ func BlockCollectives(t *testing.T, c comm.Communicator, path string, reaches fu
 	if r != p-1 && reaches(p-1) {
 		wantG++
 	}
+	if viaIPC {
+		wantS, wantG = 0, 0
+		if n := ic.IPCCollectives() - collectives0; n != 4 {
+			t.Errorf("rank %d: %d of the 4 block collectives went through the IPC path's collectives, with every pair reaching", r, n)
+		}
+	}
 	if s2, g2 := counter(); s2-sent != wantS || g2-got != wantG {
-		t.Errorf("rank %d: collectives' blocks through %s: %d sent, %d received; want %d, %d", r, path, s2-sent, g2-got, wantS, wantG)
+		t.Errorf("rank %d: collectives' blocks through %s: %d sent, %d received; want %d, %d (IPC collectives %v)", r, path, s2-sent, g2-got, wantS, wantG, viaIPC)
 	}
 	if err := errors.Join(mine.Free(), all.Free(), a2aSend.Free(), a2aRecv.Free(), gathered.Free(), scattered.Free()); err != nil {
 		t.Error(err)
