@@ -99,8 +99,9 @@
 //
 // # Order, threads, misuse
 //
-// Operations are stream-ordered: each runs as a stream.HostFunc, after the
-// stream's earlier work and before its later work, so MPI never touches a
+// Operations are stream-ordered: each runs as a host function on its stream
+// (internal/devhook.HostCall), after the stream's earlier work and before
+// its later work, so MPI never touches a
 // buffer early; errors of queued work come back from stream.Synchronize.
 // Collectives reach MPI in call order (a ticket taken at the call), point-to-
 // point messages carry their number as the tag. MPI is asked for

@@ -70,7 +70,8 @@ func HostWait(s *devmem.Stream, wait func() error, poll func() (bool, error), de
 }
 
 // HostCall queues call on s as s.HostFunc queues a host function, but call
-// runs even when the GPU work queued before it failed, given that failure
+// runs even when the GPU work queued before it failed on the device (a
+// fault that CUDA reports when the stream is waited for), given that failure
 // (nil when there was none, and always on the host device): a backend's
 // queued operation that holds a turn other calls wait for (a collective's
 // ticket, a transfer's place on the node path) must give it up then, not

@@ -28,7 +28,7 @@ import (
 // messages.
 //
 // Stream order: both sides run in stream order on their call's stream
-// (HostFunc), so the sender's earlier work on its stream is complete before
+// (devhook.HostCall), so the sender's earlier work on its stream is complete before
 // it sends the control message, and the receiver's before it copies; the
 // sender's call completes with the acknowledgement, after the copy is
 // complete, so the sender may then reuse its buffer.
@@ -120,14 +120,16 @@ func (c *Comm) ackOn(on *mpi.Comm) *mpi.Comm {
 }
 
 // IPCMessages counts the messages this rank sent and received through the
-// IPC path, and those of them that went through the pipeline after all (a
-// buffer that could not be exported or opened).
+// IPC path, and (staged) those of them that went through the pipeline after
+// all (a buffer that could not be exported or opened), with the collectives
+// that did.
 func (c *Comm) IPCMessages() (sent, received, staged int64) {
 	return c.ipc.sent.Load(), c.ipc.got.Load(), c.ipc.staged.Load()
 }
 
-// IPCCollectives counts the reductions and broadcasts this rank ran
-// through the IPC path; IPCAll reports whether they can (every rank of the
+// IPCCollectives counts the collectives this rank ran through the IPC path
+// (reductions, Broadcast, and the blocks of AllGather, Gather, Scatter and
+// AllToAll); IPCAll reports whether they can (every rank of the
 // communicator on one node, every pair reaching).
 func (c *Comm) IPCCollectives() int64 { return c.ipc.collectives.Load() }
 

@@ -25,10 +25,13 @@ import (
 // A rank that cannot publish (a buffer that cannot be exported, such as
 // pinned memory from AllocPinned) publishes nothing, and every rank then
 // runs the host-staged blocks; so does every rank when any copy failed,
-// which write every block again. In place, a rank's own block is where it
-// is (AllGather, Gather, Scatter) and no rank writes a block another reads;
-// an AllToAll in place, which would, is refused before it comes here
-// (driver.Call.Validate).
+// which write every block again. Which way a collective goes each rank
+// decides from its own count against nodeMin, as for reductions: counts
+// that differ across nodeMin leave the ranks waiting for each other (as
+// with MPI, the ranks must pass the same counts; Debug catches it). In
+// place, a rank's own block is where it is (AllGather, Gather, Scatter) and
+// no rank writes a block another reads; an AllToAll in place, which would,
+// is refused before it comes here (driver.Call.Validate).
 
 // nodeBlockColl is the body dispatch gives Staged mode's AllGather, Gather,
 // Scatter and AllToAll: through the IPC path when the call takes it, else

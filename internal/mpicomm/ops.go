@@ -299,8 +299,8 @@ type queuedCollective struct {
 	fn   func(before error) error // run, bound when made
 	// refs counts who still reads this: the enqueuing call (until enqueue
 	// returns, which reads ran) and the stream task (until run returns).
-	// The last to let go clears it and puts it back in queuedPool; a task
-	// its stream drops unrun leaves it to the collector.
+	// The last to let go clears it and puts it back in queuedPool; one
+	// that was never queued (HostCall refused it) is left to the collector.
 	refs atomic.Int32
 }
 
@@ -401,17 +401,23 @@ func (c *Comm) turnOp(call driver.Call, seq uint64) *op {
 // on once it comes, so that later calls fail at once instead of waiting for
 // it.
 func (c *Comm) skipTicket(call driver.Call, seq uint64, before error) error {
-	err := fmt.Errorf("%v was not run: the work queued before it on its stream failed (%v); this rank is out of step with the others", call.Operation, before)
-	c.setBroken(err)
+	err := fmt.Errorf("%v was not run: the work queued before it on its stream failed (%w); this rank is out of step with the others", call.Operation, before)
+	// The communicator breaks when the turn comes, not before: the
+	// collectives ahead of this one, on streams of their own, still run.
 	c.mu.Lock()
-	// Broken now, the wait passes the turn on once it comes (or ends at
-	// Close); were it to find the communicator whole, the turn is ended.
-	if c.waitTurnLocked(seq) == nil {
-		c.mu.Unlock()
-		c.endTurn(seq)
-	} else {
-		c.mu.Unlock()
+	c.running++
+	for c.turn != seq-1 && !c.closed {
+		c.cond.Wait()
 	}
+	if c.turn == seq-1 {
+		if c.broken == nil {
+			c.broken = err
+		}
+		c.turn = seq
+	}
+	c.running--
+	c.cond.Broadcast()
+	c.mu.Unlock()
 	return c.wrap(call.Operation, err)
 }
 
@@ -509,7 +515,7 @@ func (c *Comm) pointToPoint(call driver.Call, fl driver.Flight, ps []comm.P2P) e
 			// Not run: the peer waits for a message or a receive that
 			// never comes, and the transfers' turns on the node path are
 			// given up, so that later ones do not wait for them.
-			err = fmt.Errorf("%v was not run: the work queued before it on its stream failed (%v); this rank is out of step with the others", call.Operation, before)
+			err = fmt.Errorf("%v was not run: the work queued before it on its stream failed (%w); this rank is out of step with the others", call.Operation, before)
 			c.setBroken(err)
 			nodepath.Abandon(qturns, err)
 			err = c.wrap(call.Operation, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -70,19 +71,57 @@ func skippedCollectiveChild(t *testing.T) {
 	if err := comm.AllReduce(c, x, x, comm.Sum, nil); err != nil {
 		t.Fatal(err)
 	}
+	// A collective ahead of the skipped one, queued on a healthy stream
+	// that a host function holds until the skipped one waits for its turn:
+	// it runs, whole, and only the calls after the skipped one fail.
+	s, err := c.Device().NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	ahead, err := devmem.AllocSlice[float32](c.Device(), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ahead.Free()
+	gate := make(chan struct{})
+	if err := s.HostFunc(func() error { <-gate; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := comm.AllReduce(c, x, ahead, comm.Sum, s); err != nil {
+		t.Fatal(err)
+	}
 	fault := errors.New("an illegal address on the stream")
 	ran := false
 	q := &queuedCollective{c: c, call: driver.Call{Operation: driver.OpAllReduce, Send: x.Buffer(), Recv: x.Buffer(), Count: 4, DType: comm.Float32, Op: comm.Sum},
 		seq: c.tickets.Add(1), body: func(*Comm, *op) error { ran = true; return nil }}
 	q.fn = q.run
 	q.refs.Store(1)
-	err = q.fn(fault)
+	skipped := make(chan error, 1)
+	go func() { skipped <- q.fn(fault) }()
+	for { // until the skipped one waits for its turn
+		c.mu.Lock()
+		n := c.running
+		c.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		runtime.Gosched()
+	}
+	close(gate)
+	if err := s.Synchronize(); err != nil {
+		t.Errorf("the collective ahead of the skipped one, on a healthy stream: %v", err)
+	}
+	if got, err := ahead.ToHost(nil); err != nil || got[0] != 1 || got[3] != 4 {
+		t.Errorf("the collective ahead of the skipped one gave %v (%v), want [1 2 3 4]", got, err)
+	}
+	err = <-skipped
 	if err == nil || !strings.Contains(err.Error(), "was not run: the work queued before it on its stream failed (an illegal address on the stream)") {
 		t.Errorf("the skipped collective returned %v, want why it was not run", err)
 	}
 	var ce *comm.Error
-	if !errors.As(err, &ce) {
-		t.Errorf("the skipped collective's error %T is not a *comm.Error", err)
+	if !errors.As(err, &ce) || !errors.Is(err, fault) {
+		t.Errorf("the skipped collective's error %T (%v) is not a *comm.Error wrapping the stream's failure", err, err)
 	}
 	if ran {
 		t.Error("the collective ran on a stream whose earlier work failed")
@@ -91,8 +130,8 @@ func skippedCollectiveChild(t *testing.T) {
 	go func() { done <- comm.AllReduce(c, x, x, comm.Sum, nil) }()
 	select {
 	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "broken") || !strings.Contains(err.Error(), "was not run") {
-			t.Errorf("the collective after the skipped one: %v, want the communicator broken, saying why", err)
+		if err == nil || !strings.Contains(err.Error(), "broken") || !strings.Contains(err.Error(), "was not run") || !errors.Is(err, fault) {
+			t.Errorf("the collective after the skipped one: %v, want the communicator broken, saying why (the stream's failure wrapped)", err)
 		}
 	case <-time.After(time.Minute):
 		t.Fatal("the collective after the skipped one still waits for its turn after a minute")

@@ -671,16 +671,17 @@ func BlockCollectives(t *testing.T, c comm.Communicator, path string, reaches fu
 	type ipcCollectives interface {
 		IPCAll() bool
 		IPCCollectives() int64
+		NodeBytes() int
 	}
+	const nb = 700
 	ic, viaIPC := c.(ipcCollectives)
-	viaIPC = viaIPC && ic.IPCAll()
+	viaIPC = viaIPC && ic.IPCAll() && ic.NodeBytes() > 0 && nb*8 >= ic.NodeBytes()
 	var collectives0 int64
 	if viaIPC {
 		collectives0 = ic.IPCCollectives()
 	}
 	dev := c.Device()
 	p, r := c.Size(), c.Rank()
-	const nb = 700
 	concat := func(seed func(q int) int) []float64 {
 		var v []float64
 		for q := range p {
