@@ -33,7 +33,11 @@ func TestDrillUnderLauncherIsDiagnosedByTrace(t *testing.T) {
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			dir := t.TempDir()
-			env := []string{"GPUCOMM_TRACE_DIR=" + dir, "GPUCOMM_TRACE_SIGNAL=TERM", "GPUCOMM_DEVICE=host", "GPUCOMM_BACKEND="}
+			// Open MPI's mpirun follows its TERM with KILL a second later
+			// (odls_base_sigkill_timeout): on a loaded machine a survivor
+			// missed that second and wrote no record, so it gets ten.
+			env := []string{"GPUCOMM_TRACE_DIR=" + dir, "GPUCOMM_TRACE_SIGNAL=TERM", "GPUCOMM_DEVICE=host", "GPUCOMM_BACKEND=",
+				"OMPI_MCA_odls_base_sigkill_timeout=10"}
 			argv := []string{bin, "drill", "-backend", "mpi", "-mode", tc.mode, "-rank", "2", "-at", "3", "-count", "256", "-timeout", "3s"}
 			j := launchDrill(t, env, argv...)
 			if j.err == nil {
