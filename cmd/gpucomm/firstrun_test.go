@@ -230,7 +230,7 @@ func TestUnderARealLauncherABinaryWithoutMPIRefusesToRunAlone(t *testing.T) {
 				}
 				for _, w := range []string{l.name, "of 2 ranks", "built without MPI", l.tag} {
 					if !strings.Contains(out, w) {
-						t.Errorf("%s %v: output does not say %q:\n%s", l.bin, argv, w, out)
+						t.Errorf("%s %v: exit %d, output does not say %q:\n%s", l.bin, argv, code, w, out)
 					}
 				}
 				if strings.Contains(out, "PASS") {

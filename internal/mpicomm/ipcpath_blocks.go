@@ -8,7 +8,6 @@ import (
 	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/ipccache"
-	"github.com/gpucomm/gpucomm/internal/mpi"
 )
 
 // The blocks of AllGather, Gather, Scatter and AllToAll through the IPC
@@ -59,22 +58,12 @@ func blockReaders(call driver.Call, q int) bool {
 func (c *Comm) ipcBlocks(o *op) (err error) {
 	call := o.call
 	n := call.Count * call.DType.Size()
-	var b []byte
-	if blockReaders(call, c.rank) {
-		sendBytes := n
-		if call.Operation == driver.OpAllToAll || call.Operation == driver.OpScatter {
-			sendBytes = c.size * n
-		}
-		if h, err := c.exportRange(call.Send, sendBytes); err == nil {
-			b = ipcShare{ok: true, send: h, scratch: h}.bytes()
-		}
+	sendBytes := n
+	if call.Operation == driver.OpAllToAll || call.Operation == driver.OpScatter {
+		sendBytes = c.size * n
 	}
-	var all [][]byte
-	if err := c.block(o, func() error {
-		var err error
-		all, err = mpi.AllgatherBytes(c.coll, b)
-		return err
-	}); err != nil {
+	all, err := c.publishSend(o, blockReaders(call, c.rank), sendBytes)
+	if err != nil {
 		return err
 	}
 	shares := make([]ipcShare, c.size)

@@ -340,23 +340,32 @@ func foldNames(call driver.Call) (typ, op string, err error) {
 	return typ, op, nil
 }
 
+// publishSend gathers every rank's share of its send buffer: a handle of
+// its first bytes bytes where publish and the buffer can be exported, else
+// none (an empty share).
+func (c *Comm) publishSend(o *op, publish bool, bytes int) ([][]byte, error) {
+	var b []byte
+	if publish {
+		if h, err := c.exportRange(o.call.Send, bytes); err == nil {
+			b = ipcShare{ok: true, send: h, scratch: h}.bytes()
+		}
+	}
+	var all [][]byte
+	err := c.block(o, func() error {
+		var err error
+		all, err = mpi.AllgatherBytes(c.coll, b)
+		return err
+	})
+	return all, err
+}
+
 // ipcBroadcast copies the root's buffer into every rank's.
 func (c *Comm) ipcBroadcast(o *op) (err error) {
 	call := o.call
 	n := call.Count * call.DType.Size()
 	// Only the root's share matters; the others publish nothing.
-	var b []byte
-	if c.rank == call.Root {
-		if h, err := c.exportRange(call.Send, n); err == nil {
-			b = ipcShare{ok: true, send: h, scratch: h}.bytes()
-		}
-	}
-	var all [][]byte
-	if err := c.block(o, func() error {
-		var err error
-		all, err = mpi.AllgatherBytes(c.coll, b)
-		return err
-	}); err != nil {
+	all, err := c.publishSend(o, c.rank == call.Root, n)
+	if err != nil {
 		return err
 	}
 	root, perr := parseShare(all[call.Root])
