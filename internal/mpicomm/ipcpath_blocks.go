@@ -80,17 +80,7 @@ func (c *Comm) ipcBlocks(o *op) (err error) {
 	}
 	var refs []*ipccache.Ref
 	defer func() { err = errors.Join(err, release(refs)) }()
-	copyErr := c.copyBlocks(call, shares, &refs)
-	failed, err := c.agreeFailed(o, copyErr != nil)
-	if err != nil {
-		return err
-	}
-	if failed {
-		c.ipc.staged.Add(1)
-		return c.stagedBlocks(o)
-	}
-	c.ipc.collectives.Add(1)
-	return nil
+	return c.settleIPC(o, c.copyBlocks(call, shares, &refs), (*Comm).stagedBlocks)
 }
 
 // copyBlocks copies into call's recv the blocks this rank receives, out of

@@ -385,13 +385,22 @@ func (c *Comm) ipcBroadcast(o *op) (err error) {
 		}
 		copyErr = err
 	}
+	return c.settleIPC(o, copyErr, (*Comm).stagedBroadcast)
+}
+
+// settleIPC ends a collective whose copies out of its peers' buffers gave
+// copyErr: the ranks agree whether any failed (an Allreduce, which also
+// keeps every buffer in place until all have read), and then all run
+// staged, which writes every output again, or all count the collective
+// done through the IPC path.
+func (c *Comm) settleIPC(o *op, copyErr error, staged func(*Comm, *op) error) error {
 	failed, err := c.agreeFailed(o, copyErr != nil)
 	if err != nil {
 		return err
 	}
 	if failed {
 		c.ipc.staged.Add(1)
-		return c.stagedBroadcast(o)
+		return staged(c, o)
 	}
 	c.ipc.collectives.Add(1)
 	return nil
