@@ -109,17 +109,22 @@ func (c *Comm) copyBlocks(call driver.Call, shares []ipcShare, refs *[]*ipccache
 		}
 		return devmem.CopyN(dst, src, n, c.ipc.copies)
 	}
-	blockOf := func(q int) (devmem.Buffer, error) { return call.Recv.Slice(q*n, n) }
 	var err error
 	switch call.Operation {
-	case driver.OpAllGather, driver.OpGather:
+	case driver.OpGather, driver.OpAllGather, driver.OpAllToAll:
 		if call.Operation == driver.OpGather && c.rank != call.Root {
 			return nil
 		}
+		// Block q of recv is rank q's whole send (AllGather, Gather) or
+		// its block for this rank (AllToAll).
+		j := 0
+		if call.Operation == driver.OpAllToAll {
+			j = c.rank
+		}
 		for q := range c.size {
 			var dst devmem.Buffer
-			if dst, err = blockOf(q); err == nil {
-				err = from(dst, q, 0)
+			if dst, err = call.Recv.Slice(q*n, n); err == nil {
+				err = from(dst, q, j)
 			}
 			if err != nil {
 				break
@@ -129,16 +134,6 @@ func (c *Comm) copyBlocks(call driver.Call, shares []ipcShare, refs *[]*ipccache
 		var dst devmem.Buffer
 		if dst, err = call.Recv.Slice(0, n); err == nil {
 			err = from(dst, call.Root, c.rank)
-		}
-	case driver.OpAllToAll:
-		for q := range c.size {
-			var dst devmem.Buffer
-			if dst, err = blockOf(q); err == nil {
-				err = from(dst, q, c.rank)
-			}
-			if err != nil {
-				break
-			}
 		}
 	default:
 		return fmt.Errorf("%v has no blocks: %w", call.Operation, comm.ErrUnsupported)

@@ -394,6 +394,12 @@ func (c *Comm) turnOp(call driver.Call, seq uint64) *op {
 	return &c.current
 }
 
+// notRun is why an operation queued on a stream whose work before it
+// failed (before) did not run.
+func notRun(call driver.Call, before error) error {
+	return fmt.Errorf("%v was not run: the work queued before it on its stream failed (%w); this rank is out of step with the others", call.Operation, before)
+}
+
 // skipTicket is runTicket for a collective whose stream's work before it
 // failed (before): it does not run (its inputs may never have been written,
 // and the failure is the stream's to report), the other ranks run it
@@ -401,7 +407,7 @@ func (c *Comm) turnOp(call driver.Call, seq uint64) *op {
 // on once it comes, so that later calls fail at once instead of waiting for
 // it.
 func (c *Comm) skipTicket(call driver.Call, seq uint64, before error) error {
-	err := fmt.Errorf("%v was not run: the work queued before it on its stream failed (%w); this rank is out of step with the others", call.Operation, before)
+	err := notRun(call, before)
 	// The communicator breaks when the turn comes, not before: the
 	// collectives ahead of this one, on streams of their own, still run.
 	c.mu.Lock()
@@ -515,7 +521,7 @@ func (c *Comm) pointToPoint(call driver.Call, fl driver.Flight, ps []comm.P2P) e
 			// Not run: the peer waits for a message or a receive that
 			// never comes, and the transfers' turns on the node path are
 			// given up, so that later ones do not wait for them.
-			err = fmt.Errorf("%v was not run: the work queued before it on its stream failed (%w); this rank is out of step with the others", call.Operation, before)
+			err = notRun(call, before)
 			c.setBroken(err)
 			nodepath.Abandon(qturns, err)
 			err = c.wrap(call.Operation, err)
