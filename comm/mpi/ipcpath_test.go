@@ -24,7 +24,7 @@ func TestIPCPathUnderLauncher(t *testing.T) {
 	if !mpi.Built() {
 		t.Skip("built without MPI")
 	}
-	passOnRanks(t, []int{2, 4}, "^TestRank(IPCPath|NodePath|StreamOrderedP2P)$", 3*time.Minute)
+	passOnRanks(t, []int{2, 4}, "^TestRank(IPCPath|IPCWindow|NodePath|StreamOrderedP2P)$", 3*time.Minute)
 	// Every message and collective of one byte or more between the ranks
 	// takes the IPC path: the whole conformance suite, reductions of every
 	// element type and Op included, against the host reference.

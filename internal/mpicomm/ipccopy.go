@@ -42,20 +42,37 @@ func newCopyBatch(s *devmem.Stream) *copyBatch {
 }
 
 // copy copies n bytes of src to dst on the batch's stream and returns once
-// a synchronize that began after the copy was issued has ended. A
-// synchronize reports the stream's first error since the one before it,
-// and on the host device it also runs the copies issued while it is under
-// way: an error fails its own generation and the one open meanwhile (a copy
-// reported failed that did not fail is sent again through the pipeline; a
-// failed copy reported done would be a wrong answer).
+// a synchronize that began after the copy was issued has ended (issue, then
+// await).
 func (b *copyBatch) copy(dst, src devmem.Buffer, n int) error {
-	b.mu.Lock()
-	if err := devmem.CopyN(dst, src, n, b.s); err != nil {
-		b.mu.Unlock()
+	g, err := b.issue(dst, src, n)
+	if err != nil {
 		return err
 	}
-	g := b.cur
-	g.n++
+	return b.await(g)
+}
+
+// issue queues a copy of n bytes of src to dst on the batch's stream and
+// returns the generation whose synchronize covers it.
+func (b *copyBatch) issue(dst, src devmem.Buffer, n int) (*copyGen, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := devmem.CopyN(dst, src, n, b.s); err != nil {
+		return nil, err
+	}
+	b.cur.n++
+	return b.cur, nil
+}
+
+// await returns once g's synchronize has ended, making it if no one else
+// is synchronizing. A synchronize reports the stream's first error since the
+// one before it, and on the host device it also runs the copies issued while
+// it is under way: an error fails its own generation and the one open
+// meanwhile (a copy reported failed that did not fail is sent again through
+// the pipeline; a failed copy reported done would be a wrong answer).
+func (b *copyBatch) await(g *copyGen) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	for !g.done {
 		if b.syncing {
 			b.cond.Wait()
@@ -76,9 +93,7 @@ func (b *copyBatch) copy(dst, src devmem.Buffer, n int) error {
 		b.syncing = false
 		b.cond.Broadcast()
 	}
-	err := g.err
-	b.mu.Unlock()
-	return err
+	return g.err
 }
 
 // synchronize synchronizes the batch's stream, a panic in the work it runs

@@ -379,15 +379,42 @@ func (c *Comm) settled(o *op, t transfer, reqs []*mpi.Request) (bool, error) {
 	if err == nil {
 		return false, nil
 	}
+	return c.unsettled(t, reqs, err), err
+}
+
+// unsettled is a failed wait's end: whether the cell must be kept because a
+// request is still pending (the communicator is then broken).
+func (c *Comm) unsettled(t transfer, reqs []*mpi.Request, err error) (keep bool) {
 	if done, terr := mpi.Testall(reqs); terr == nil && done {
-		return false, err
+		return false
 	}
 	c.setBroken(fmt.Errorf("%v stopped half way through the IPC path: %w", t, err))
-	return true, err
+	return true
 }
 
 func (c *Comm) ipcSend(o *op, t transfer, cell devmem.Buffer) (keep bool, err error) {
-	peer := t.peers[0]
+	staged := c.fillControl(t, cell)
+	reqs, keep, err := c.postSend(o, t, cell)
+	if err != nil {
+		return keep, err
+	}
+	if staged {
+		c.ipc.staged.Add(1)
+		if err := c.stagedMove(o, t); err != nil {
+			c.setBroken(fmt.Errorf("%v stopped half way through the IPC path's fallback: %w", t, err))
+			return true, err
+		}
+	}
+	if keep, err := c.settled(o, t, reqs[:]); err != nil {
+		return keep, err
+	}
+	return false, c.ipcAcked(o, t, binary.LittleEndian.Uint64(cellBytes(cell, c.ipc.room, ackLen)))
+}
+
+// fillControl writes t's control message into cell: its buffer's handle,
+// or where it cannot be exported the flag that says the bytes follow
+// through the pipeline (staged).
+func (c *Comm) fillControl(t transfer, cell devmem.Buffer) (staged bool) {
 	ctl := cellBytes(cell, 0, ctlLen)
 	clear(ctl)
 	binary.LittleEndian.PutUint64(ctl[0:], ctlMagic)
@@ -395,49 +422,50 @@ func (c *Comm) ipcSend(o *op, t transfer, cell devmem.Buffer) (keep bool, err er
 	if h, err := c.exportRange(t.buf, t.bytes); err == nil {
 		raw, _ := h.MarshalBinary()
 		copy(ctl[24:], raw)
-	} else {
-		binary.LittleEndian.PutUint64(ctl[16:], ctlStaged)
+		return false
 	}
-	ack := cellBytes(cell, c.ipc.room, ackLen)
-	clear(ack)
+	binary.LittleEndian.PutUint64(ctl[16:], ctlStaged)
+	return true
+}
+
+// postSend posts a send's receive of the acknowledgement, then its control
+// message: the requests (control, acknowledgement) once both are posted.
+func (c *Comm) postSend(o *op, t transfer, cell devmem.Buffer) (reqs [2]*mpi.Request, keep bool, err error) {
+	peer := t.peers[0]
+	clear(cellBytes(cell, c.ipc.room, ackLen))
 	ackReq, err := c.ackOn(t.on).Irecv(cell.Addr()+uintptr(c.ipc.room), ackLen, mpi.Byte, peer, t.tag)
 	if err != nil {
-		return false, err
+		return reqs, false, err
 	}
 	ctlReq, err := t.on.Isend(cell.Addr(), ctlLen, mpi.Byte, peer, t.tag)
 	if err != nil {
 		ackReq.Cancel()
 		keep, _ := c.settled(o, t, []*mpi.Request{ackReq})
-		return keep, err
+		return reqs, keep, err
 	}
-	reqs := []*mpi.Request{ctlReq, ackReq}
-	if binary.LittleEndian.Uint64(ctl[16:]) == ctlStaged {
-		c.ipc.staged.Add(1)
-		if err := c.stagedMove(o, t); err != nil {
-			c.setBroken(fmt.Errorf("%v stopped half way through the IPC path's fallback: %w", t, err))
-			return true, err
-		}
-	}
-	if keep, err := c.settled(o, t, reqs); err != nil {
-		return keep, err
-	}
-	switch a := binary.LittleEndian.Uint64(ack); a {
+	return [2]*mpi.Request{ctlReq, ackReq}, false, nil
+}
+
+// ipcAcked is a send's end once the receiver's answer a has come.
+func (c *Comm) ipcAcked(o *op, t transfer, a uint64) error {
+	peer := t.peers[0]
+	switch a {
 	case ackCopied:
 	case ackMismatch:
-		return false, nil // as with MPI, the send completes; the receive says why
+		return nil // as with MPI, the send completes; the receive says why
 	case ackStage:
 		c.ipc.staged.Add(1)
 		if err := c.stagedMove(o, t); err != nil {
-			return false, err
+			return err
 		}
 	default:
 		err := fmt.Errorf("%v: rank %d answered %d to the IPC control message: %w", t, peer, a, comm.ErrMismatch)
 		c.setBroken(err)
-		return false, err
+		return err
 	}
 	c.ipc.sent.Add(1)
 	c.nodeSent.Add(1)
-	return false, nil
+	return nil
 }
 
 // exportRange exports the first n bytes of b.
@@ -458,7 +486,14 @@ func (c *Comm) ipcRecv(o *op, t transfer, cell devmem.Buffer) (keep bool, err er
 	if keep, err := c.settled(o, t, []*mpi.Request{req}); err != nil {
 		return keep, err
 	}
-	got := req.Status().Count
+	return c.ipcControl(o, t, cell, req.Status().Count)
+}
+
+// ipcControl is a receive's end once a message of got bytes has come into
+// cell: the copy and the acknowledgement, or the fallback that the message
+// or this side's copy calls for.
+func (c *Comm) ipcControl(o *op, t transfer, cell devmem.Buffer, got int) (keep bool, err error) {
+	peer := t.peers[0]
 	ctl := cellBytes(cell, 0, min(got, c.ipc.room))
 	if got != ctlLen || binary.LittleEndian.Uint64(ctl) != ctlMagic {
 		// The sender sent below nodeMin, through the pipeline: its first
@@ -490,40 +525,72 @@ func (c *Comm) ipcRecv(o *op, t transfer, cell devmem.Buffer) (keep bool, err er
 		return c.answer(o, t, cell, ackCopied)
 	}
 	if err := c.ipcCopy(t, ctl[24:24+devmem.HandleSize]); err != nil {
-		// The handle did not open here, or the copy failed: the sender
-		// sends the bytes again through the pipeline.
-		c.ipc.staged.Add(1)
-		if keep, aerr := c.answer(o, t, cell, ackStage); aerr != nil {
-			return keep, errors.Join(err, aerr)
-		}
-		if err := c.stagedMove(o, t); err != nil {
-			return false, err
-		}
-		c.ipc.got.Add(1)
-		c.nodeGot.Add(1)
-		return false, nil
+		return c.restage(o, t, cell, err)
 	}
 	c.ipc.got.Add(1)
 	c.nodeGot.Add(1)
 	return c.answer(o, t, cell, ackCopied)
 }
 
+// restage is a receive's end when the handle did not open here or the copy
+// failed (err): the sender sends the bytes again through the pipeline.
+func (c *Comm) restage(o *op, t transfer, cell devmem.Buffer, err error) (keep bool, _ error) {
+	c.ipc.staged.Add(1)
+	if keep, aerr := c.answer(o, t, cell, ackStage); aerr != nil {
+		return keep, errors.Join(err, aerr)
+	}
+	if err := c.stagedMove(o, t); err != nil {
+		return false, err
+	}
+	c.ipc.got.Add(1)
+	c.nodeGot.Add(1)
+	return false, nil
+}
+
+// plainControl returns the handle of a control message of got bytes in
+// cell that asks for nothing but the copy (ok): the right length, magic and
+// count, and not staged. ipcControl handles every other message.
+func (c *Comm) plainControl(t transfer, cell devmem.Buffer, got int) (raw []byte, ok bool) {
+	if got != ctlLen {
+		return nil, false
+	}
+	ctl := cellBytes(cell, 0, ctlLen)
+	if binary.LittleEndian.Uint64(ctl) != ctlMagic || int(binary.LittleEndian.Uint64(ctl[8:])) != t.bytes ||
+		binary.LittleEndian.Uint64(ctl[16:]) == ctlStaged {
+		return nil, false
+	}
+	return ctl[24 : 24+devmem.HandleSize], true
+}
+
 // ipcCopy opens the sender's buffer through the cache and copies it into
 // t's, waiting for the copy.
 func (c *Comm) ipcCopy(t transfer, raw []byte) error {
-	var h devmem.IPCHandle
-	if err := h.UnmarshalBinary(raw); err != nil {
-		return err
-	}
-	if h.Size() != t.bytes {
-		return fmt.Errorf("%v: the handle names %d bytes: %w", t, h.Size(), comm.ErrMismatch)
-	}
-	ref, err := c.ipc.cache.Open(h)
+	ref, g, err := c.ipcIssue(t, raw)
 	if err != nil {
 		return err
 	}
-	err = c.ipc.batch.copy(t.buf, ref.Buf, t.bytes)
+	err = c.ipc.batch.await(g)
 	return errors.Join(err, ref.Release())
+}
+
+// ipcIssue opens the sender's buffer through the cache and queues its copy
+// into t's on the batch's stream: the copy is done once g is awaited, and
+// ref must be released after that.
+func (c *Comm) ipcIssue(t transfer, raw []byte) (ref *ipccache.Ref, g *copyGen, err error) {
+	var h devmem.IPCHandle
+	if err := h.UnmarshalBinary(raw); err != nil {
+		return nil, nil, err
+	}
+	if h.Size() != t.bytes {
+		return nil, nil, fmt.Errorf("%v: the handle names %d bytes: %w", t, h.Size(), comm.ErrMismatch)
+	}
+	if ref, err = c.ipc.cache.Open(h); err != nil {
+		return nil, nil, err
+	}
+	if g, err = c.ipc.batch.issue(t.buf, ref.Buf, t.bytes); err != nil {
+		return nil, nil, errors.Join(err, ref.Release())
+	}
+	return ref, g, nil
 }
 
 // answer sends the receiver's acknowledgement and waits for it to go.

@@ -345,13 +345,33 @@ func (c *Comm) move(o *op, ts []transfer) error {
 	if len(ts) == 1 {
 		return c.moveOne(o, ts[0])
 	}
-	if c.crowded(len(ts)) {
+	// The IPC path's messages go together on this goroutine (ipcWindow),
+	// the others on a goroutine each.
+	var win []int
+	for i, t := range ts {
+		if t.ipc {
+			win = append(win, i)
+		}
+	}
+	if len(win) < 2 {
+		win = nil
+	}
+	waiting := len(ts) // transfers that wait at once, the window one of them
+	if win != nil {
+		waiting -= len(win) - 1
+	}
+	if c.crowded(waiting) {
 		o.crowd = true // before the goroutines: they only read it
 	}
 	errs := make([]error, len(ts))
 	var wg sync.WaitGroup
 	for i := range ts {
-		wg.Go(func() { errs[i] = c.moveOne(o, ts[i]) })
+		if win == nil || !ts[i].ipc {
+			wg.Go(func() { errs[i] = c.moveOne(o, ts[i]) })
+		}
+	}
+	if win != nil {
+		c.ipcWindow(o, ts, win, errs)
 	}
 	wg.Wait()
 	return errors.Join(errs...)

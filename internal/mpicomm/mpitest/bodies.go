@@ -427,7 +427,8 @@ func BadOptions(t *testing.T, backend string) {
 // it, and every rank that times out ends the job through Close.
 
 // Timeout makes the last rank skip a collective (scenario "collective") or
-// never send what rank 0 waits for (scenario "recv"): the other ranks get
+// never send what rank 0 waits for (scenario "recv"; "ipc-window": two
+// receives of one GroupP2P through the IPC path): the other ranks get
 // ErrTimeout naming it, print it, and Close ends the job with MPI_Abort.
 func Timeout(t *testing.T, backend string) {
 	RankOnly(t)
@@ -439,11 +440,18 @@ func Timeout(t *testing.T, backend string) {
 		nodeMismatch(t, backend)
 		return
 	}
-	c := open(t, backend, comm.WithTimeout(2*time.Second))
+	opts := []comm.Option{comm.WithTimeout(2 * time.Second)}
+	if scenario == "ipc-window" {
+		opts = append(opts, comm.WithNodeBytes(1000)) // the IPC path's messages of a window move together
+	}
+	c := open(t, backend, opts...)
 	last := c.Size() - 1
 	x := upload(t, c, Values(c.Rank(), 1<<16))
 	var err error
 	switch {
+	case scenario == "ipc-window" && c.Rank() == 0:
+		y := upload(t, c, Values(c.Rank()+1, 1<<10))
+		err = c.GroupP2P([]comm.P2P{comm.RecvSlice(last, x), comm.RecvSlice(last, y)}, nil)
 	case scenario == "collective" && c.Rank() == last:
 		// This rank skips the collective and leaves.
 	case scenario == "collective":

@@ -424,6 +424,12 @@ func UnderLauncher(t *testing.T, backend string, np int, recvGap string) {
 		ExpectTimeoutEndsTheJob(t, j, recvGap)
 	})
 	if backend == "mpi" {
+		// The IPC path's window (two receives of one GroupP2P, moved
+		// together) says which rank never sent.
+		t.Run("IPCWindowTimeoutNamesTheSender", func(t *testing.T) {
+			j := RunRanks(t, 3, "^TestRankTimeout$", time.Minute, ScenarioEnv+"=ipc-window")
+			ExpectTimeoutEndsTheJob(t, j, recvGap)
+		})
 		t.Run("NodePathMismatchEndsTheJob", func(t *testing.T) {
 			j := RunRanks(t, 2, "^TestRankTimeout$", time.Minute, ScenarioEnv+"=node-mismatch")
 			ExpectAbortNaming(t, j, "rank 1 mismatch:", "sent 24000 bytes through the node path; the sender's count differs")
