@@ -20,7 +20,8 @@ import (
 // the host reference), and TestRankIPCReallocated, the H200's failure: buffers
 // freed and allocated again at other sizes between reductions, two
 // communicators of one process on one peer allocation, two ranges of one
-// allocation, and nothing left open at the end.
+// allocation, and nothing left open at the end; and TestRankIPCWindow, a
+// GroupP2P's messages moved together.
 func TestIPCPathOnGPUUnderLauncher(t *testing.T) {
 	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
 		t.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU")
@@ -28,7 +29,7 @@ func TestIPCPathOnGPUUnderLauncher(t *testing.T) {
 	if !mpi.Built() {
 		t.Skip("built without MPI")
 	}
-	passOnRanks(t, []int{2, 4}, "^TestRank(Conformance|IPCReallocated)$", 8*time.Minute, "GPUCOMM_DEVICE=cuda", "GPUCOMM_NODE_BYTES=1")
+	passOnRanks(t, []int{2, 4}, "^TestRank(Conformance|IPCReallocated|IPCWindow)$", 8*time.Minute, "GPUCOMM_DEVICE=cuda", "GPUCOMM_NODE_BYTES=1")
 }
 
 // The same rank test on the host device, whose OpenIPC refuses new memory
