@@ -17,9 +17,9 @@ import (
 // them one below the path's size (through MPI) and one send from pinned
 // memory (the pipeline, announced by its control message). Every message
 // arrives whole, element by element, into poisoned buffers; the path's
-// counters say which went how; the same window again on a stream, held
-// back by a host function, reads its sends only once the stream reaches
-// it; and a peer that receives the same messages one by one (rank 0, from
+// counters say which went how, and that the window moved them together; the
+// same window again on a stream, held back by a host function, reads its
+// sends only once the stream has written them; and a peer that receives the same messages one by one (rank 0, from
 // rank 1's window) matches them as before.
 func TestRankIPCWindow(t *testing.T) {
 	mpitest.RankOnly(t)
@@ -83,10 +83,19 @@ func TestRankIPCWindow(t *testing.T) {
 		}
 	}
 	sent0, got0, staged0 := mc.IPCMessages()
+	windows := mc.IPCWindows()
+	moved := func(what string, n int64) {
+		t.Helper()
+		if got := mc.IPCWindows() - windows; got != n {
+			t.Fatalf("%s: %d windows moved together, want %d", what, got, n)
+		}
+		windows += n
+	}
 	if err := c.GroupP2P(window(), nil); err != nil {
 		t.Fatalf("window: %v", err)
 	}
 	expect("window")
+	moved("window", 1)
 	// The path: every message but the small one; the pinned send and its
 	// receive fall back to the pipeline (a send so announced still counts
 	// as sent through the path, its receive not as received).
@@ -95,9 +104,18 @@ func TestRankIPCWindow(t *testing.T) {
 		t.Fatalf("window: %d sent, %d received, %d staged through the IPC path; want %d, %d, 2", sent-sent0, got-got0, staged-staged0, w-1, w-2)
 	}
 
-	// Stream-ordered: the window waits for a host function that holds the
-	// stream, and its sends are overwritten after it on the same stream.
+	// Stream-ordered: the sends hold poison until the stream, held by a
+	// host function, writes their values ahead of the window; after the
+	// window the same stream poisons them again.
 	poison()
+	over := mpitest.Poisoned(t, dev, size(w-1))
+	goods := make([]devmem.Slice[float64], w)
+	for k := range w {
+		goods[k] = mpitest.Upload(t, dev, mpitest.Values(seed(r, k), size(k)))
+		if err := devmem.CopyN(sends[k].Buffer(), over.Buffer(), size(k)*8, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s, err := dev.NewStream()
 	if err != nil {
 		t.Fatal(err)
@@ -106,10 +124,14 @@ func TestRankIPCWindow(t *testing.T) {
 	if err := s.HostFunc(func() error { <-gate; return nil }); err != nil {
 		t.Fatal(err)
 	}
+	for k := range w {
+		if err := devmem.CopyN(sends[k].Buffer(), goods[k].Buffer(), size(k)*8, s); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := c.GroupP2P(window(), s); err != nil {
 		t.Fatal(err)
 	}
-	over := mpitest.Poisoned(t, dev, size(w-1))
 	for k := range w {
 		if err := devmem.CopyN(sends[k].Buffer(), over.Buffer(), size(k)*8, s); err != nil {
 			t.Fatal(err)
@@ -120,8 +142,9 @@ func TestRankIPCWindow(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("stream-ordered window")
+	moved("stream-ordered window", 1)
 	for k := range w {
-		if err := sends[k].CopyFrom(mpitest.Values(seed(r, k), size(k)), nil); err != nil {
+		if err := devmem.CopyN(sends[k].Buffer(), goods[k].Buffer(), size(k)*8, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -147,9 +170,10 @@ func TestRankIPCWindow(t *testing.T) {
 		if err := c.GroupP2P(ps, nil); err != nil {
 			t.Fatalf("window to rank 0: %v", err)
 		}
+		moved("window to rank 0", 1)
 	}
 	for k := range w {
-		if err := errors.Join(sends[k].Free(), recvs[k].Free()); err != nil {
+		if err := errors.Join(sends[k].Free(), recvs[k].Free(), goods[k].Free()); err != nil {
 			t.Error(err)
 		}
 	}

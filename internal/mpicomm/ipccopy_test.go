@@ -3,6 +3,7 @@ package mpicomm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand"
 	"runtime"
 	"strings"
@@ -209,4 +210,70 @@ func TestCopyBatchPanicIsAnError(t *testing.T) {
 	if err := devmem.CopyToHost(got, dst, nil); err != nil || !bytes.Equal(got, want) {
 		t.Errorf("the copy after a synchronize that panicked differs from its source (%v)", err)
 	}
+}
+
+// A window's copies (ipcWindow): issued one after another, then awaited in
+// turn, they take one synchronize, the first await's, and each lands whole.
+// A copy issued while another goroutine's synchronize is under way joins
+// the next generation: awaiting it makes a second synchronize, not the
+// running one's report.
+func TestCopyBatchIssueThenAwait(t *testing.T) {
+	d, b := batchFixture(t)
+	const k, n = 6, 1 << 12
+	srcs, dsts := make([]devmem.Buffer, k), make([]devmem.Buffer, k)
+	wants := make([][]byte, k)
+	gens := make([]*copyGen, k)
+	for i := range k {
+		srcs[i], wants[i] = filled(t, d, int64(200+i), n)
+		dsts[i], _ = filled(t, d, int64(300+i), n)
+		g, err := b.issue(dsts[i], srcs[i], n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gens[i] = g
+	}
+	for i, g := range gens {
+		if err := b.await(g); err != nil {
+			t.Fatalf("await %d: %v", i, err)
+		}
+	}
+	if b.syncs != 1 {
+		t.Errorf("%d copies issued, then awaited in turn, took %d synchronizes, want 1", k, b.syncs)
+	}
+	check := func(what string, dst devmem.Buffer, want []byte) {
+		t.Helper()
+		got := make([]byte, len(want))
+		if err := devmem.CopyToHost(got, dst, nil); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s: the destination differs from its source (%v)", what, err)
+		}
+	}
+	for i := range k {
+		check(fmt.Sprintf("copy %d", i), dsts[i], wants[i])
+	}
+
+	gate, first := holdFirst(t, d, b, func() error { return nil })
+	src, want := filled(t, d, 400, n)
+	dst, _ := filled(t, d, 401, n)
+	g, err := b.issue(dst, src, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	done := g.done
+	b.mu.Unlock()
+	close(gate)
+	if err := first(); err != nil {
+		t.Fatal(err)
+	}
+	if done {
+		t.Fatal("a copy issued during a synchronize was reported done before that synchronize ended")
+	}
+	syncs := b.syncs
+	if err := b.await(g); err != nil {
+		t.Fatal(err)
+	}
+	if b.syncs != syncs+1 {
+		t.Errorf("awaiting a copy issued during another's synchronize made %d synchronizes, want 1 of its own", b.syncs-syncs)
+	}
+	check("the copy issued during a synchronize", dst, want)
 }

@@ -99,6 +99,7 @@ type ipcPath struct {
 
 	sent, got, staged atomic.Int64   // messages through the path; those that fell back to the pipeline
 	collectives       atomic.Int64   // reductions and broadcasts through the path (ipcpath_reduce.go)
+	windows           atomic.Int64   // GroupP2Ps whose messages moved together (ipcwindow.go)
 	scratch           devmem.Buffer  // reductions' parts, which the peers read
 	scratchWas        int            // the size of the last scratch
 	why               string         // why this rank reaches no one, when it does not
@@ -126,6 +127,10 @@ func (c *Comm) ackOn(on *mpi.Comm) *mpi.Comm {
 func (c *Comm) IPCMessages() (sent, received, staged int64) {
 	return c.ipc.sent.Load(), c.ipc.got.Load(), c.ipc.staged.Load()
 }
+
+// IPCWindows is how many operations' IPC messages moved together, on one
+// goroutine (ipcWindow): GroupP2Ps of two messages or more on the path.
+func (c *Comm) IPCWindows() int64 { return c.ipc.windows.Load() }
 
 // IPCCollectives counts the collectives this rank ran through the IPC path
 // (reductions, Broadcast, and the blocks of AllGather, Gather, Scatter and

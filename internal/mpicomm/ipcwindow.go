@@ -2,6 +2,7 @@ package mpicomm
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -84,8 +85,14 @@ func (c *Comm) ipcWindow(o *op, ts []transfer, win []int, errs []error) {
 		m.reqs, m.state = reqs, winSent
 	}
 
+	c.ipc.windows.Add(1)
 	var copying []*winMsg
+	var pause backoffSleep
 	for {
+		// Past the deadline, a message that this round's test finds still
+		// pending has timed out (each is tested once more first: one may
+		// have ended while the last round waited for its copies).
+		expired := !o.deadline.IsZero() && time.Now().After(o.deadline)
 		live, moved := 0, false
 		for k := range ms {
 			m := &ms[k]
@@ -94,6 +101,9 @@ func (c *Comm) ipcWindow(o *op, ts []transfer, win []int, errs []error) {
 			}
 			live++
 			done, err := testTwo(&m.reqs)
+			if err == nil && !done && expired {
+				err = fmt.Errorf("mpi: requests still pending after %v: %w", c.timeout, comm.ErrTimeout)
+			}
 			if err != nil {
 				m.state = winDone
 				finish(m, c.unsettled(m.t, m.reqs[:], err), err)
@@ -137,10 +147,7 @@ func (c *Comm) ipcWindow(o *op, ts []transfer, win []int, errs []error) {
 		// The copies queued this round, waited for together: the first
 		// await synchronizes for all of them.
 		for _, m := range copying {
-			err := c.ipc.batch.await(m.gen)
-			if rerr := m.ref.Release(); err == nil {
-				err = rerr
-			}
+			err := errors.Join(c.ipc.batch.await(m.gen), m.ref.Release())
 			m.ref, m.gen = nil, nil
 			if err != nil {
 				alone(m, func() (bool, error) { return c.restage(o, m.t, m.cell, err) })
@@ -162,23 +169,33 @@ func (c *Comm) ipcWindow(o *op, ts []transfer, win []int, errs []error) {
 		if live == 0 {
 			break
 		}
-		if !o.deadline.IsZero() && time.Now().After(o.deadline) {
-			for k := range ms {
-				m := &ms[k]
-				if m.state != winSent && m.state != winPosted && m.state != winAcking {
-					continue
-				}
-				m.state = winDone
-				err := fmt.Errorf("mpi: requests still pending after %v: %w", c.timeout, comm.ErrTimeout)
-				finish(m, c.unsettled(m.t, m.reqs[:], err), err)
-			}
-			break
-		}
-		if !moved {
-			runtime.Gosched()
+		switch {
+		case moved:
+			pause.reset()
+		case o.deadline.IsZero() && c.multiple:
+			runtime.Gosched() // as waitCrowded: MPI's calls hold its lock briefly
+		default:
+			// With a deadline, or MPI serialized (one lock for every
+			// call), polls back off as WaitTimeout's do.
+			pause.wait(o.deadline)
 		}
 	}
 	aside.Wait()
+}
+
+// backoffSleep sleeps between polls that found nothing, longer each time,
+// as mpi.WaitTimeout does: from 20 µs up to 2 ms, never past a deadline.
+type backoffSleep struct{ d time.Duration }
+
+func (b *backoffSleep) reset() { b.d = 0 }
+
+func (b *backoffSleep) wait(deadline time.Time) {
+	b.d = min(max(2*b.d, 20*time.Microsecond), 2*time.Millisecond)
+	d := b.d
+	if !deadline.IsZero() {
+		d = max(min(d, time.Until(deadline)), 0)
+	}
+	time.Sleep(d)
 }
 
 // winMsg is one message of an ipcWindow.

@@ -356,11 +356,9 @@ func (c *Comm) move(o *op, ts []transfer) error {
 	if len(win) < 2 {
 		win = nil
 	}
-	waiting := len(ts) // transfers that wait at once, the window one of them
-	if win != nil {
-		waiting -= len(win) - 1
-	}
-	if c.crowded(waiting) {
+	// Counted as before the window: its messages that go on by themselves
+	// (ipcWindow's alone) wait beside the others.
+	if c.crowded(len(ts)) {
 		o.crowd = true // before the goroutines: they only read it
 	}
 	errs := make([]error, len(ts))

@@ -429,6 +429,11 @@ func UnderLauncher(t *testing.T, backend string, np int, recvGap string) {
 		t.Run("IPCWindowTimeoutNamesTheSender", func(t *testing.T) {
 			j := RunRanks(t, 3, "^TestRankTimeout$", time.Minute, ScenarioEnv+"=ipc-window")
 			ExpectTimeoutEndsTheJob(t, j, recvGap)
+			// The receives' cells stay MPI's, and the communicator broken
+			// for that reason: Close says so before it ends the job.
+			if why := "stopped half way through the IPC path"; !strings.Contains(j.Output, why) {
+				t.Fatalf("no rank said its communicator was broken because a window %s; output:\n%s", why, j.Output)
+			}
 		})
 		t.Run("NodePathMismatchEndsTheJob", func(t *testing.T) {
 			j := RunRanks(t, 2, "^TestRankTimeout$", time.Minute, ScenarioEnv+"=node-mismatch")
