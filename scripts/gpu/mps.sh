@@ -53,6 +53,9 @@ if [ -n "$MPSC" ]; then
   # here with go tool pprof .gpu/gpucomm FILE)
   echo "==== MPS, 2 ranks, 4 MiB windows, profiled"
   timeout 40 mpirun --bind-to none $X -np 2 $B/gpucomm bench -backend mpi -op bw -b 4M -e 4M -n 200 -nobaseline -noprogress -cpuprofile $OUT/mps-bw-4M.prof
+  # and of a 4 MiB ping-pong (one message at a time: the path's latency)
+  echo "==== MPS, 2 ranks, 4 MiB ping-pong, profiled"
+  timeout 40 mpirun --bind-to none $X -np 2 $B/gpucomm bench -backend mpi -op pingpong -b 4M -e 4M -n 5000 -nobaseline -noprogress -cpuprofile $OUT/mps-pp-4M.prof
   echo quit | $MPSC; trap - EXIT; cat /tmp/mps-log/control.log 2>/dev/null | tail -5
 fi
 } > $L 2>&1
