@@ -69,15 +69,10 @@ func TestRankIPCPath(t *testing.T) {
 	if mpi.World().Rank() == offRank {
 		t.Setenv(mpicomm.IPCEnv, "off")
 	}
-	const chunk, nodeMin = 4096, 1000
-	c, err := comm.Open(name, comm.WithChunkBytes(chunk), comm.WithNodeBytes(nodeMin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc := c.(*mpicomm.Comm)
+	const nodeMin = ipcRingNodeMin
+	c, mc, next, prev := openIPCRing(t)
 	dev := c.Device()
 	p, r := c.Size(), c.Rank()
-	next, prev := (r+1)%p, (r+p-1)%p
 	peers := mc.IPCPeers()
 	for q := range p {
 		want := q != r && r != offRank && q != offRank
@@ -191,6 +186,22 @@ func TestRankIPCPath(t *testing.T) {
 	if st := dev.Stats(); st.Opened != 0 || st.Buffers != 0 || st.Pinned != 0 {
 		t.Errorf("left after Close: %+v", st)
 	}
+}
+
+// ipcRingNodeMin is openIPCRing's node path size: messages from 1000 bytes
+// between ranks of the node take the IPC path (or the ring).
+const ipcRingNodeMin = 1000
+
+// openIPCRing opens the backend with chunks of 4096 bytes and the node path
+// from ipcRingNodeMin, and returns this rank's ring neighbours.
+func openIPCRing(t *testing.T) (c comm.Communicator, mc *mpicomm.Comm, next, prev int) {
+	t.Helper()
+	c, err := comm.Open(name, comm.WithChunkBytes(4096), comm.WithNodeBytes(ipcRingNodeMin))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, r := c.Size(), c.Rank()
+	return c, c.(*mpicomm.Comm), (r + 1) % p, (r + p - 1) % p
 }
 
 func b2i(b bool) int64 {

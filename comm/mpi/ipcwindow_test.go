@@ -7,7 +7,6 @@ import (
 
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/devmem"
-	"github.com/gpucomm/gpucomm/internal/mpicomm"
 	"github.com/gpucomm/gpucomm/internal/mpicomm/mpitest"
 )
 
@@ -23,20 +22,14 @@ import (
 // rank 1's window) matches them as before.
 func TestRankIPCWindow(t *testing.T) {
 	mpitest.RankOnly(t)
-	const chunk, nodeMin, w = 4096, 1000, 24
-	c, err := comm.Open(name, comm.WithChunkBytes(chunk), comm.WithNodeBytes(nodeMin))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mc := c.(*mpicomm.Comm)
-	dev := c.Device()
-	p, r := c.Size(), c.Rank()
-	next, prev := (r+1)%p, (r+p-1)%p
+	const w = 24
+	c, mc, next, prev := openIPCRing(t)
+	dev, r := c.Device(), c.Rank()
 	peers := mc.IPCPeers()
 	if peers == nil || !peers[next] || !peers[prev] {
 		t.Skipf("rank %d does not reach its neighbours through the IPC path (%v)", r, peers)
 	}
-	const small, pinnedAt = 5, 7 // message 5 is below nodeMin; message 7 is sent from pinned memory
+	const small, pinnedAt = 5, 7 // message 5 is below ipcRingNodeMin; message 7 is sent from pinned memory
 	size := func(k int) int {
 		if k == small {
 			return 100 // 800 bytes
