@@ -18,8 +18,10 @@ import (
 // arrives whole, element by element, into poisoned buffers; the path's
 // counters say which went how, and that the window moved them together; the
 // same window again on a stream, held back by a host function, reads its
-// sends only once the stream has written them; and a peer that receives the same messages one by one (rank 0, from
-// rank 1's window) matches them as before.
+// sends only once the stream has written them; a peer that receives the
+// same messages one by one (rank 0, from rank 1's window) matches them as
+// before; and a window's receive of another count is ErrMismatch, its
+// neighbour in the window whole.
 func TestRankIPCWindow(t *testing.T) {
 	mpitest.RankOnly(t)
 	const w = 24
@@ -165,6 +167,35 @@ func TestRankIPCWindow(t *testing.T) {
 		}
 		moved("window to rank 0", 1)
 	}
+	// Counts that differ inside a window: rank 0 sends 3000 and 2500
+	// float64s in one GroupP2P, rank 1 expects 3500 and 2500 in one. The
+	// first receive is ErrMismatch with its buffer untouched (its message
+	// answered aside, ackMismatch), the second arrives whole, rank 0's
+	// window completes, and the communicator goes on.
+	if r < 2 {
+		a, b := mpitest.Upload(t, dev, mpitest.Values(21, 3000)), mpitest.Upload(t, dev, mpitest.Values(22, 2500))
+		ra, rb := mpitest.Poisoned(t, dev, 3500), mpitest.Poisoned(t, dev, 2500)
+		if r == 0 {
+			if err := c.GroupP2P([]comm.P2P{comm.SendSlice(1, a), comm.SendSlice(1, b)}, nil); err != nil {
+				t.Errorf("window whose first send the receiver expects with another count: %v", err)
+			}
+		} else {
+			err := c.GroupP2P([]comm.P2P{comm.RecvSlice(0, ra), comm.RecvSlice(0, rb)}, nil)
+			if !errors.Is(err, comm.ErrMismatch) {
+				t.Errorf("window receiving 3500 float64s where 3000 were sent: %v, want ErrMismatch", err)
+			}
+			mpitest.Expect(t, "the refused receive of a window", ra, poisons(3500))
+			mpitest.Expect(t, "the receive beside a refused one in a window", rb, mpitest.Values(22, 2500))
+		}
+		moved("window with counts that differ", 1)
+		if err := errors.Join(a.Free(), b.Free(), ra.Free(), rb.Free()); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := c.Barrier(nil); err != nil {
+		t.Fatalf("barrier after a window with counts that differ: %v", err)
+	}
+
 	for k := range w {
 		if err := errors.Join(sends[k].Free(), recvs[k].Free(), goods[k].Free()); err != nil {
 			t.Error(err)
