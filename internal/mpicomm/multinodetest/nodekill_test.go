@@ -56,8 +56,14 @@ func TestMultinodeWholeNodeKilledIsNamedBySurvivors(t *testing.T) {
 			}
 			j := mpitest.RunRanks(t, np, "^TestRankScenarioNodeKilled$", time.Minute, env...)
 			// Under recovery, Open MPI's mpirun exits 0 even after MPI_Abort:
-			// the abort in the output, or a failure status, ends the job.
-			if j.Err == nil && !strings.Contains(j.Output, "MPI_ABORT was invoked") {
+			// the abort in the output, or a failure status, ends the job. The
+			// abort is the launcher's notice, or a rank's own line just
+			// before its call: Open MPI 4.1's help messages under recovery
+			// sometimes arrive garbled ("Data unpack would read past end of
+			// buffer in file .../show_help.c"), the notice lost (one test.sh
+			// run in the cudaaware leg, 2026-12-05).
+			aborted := strings.Contains(j.Output, "MPI_ABORT was invoked") || strings.Contains(j.Output, "calling MPI_Abort so that no rank hangs")
+			if j.Err == nil && !aborted {
 				t.Fatalf("the job succeeded with a node killed, and no rank aborted it; output:\n%s", j.Output)
 			}
 			if strings.Contains(j.Output, "want ErrTimeout or MPI") || strings.Contains(j.Output, "every collective passed") {
