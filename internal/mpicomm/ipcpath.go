@@ -398,7 +398,13 @@ func (c *Comm) unsettled(t transfer, reqs []*mpi.Request, err error) (keep bool)
 }
 
 func (c *Comm) ipcSend(o *op, t transfer, cell devmem.Buffer) (keep bool, err error) {
-	staged := c.fillControl(t, cell)
+	return c.sendControl(o, t, cell, c.fillControl(t, cell))
+}
+
+// sendControl is a send's end once fillControl has written its control
+// message into cell: the message and the acknowledgement, and the bytes
+// through the pipeline where it says so (staged) or the answer asks.
+func (c *Comm) sendControl(o *op, t transfer, cell devmem.Buffer, staged bool) (keep bool, err error) {
 	reqs, keep, err := c.postSend(o, t, cell)
 	if err != nil {
 		return keep, err
@@ -498,6 +504,14 @@ func (c *Comm) ipcRecv(o *op, t transfer, cell devmem.Buffer) (keep bool, err er
 // cell: the copy and the acknowledgement, or the fallback that the message
 // or this side's copy calls for.
 func (c *Comm) ipcControl(o *op, t transfer, cell devmem.Buffer, got int) (keep bool, err error) {
+	if raw, plain := c.plainControl(t, cell, got); plain {
+		if err := c.ipcCopy(t, raw); err != nil {
+			return c.restage(o, t, cell, err)
+		}
+		c.ipc.got.Add(1)
+		c.nodeGot.Add(1)
+		return c.answer(o, t, cell, ackCopied)
+	}
 	peer := t.peers[0]
 	ctl := cellBytes(cell, 0, min(got, c.ipc.room))
 	if got != ctlLen || binary.LittleEndian.Uint64(ctl) != ctlMagic {
@@ -522,18 +536,12 @@ func (c *Comm) ipcControl(o *op, t transfer, cell devmem.Buffer, got int) (keep 
 		}
 		return false, err
 	}
-	if staged {
-		c.ipc.staged.Add(1)
-		if err := c.stagedMove(o, t); err != nil {
-			return false, err
-		}
-		return c.answer(o, t, cell, ackCopied)
+	// What is left (not plainControl's) is staged: the bytes follow
+	// through the pipeline.
+	c.ipc.staged.Add(1)
+	if err := c.stagedMove(o, t); err != nil {
+		return false, err
 	}
-	if err := c.ipcCopy(t, ctl[24:24+devmem.HandleSize]); err != nil {
-		return c.restage(o, t, cell, err)
-	}
-	c.ipc.got.Add(1)
-	c.nodeGot.Add(1)
 	return c.answer(o, t, cell, ackCopied)
 }
 
@@ -554,7 +562,8 @@ func (c *Comm) restage(o *op, t transfer, cell devmem.Buffer, err error) (keep b
 
 // plainControl returns the handle of a control message of got bytes in
 // cell that asks for nothing but the copy (ok): the right length, magic and
-// count, and not staged. ipcControl handles every other message.
+// count, and not staged. It is the one test of that case, for ipcControl and
+// ipcWindow.
 func (c *Comm) plainControl(t transfer, cell devmem.Buffer, got int) (raw []byte, ok bool) {
 	if got != ctlLen {
 		return nil, false
@@ -600,12 +609,17 @@ func (c *Comm) ipcIssue(t transfer, raw []byte) (ref *ipccache.Ref, g *copyGen, 
 
 // answer sends the receiver's acknowledgement and waits for it to go.
 func (c *Comm) answer(o *op, t transfer, cell devmem.Buffer, a uint64) (bool, error) {
-	binary.LittleEndian.PutUint64(cellBytes(cell, c.ipc.room, ackLen), a)
-	r, err := c.ackOn(t.on).Isend(cell.Addr()+uintptr(c.ipc.room), ackLen, mpi.Byte, t.peers[0], t.tag)
+	r, err := c.postAnswer(t, cell, a)
 	if err != nil {
 		return false, err
 	}
 	return c.settled(o, t, []*mpi.Request{r})
+}
+
+// postAnswer writes the acknowledgement a into cell and posts its send.
+func (c *Comm) postAnswer(t transfer, cell devmem.Buffer, a uint64) (*mpi.Request, error) {
+	binary.LittleEndian.PutUint64(cellBytes(cell, c.ipc.room, ackLen), a)
+	return c.ackOn(t.on).Isend(cell.Addr()+uintptr(c.ipc.room), ackLen, mpi.Byte, t.peers[0], t.tag)
 }
 
 // refuseControl is a staged receive's answer to an IPC control message (the

@@ -74,7 +74,7 @@ func (c *Comm) ipcWindow(o *op, ts []transfer, win []int, errs []error) {
 		}
 		if staged := c.fillControl(m.t, cell); staged {
 			// The bytes follow the control message through the pipeline.
-			alone(m, func() (bool, error) { return c.ipcSend(o, m.t, m.cell) })
+			alone(m, func() (bool, error) { return c.sendControl(o, m.t, m.cell, true) })
 			continue
 		}
 		reqs, keep, err := c.postSend(o, m.t, cell)
@@ -155,8 +155,7 @@ func (c *Comm) ipcWindow(o *op, ts []transfer, win []int, errs []error) {
 			}
 			c.ipc.got.Add(1)
 			c.nodeGot.Add(1)
-			binary.LittleEndian.PutUint64(cellBytes(m.cell, c.ipc.room, ackLen), ackCopied)
-			r, err := c.ackOn(m.t.on).Isend(m.cell.Addr()+uintptr(c.ipc.room), ackLen, mpi.Byte, m.t.peers[0], m.t.tag)
+			r, err := c.postAnswer(m.t, m.cell, ackCopied)
 			if err != nil {
 				m.state = winDone
 				finish(m, false, err)
