@@ -142,6 +142,22 @@ func (c *cudaDriver) enqueue(cs *cudaStream, fn func(h cuda.Stream) error) error
 	})
 }
 
+// enqueueIn is enqueue for fn that makes the context current itself, inside
+// its own C call (internal/cuda's In calls), given the context and the
+// stream: a copy or memset so costs one cgo call, where enqueue's
+// cuda.WithContext adds two or three and locks the thread (several copies
+// a message on the mpi backend's paths). For a nil cs the private stream's
+// synchronize is one such call too.
+func (c *cudaDriver) enqueueIn(cs *cudaStream, fn func(ctx cuda.Context, h cuda.Stream) error) error {
+	if cs != nil {
+		return cs.issueAs(func(h cuda.Stream) error { return fn(c.ctx, h) }, nil, false)
+	}
+	if err := fn(c.ctx, c.now); err != nil {
+		return err
+	}
+	return cuda.StreamSynchronizeIn(c.ctx, c.now)
+}
+
 // onHost runs fn on the host once s's earlier work is done, before it
 // returns: the copies that touch only host (pinned) memory, which no CUDA
 // call does for us, and the copies into Go memory, which the caller reads
@@ -226,16 +242,16 @@ func (c *cudaDriver) copy(dst, src Buffer, n int, s *Stream) error {
 			copy(hd, hs)
 		})
 	case src.a.pinned:
-		err = c.enqueue(cudaStreamOf(s), func(h cuda.Stream) error {
-			return cuda.MemcpyHtoDAsync(cudaPtr(dst), src.Addr(), n, h)
+		err = c.enqueueIn(cudaStreamOf(s), func(ctx cuda.Context, h cuda.Stream) error {
+			return cuda.MemcpyHtoDAsyncIn(ctx, cudaPtr(dst), src.Addr(), n, h)
 		})
 	case dst.a.pinned:
-		err = c.enqueue(cudaStreamOf(s), func(h cuda.Stream) error {
-			return cuda.MemcpyDtoHAsync(dst.Addr(), cudaPtr(src), n, h)
+		err = c.enqueueIn(cudaStreamOf(s), func(ctx cuda.Context, h cuda.Stream) error {
+			return cuda.MemcpyDtoHAsyncIn(ctx, dst.Addr(), cudaPtr(src), n, h)
 		})
 	default:
-		err = c.enqueue(cudaStreamOf(s), func(h cuda.Stream) error {
-			return cuda.MemcpyDtoDAsync(cudaPtr(dst), cudaPtr(src), n, h)
+		err = c.enqueueIn(cudaStreamOf(s), func(ctx cuda.Context, h cuda.Stream) error {
+			return cuda.MemcpyDtoDAsyncIn(ctx, cudaPtr(dst), cudaPtr(src), n, h)
 		})
 	}
 	if err != nil {
@@ -305,8 +321,8 @@ func (c *cudaDriver) memset(dst Buffer, v byte, s *Stream) error {
 			}
 		})
 	}
-	err := c.enqueue(cudaStreamOf(s), func(h cuda.Stream) error {
-		return cuda.MemsetD8Async(cudaPtr(dst), v, dst.Len(), h)
+	err := c.enqueueIn(cudaStreamOf(s), func(ctx cuda.Context, h cuda.Stream) error {
+		return cuda.MemsetD8AsyncIn(ctx, cudaPtr(dst), v, dst.Len(), h)
 	})
 	if err != nil {
 		return fmt.Errorf("devmem: memset of %d bytes on %v: %w", dst.Len(), c.dev, err)

@@ -166,7 +166,7 @@ func (s *cudaStream) idle() error {
 	if s.synced.Load() == n {
 		return nil
 	}
-	if err := s.c.do(func() error { return cuda.StreamSynchronize(s.h) }); err != nil {
+	if err := cuda.StreamSynchronizeIn(s.c.ctx, s.h); err != nil {
 		return fmt.Errorf("devmem: stream of %v: %w", s.c.dev, err)
 	}
 	s.synced.Store(n)
@@ -192,7 +192,7 @@ func (s *cudaStream) waitEvent(e eventImpl) error {
 	if s.busyLocked() || pending {
 		s.pushLocked(work{run: func() error {
 			ev.awaitIssued(want)
-			err := s.c.do(func() error { return cuda.StreamWaitEvent(s.h, ev.h) })
+			err := cuda.StreamWaitEventIn(s.c.ctx, s.h, ev.h)
 			s.issued.Add(1)
 			return err
 		}})
@@ -200,7 +200,7 @@ func (s *cudaStream) waitEvent(e eventImpl) error {
 		return nil
 	}
 	s.mu.Unlock()
-	err := s.issue(func(h cuda.Stream) error { return cuda.StreamWaitEvent(h, ev.h) }, nil)
+	err := s.issueAs(func(h cuda.Stream) error { return cuda.StreamWaitEventIn(s.c.ctx, h, ev.h) }, nil, false)
 	if err != nil {
 		return fmt.Errorf("devmem: stream of %v waiting for an event: %w", s.c.dev, err)
 	}
@@ -315,7 +315,7 @@ func (e *cudaEvent) record(s streamImpl) error {
 func (e *cudaEvent) synchronize() error {
 	want, _ := e.latest()
 	e.awaitIssued(want)
-	if err := e.c.do(func() error { return cuda.EventSynchronize(e.h) }); err != nil {
+	if err := cuda.EventSynchronizeIn(e.c.ctx, e.h); err != nil {
 		return fmt.Errorf("devmem: waiting for an event on %v: %w", e.c.dev, err)
 	}
 	return nil
@@ -325,12 +325,7 @@ func (e *cudaEvent) query() (bool, error) {
 	if e.pending() {
 		return false, nil
 	}
-	var done bool
-	err := e.c.do(func() error {
-		var err error
-		done, err = cuda.EventQuery(e.h)
-		return err
-	})
+	done, err := cuda.EventQueryIn(e.c.ctx, e.h) // one cgo call: polled in loops
 	if err != nil {
 		return false, fmt.Errorf("devmem: querying an event on %v: %w", e.c.dev, err)
 	}
@@ -427,7 +422,7 @@ func (f *cudaFunction) launch(grid, block [3]uint32, sharedBytes int, s streamIm
 	}
 	g := cuda.Dim3{X: grid[0], Y: grid[1], Z: grid[2]}
 	b := cuda.Dim3{X: block[0], Y: block[1], Z: block[2]}
-	return f.c.enqueue(cs, func(h cuda.Stream) error {
-		return cuda.LaunchKernel(f.h, g, b, sharedBytes, h, params...)
+	return f.c.enqueueIn(cs, func(ctx cuda.Context, h cuda.Stream) error {
+		return cuda.LaunchKernelIn(ctx, f.h, g, b, sharedBytes, h, params...)
 	})
 }

@@ -27,6 +27,7 @@ func BenchmarkCUDAStreamHostCost(b *testing.B) {
 	s := mustStream(b, d)
 	cs := s.impl.(*cudaStream)
 	ev := mustEvent(b, d)
+	src, dst := mustAlloc(b, d, 64, false), mustAlloc(b, d, 64, false)
 	hostWork := func(d time.Duration) func() error {
 		return func() error { busy(d); return nil }
 	}
@@ -89,6 +90,13 @@ func BenchmarkCUDAStreamHostCost(b *testing.B) {
 		{"query-idle", func() error {
 			_, err := s.Query()
 			return err
+		}},
+		// A device copy queued on the stream, then waited for: what the
+		// mpi backend's IPC path does for every message it receives (the
+		// copy from the sender's buffer, then its copy stream's
+		// Synchronize), two calls of one C call each.
+		{"copy-then-synchronize", func() error {
+			return errors.Join(CopyN(dst, src, 64, s), s.Synchronize())
 		}},
 		// Host work of 20 µs that the stream's goroutine has started when
 		// Synchronize comes (a stream-ordered MPI_Recv waiting for its

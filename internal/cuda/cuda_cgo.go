@@ -666,6 +666,103 @@ func EventRecordIn(ctx Context, e Event, s Stream) error {
 	return result(stageCall(int(out.stage), "cuEventRecord"), out.r)
 }
 
+// The calls below are the plain ones above with ctx made current inside
+// the same C call (gc_in), as EventRecordIn and StreamQueryIn are: one cgo
+// call where cuda.WithContext around the plain call makes two to four and
+// locks the thread. devmem makes them on every stream-ordered copy and
+// every wait for a stream or an event, several a message of the mpi
+// backend's IPC path.
+
+// inCtx makes gc_in's call op and returns its error, named call.
+func inCtx(call string, ctx Context, op C.int, a, b uintptr, n C.size_t, s Stream) error {
+	out := C.gc_in(C.uintptr_t(ctx), op, C.uintptr_t(a), C.uintptr_t(b), n, C.uintptr_t(s))
+	return result(stageCall(int(out.stage), call), out.r)
+}
+
+// StreamSynchronizeIn is StreamSynchronize in ctx.
+func StreamSynchronizeIn(ctx Context, s Stream) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	return inCtx("cuStreamSynchronize", ctx, C.GC_IN_STREAM_SYNC, 0, 0, 0, s)
+}
+
+// MemcpyHtoDAsyncIn is MemcpyHtoDAsync in ctx.
+func MemcpyHtoDAsyncIn(ctx Context, dst DevicePtr, src uintptr, n int, s Stream) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	sz, err := nbytes("cuMemcpyHtoDAsync", n)
+	if err != nil {
+		return err
+	}
+	return inCtx("cuMemcpyHtoDAsync", ctx, C.GC_IN_HTOD_ASYNC, uintptr(dst), src, sz, s)
+}
+
+// MemcpyDtoHAsyncIn is MemcpyDtoHAsync in ctx.
+func MemcpyDtoHAsyncIn(ctx Context, dst uintptr, src DevicePtr, n int, s Stream) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	sz, err := nbytes("cuMemcpyDtoHAsync", n)
+	if err != nil {
+		return err
+	}
+	return inCtx("cuMemcpyDtoHAsync", ctx, C.GC_IN_DTOH_ASYNC, dst, uintptr(src), sz, s)
+}
+
+// MemcpyDtoDAsyncIn is MemcpyDtoDAsync in ctx.
+func MemcpyDtoDAsyncIn(ctx Context, dst, src DevicePtr, n int, s Stream) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	sz, err := nbytes("cuMemcpyDtoDAsync", n)
+	if err != nil {
+		return err
+	}
+	return inCtx("cuMemcpyDtoDAsync", ctx, C.GC_IN_DTOD_ASYNC, uintptr(dst), uintptr(src), sz, s)
+}
+
+// MemsetD8AsyncIn is MemsetD8Async in ctx.
+func MemsetD8AsyncIn(ctx Context, dst DevicePtr, v byte, n int, s Stream) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	sz, err := nbytes("cuMemsetD8Async", n)
+	if err != nil {
+		return err
+	}
+	return inCtx("cuMemsetD8Async", ctx, C.GC_IN_MEMSET_ASYNC, uintptr(dst), uintptr(v), sz, s)
+}
+
+// StreamWaitEventIn is StreamWaitEvent in ctx.
+func StreamWaitEventIn(ctx Context, s Stream, e Event) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	return inCtx("cuStreamWaitEvent", ctx, C.GC_IN_STREAM_WAIT_EVENT, uintptr(e), 0, 0, s)
+}
+
+// EventSynchronizeIn is EventSynchronize in ctx.
+func EventSynchronizeIn(ctx Context, e Event) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	return inCtx("cuEventSynchronize", ctx, C.GC_IN_EVENT_SYNC, uintptr(e), 0, 0, 0)
+}
+
+// EventQueryIn is EventQuery in ctx.
+func EventQueryIn(ctx Context, e Event) (done bool, err error) {
+	if err := ready(); err != nil {
+		return false, err
+	}
+	out := C.gc_in(C.uintptr_t(ctx), C.GC_IN_EVENT_QUERY, C.uintptr_t(e), 0, 0, 0)
+	if out.r == CUDA_ERROR_NOT_READY && out.stage == 3 {
+		return false, nil
+	}
+	return out.r == CUDA_SUCCESS, result(stageCall(int(out.stage), "cuEventQuery"), out.r)
+}
+
 // ErrorOf is the *Error of a CUresult that C code of another package got
 // from call (internal/nccl's, which makes a context current itself); nil
 // for CUDA_SUCCESS.
@@ -855,6 +952,52 @@ func LaunchKernel(f Function, grid, block Dim3, sharedMem int, s Stream, args ..
 
 // argAlign is the alignment a kernel argument of n bytes gets in the
 // parameter block: natural for scalars, at most 16.
+// MaxKernelArgs is the most parameters LaunchKernelIn passes in its one C
+// call; a launch with more goes through WithContext and LaunchKernel.
+const MaxKernelArgs = C.GC_MAX_KERNEL_ARGS
+
+// LaunchKernelIn is LaunchKernel with ctx made current inside the same C
+// call (as EventRecordIn), the parameters laid out in Go memory as
+// LaunchKernel lays them out in C's: one cgo call a launch, where
+// cuda.WithContext around LaunchKernel makes three more and LaunchKernel
+// two (the parameter block's malloc and free).
+func LaunchKernelIn(ctx Context, f Function, grid, block Dim3, sharedMem int, s Stream, args ...[]byte) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	if sharedMem < 0 || sharedMem > 1<<32-1 {
+		return fmt.Errorf("cuda: cuLaunchKernel: shared memory %d bytes: %w", sharedMem, errs.ErrInvalidArgument)
+	}
+	if len(args) > MaxKernelArgs {
+		// More than the C side's array holds: LaunchKernel's own block.
+		return WithContext(ctx, func() error { return LaunchKernel(f, grid, block, sharedMem, s, args...) })
+	}
+	var offs [MaxKernelArgs]C.int
+	end := 0
+	for i, a := range args {
+		if len(a) == 0 {
+			return fmt.Errorf("cuda: cuLaunchKernel: argument %d is empty: %w", i, errs.ErrInvalidArgument)
+		}
+		al := argAlign(len(a))
+		end = (end + al - 1) / al * al
+		offs[i] = C.int(end)
+		end += len(a)
+	}
+	// 16-byte aligned, as malloc's block is: the largest alignment argAlign
+	// asks for.
+	words := make([]uint64, end/8+3)
+	skip := int(-uintptr(unsafe.Pointer(&words[0])) & 15)
+	data := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8)[skip:]
+	for i, a := range args {
+		copy(data[offs[i]:], a)
+	}
+	out := C.gc_cuLaunchKernelIn(C.uintptr_t(ctx), C.uintptr_t(f),
+		C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z),
+		C.uint(block.X), C.uint(block.Y), C.uint(block.Z),
+		C.uint(sharedMem), C.uintptr_t(s), (*C.uchar)(unsafe.Pointer(&data[0])), &offs[0], C.int(len(args)))
+	return result(stageCall(int(out.stage), "cuLaunchKernel"), out.r)
+}
+
 func argAlign(n int) int {
 	a := 1
 	for a < n && a < 16 {

@@ -66,18 +66,30 @@ func EventCreate(flags uint32) (Event, error)                              { ret
 func EventRecord(e Event, s Stream) error                                  { return errNoCgo }
 func EventRecordIn(ctx Context, e Event, s Stream) error                   { return errNoCgo }
 func StreamQueryIn(ctx Context, s Stream) (done bool, err error)           { return false, errNoCgo }
-func CtxFuncs() (get, set uintptr, err error)                              { return 0, 0, errNoCgo }
-func ErrorOf(call string, code int) error                                  { return errNoCgo }
-func EventSynchronize(e Event) error                                       { return errNoCgo }
-func EventQuery(e Event) (done bool, err error)                            { return false, errNoCgo }
-func EventElapsedTime(start, end Event) (time.Duration, error)             { return 0, errNoCgo }
-func EventDestroy(e Event) error                                           { return errNoCgo }
-func IpcGetMemHandle(p DevicePtr) (IpcMemHandle, error)                    { return IpcMemHandle{}, errNoCgo }
-func IpcOpenMemHandle(h IpcMemHandle, flags uint32) (DevicePtr, error)     { return 0, errNoCgo }
-func IpcCloseMemHandle(p DevicePtr) error                                  { return errNoCgo }
-func ModuleLoadData(image []byte) (Module, error)                          { return 0, errNoCgo }
-func ModuleGetFunction(m Module, name string) (Function, error)            { return 0, errNoCgo }
-func ModuleUnload(m Module) error                                          { return errNoCgo }
+func StreamSynchronizeIn(ctx Context, s Stream) error                      { return errNoCgo }
+func MemcpyHtoDAsyncIn(ctx Context, dst DevicePtr, src uintptr, n int, s Stream) error {
+	return errNoCgo
+}
+func MemcpyDtoHAsyncIn(ctx Context, dst uintptr, src DevicePtr, n int, s Stream) error {
+	return errNoCgo
+}
+func MemcpyDtoDAsyncIn(ctx Context, dst, src DevicePtr, n int, s Stream) error  { return errNoCgo }
+func MemsetD8AsyncIn(ctx Context, dst DevicePtr, v byte, n int, s Stream) error { return errNoCgo }
+func StreamWaitEventIn(ctx Context, s Stream, e Event) error                    { return errNoCgo }
+func EventSynchronizeIn(ctx Context, e Event) error                             { return errNoCgo }
+func EventQueryIn(ctx Context, e Event) (done bool, err error)                  { return false, errNoCgo }
+func CtxFuncs() (get, set uintptr, err error)                                   { return 0, 0, errNoCgo }
+func ErrorOf(call string, code int) error                                       { return errNoCgo }
+func EventSynchronize(e Event) error                                            { return errNoCgo }
+func EventQuery(e Event) (done bool, err error)                                 { return false, errNoCgo }
+func EventElapsedTime(start, end Event) (time.Duration, error)                  { return 0, errNoCgo }
+func EventDestroy(e Event) error                                                { return errNoCgo }
+func IpcGetMemHandle(p DevicePtr) (IpcMemHandle, error)                         { return IpcMemHandle{}, errNoCgo }
+func IpcOpenMemHandle(h IpcMemHandle, flags uint32) (DevicePtr, error)          { return 0, errNoCgo }
+func IpcCloseMemHandle(p DevicePtr) error                                       { return errNoCgo }
+func ModuleLoadData(image []byte) (Module, error)                               { return 0, errNoCgo }
+func ModuleGetFunction(m Module, name string) (Function, error)                 { return 0, errNoCgo }
+func ModuleUnload(m Module) error                                               { return errNoCgo }
 func LaunchKernel(f Function, grid, block Dim3, sharedMem int, s Stream, args ...[]byte) error {
 	return errNoCgo
 }
@@ -92,3 +104,10 @@ func MemUnmap(p DevicePtr, n int) error                          { return errNoC
 func MemSetAccess(p DevicePtr, n int, d Device) error            { return errNoCgo }
 func MemExportToShareableHandle(h MemHandle) (fd int, err error) { return -1, errNoCgo }
 func MemImportFromShareableHandle(fd int) (MemHandle, error)     { return 0, errNoCgo }
+
+// MaxKernelArgs is the most parameters LaunchKernelIn passes in one C call.
+const MaxKernelArgs = 64
+
+func LaunchKernelIn(ctx Context, f Function, grid, block Dim3, sharedMem int, s Stream, args ...[]byte) error {
+	return errNoCgo
+}

@@ -222,6 +222,37 @@ static CUresult gc_cuEventQuery(uintptr_t e) { return CU(cuEventQuery, (CUevent)
 static CUresult gc_cuEventElapsedTime(float* ms, uintptr_t start, uintptr_t end) { return CU(cuEventElapsedTime, (float*, CUevent, CUevent))(ms, H(CUevent, start), H(CUevent, end)); }
 static CUresult gc_cuEventDestroy(uintptr_t e) { return CU(cuEventDestroy, (CUevent))(H(CUevent, e)); }
 
+// gc_in makes one driver call, op, with ctx current, in one C call of Go's,
+// as gc_cuEventRecordIn records: the calls that a stream-ordered operation
+// makes on every message or chunk (a copy or a memset queued on a stream, a
+// wait for a stream or an event), which cuda.WithContext surrounds with two
+// or three more cgo calls and a locked thread. a and b are the call's
+// pointers (or the memset's byte in b), n its bytes, s its stream.
+enum {
+	GC_IN_STREAM_SYNC = 1, GC_IN_HTOD_ASYNC, GC_IN_DTOH_ASYNC, GC_IN_DTOD_ASYNC,
+	GC_IN_MEMSET_ASYNC, GC_IN_STREAM_WAIT_EVENT, GC_IN_EVENT_SYNC, GC_IN_EVENT_QUERY,
+};
+static gc_staged gc_in(uintptr_t ctx, int op, uintptr_t a, uintptr_t b, size_t n, uintptr_t s) {
+	gc_staged out = {0, 0};
+	CUcontext prev = NULL;
+	out.r = gc_enter(ctx, &prev, &out.stage);
+	if (out.r != 0) return out;
+	out.stage = 3;
+	switch (op) {
+	case GC_IN_STREAM_SYNC: out.r = gc_cuStreamSynchronize(s); break;
+	case GC_IN_HTOD_ASYNC: out.r = gc_cuMemcpyHtoDAsync((CUdeviceptr)a, b, n, s); break;
+	case GC_IN_DTOH_ASYNC: out.r = gc_cuMemcpyDtoHAsync(a, (CUdeviceptr)b, n, s); break;
+	case GC_IN_DTOD_ASYNC: out.r = gc_cuMemcpyDtoDAsync((CUdeviceptr)a, (CUdeviceptr)b, n, s); break;
+	case GC_IN_MEMSET_ASYNC: out.r = gc_cuMemsetD8Async((CUdeviceptr)a, (unsigned char)b, n, s); break;
+	case GC_IN_STREAM_WAIT_EVENT: out.r = gc_cuStreamWaitEvent(s, a); break;
+	case GC_IN_EVENT_SYNC: out.r = gc_cuEventSynchronize(a); break;
+	case GC_IN_EVENT_QUERY: out.r = gc_cuEventQuery(a); break;
+	default: out.r = 1; // CUDA_ERROR_INVALID_VALUE: not a call of gc_in's
+	}
+	gc_leave(ctx, prev);
+	return out;
+}
+
 static CUresult gc_cuIpcGetMemHandle(void* h, CUdeviceptr p) { return CU(cuIpcGetMemHandle, (CUipcMemHandle*, CUdeviceptr))((CUipcMemHandle*)h, p); }
 // The handle travels by value, as the driver's prototype says.
 static CUresult gc_cuIpcOpenMemHandle(CUdeviceptr* p, const void* h, unsigned flags) {
@@ -249,6 +280,31 @@ static CUresult gc_cuLaunchKernel(uintptr_t f, unsigned gx, unsigned gy, unsigne
 		unsigned bx, unsigned by, unsigned bz, unsigned shmem, uintptr_t s, void* params) {
 	return CU(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**, void**))(
 		H(CUfunction, f), gx, gy, gz, bx, by, bz, shmem, H(CUstream, s), (void**)params, NULL);
+}
+
+// gc_cuLaunchKernelIn launches f with ctx current (as gc_in), its nargs
+// parameters at data + offs[i] (Go memory holding no pointers, read by the
+// driver before the launch returns): one C call, where LaunchKernel's
+// parameter block costs a malloc and a free of its own.
+#define GC_MAX_KERNEL_ARGS 64
+static gc_staged gc_cuLaunchKernelIn(uintptr_t ctx, uintptr_t f, unsigned gx, unsigned gy, unsigned gz,
+		unsigned bx, unsigned by, unsigned bz, unsigned shmem, uintptr_t s,
+		unsigned char* data, const int* offs, int nargs) {
+	gc_staged out = {0, 0};
+	void* slots[GC_MAX_KERNEL_ARGS];
+	if (nargs < 0 || nargs > GC_MAX_KERNEL_ARGS) {
+		out.r = 1; // CUDA_ERROR_INVALID_VALUE; Go checks first
+		out.stage = 3;
+		return out;
+	}
+	for (int i = 0; i < nargs; i++) slots[i] = data + offs[i];
+	CUcontext prev = NULL;
+	out.r = gc_enter(ctx, &prev, &out.stage);
+	if (out.r != 0) return out;
+	out.stage = 3;
+	out.r = gc_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, s, nargs > 0 ? (void*)slots : NULL);
+	gc_leave(ctx, prev);
+	return out;
 }
 
 // VMM. Allocations are always pinned device memory on one device, exportable

@@ -70,6 +70,19 @@ CUresult cuStreamQuery(void* s) {
 	return s ? 0 : 600;
 }
 CUresult cuEventElapsedTime_v2(float* ms, void* a, void* b) { *ms = 1.5f; return 0; }
+// The In calls' driver calls: each works only with context 0x99 current
+// and on stream 0x5001 (0 for the event calls), so that a context not made
+// current, or an argument that did not cross gc_in intact, is an error.
+#define IN_OK(s) if (current != (void*)0x99) return 201; if ((s) != (void*)0x5001) return 400
+CUresult cuStreamSynchronize(void* s) { IN_OK(s); return 0; }
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void* src, size_t n, void* s) { IN_OK(s); memcpy(mem + (dst - BASE), src, n); return 0; }
+CUresult cuMemcpyDtoHAsync_v2(void* dst, CUdeviceptr src, size_t n, void* s) { IN_OK(s); memcpy(dst, mem + (src - BASE), n); return 0; }
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void* s) { IN_OK(s); memmove(mem + (dst - BASE), mem + (src - BASE), n); return 0; }
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, void* s) { IN_OK(s); memset(mem + (dst - BASE), v, n); return 0; }
+CUresult cuStreamWaitEvent(void* s, void* e, unsigned flags) { IN_OK(s); return e == (void*)0x77 && flags == 0 ? 0 : 400; }
+// Event 0x78 is not reached yet; 0x77 is.
+CUresult cuEventSynchronize(void* e) { IN_OK((void*)0x5001); return e == (void*)0x77 ? 0 : 400; }
+CUresult cuEventQuery(void* e) { IN_OK((void*)0x5001); return e == (void*)0x77 ? 0 : e == (void*)0x78 ? 600 : 400; }
 CUresult cuIpcGetMemHandle(Handle* h, CUdeviceptr p) { for (int i = 0; i < 64; i++) h->b[i] = (unsigned char)(i * 3 + 1); return 0; }
 CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, Handle h, unsigned flags) {
 	for (int i = 0; i < 64; i++) if (h.b[i] != (unsigned char)(i * 3 + 1)) return 400;
@@ -129,9 +142,12 @@ CUresult cuMemUnmap(CUdeviceptr p, size_t n) { return p == 0x7f0000000000ULL && 
 CUresult cuMemAddressFree(CUdeviceptr p, size_t n) { return p == 0x7f0000000000ULL && n == (size_t)4 << 20 ? 0 : 1; }
 CUresult cuMemRelease(unsigned long long h) { return h == 0x4321 || h == 0x4322 ? 0 : 400; }
 /* Succeeds only if every argument arrived where the Go side put it. */
+// A launch works with no context current (LaunchKernel's test) or 0x99
+// (LaunchKernelIn's).
 CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 		unsigned shmem, void* s, void** params, void** extra) {
 	if (f != (void*)0x88 || gx != 2 || gy != 3 || gz != 1 || bx != 128 || by != 1 || bz != 1) return 1;
+	if (current != NULL && current != (void*)0x99) return 201;
 	if (shmem != 256 || s != (void*)0x5001 || extra != NULL) return 1;
 	if (*(int*)params[0] != -7 || *(double*)params[1] != 2.5 || *(CUdeviceptr*)params[2] != BASE) return 1;
 	if (*(unsigned char*)params[3] != 9 || ((uintptr_t)params[1] % 8) != 0) return 1;
@@ -341,6 +357,55 @@ func TestCallsCarryArgumentsAndResults(t *testing.T) {
 	}
 	done, err = StreamQueryIn(0x99, s)
 	check("StreamQueryIn(idle)", done, true, err)
+	// The other In calls: each makes its call in the context it is given
+	// and puts back the one that was current (0x11 here), with its
+	// arguments intact (the fake moves real bytes through its memory), and
+	// a context the call refuses is named by the call.
+	in := []struct {
+		name string
+		call func(ctx Context) error
+	}{
+		{"cuStreamSynchronize", func(ctx Context) error { return StreamSynchronizeIn(ctx, s) }},
+		{"cuMemsetD8Async", func(ctx Context) error { return MemsetD8AsyncIn(ctx, dev+8, 0xab, 8, s) }},
+		{"cuMemcpyDtoDAsync", func(ctx Context) error { return MemcpyDtoDAsyncIn(ctx, dev+16, dev+8, 8, s) }},
+		{"cuStreamWaitEvent", func(ctx Context) error { return StreamWaitEventIn(ctx, s, 0x77) }},
+		{"cuEventSynchronize", func(ctx Context) error { return EventSynchronizeIn(ctx, 0x77) }},
+		{"cuEventQuery", func(ctx Context) error {
+			done, err := EventQueryIn(ctx, 0x77)
+			if err == nil && !done {
+				return errors.New("event 0x77 is reached, EventQueryIn says not")
+			}
+			return err
+		}},
+	}
+	if err := CtxSetCurrent(0x11); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range in {
+		check(c.name+" in 0x99", true, true, c.call(0x99))
+		now, err := CtxGetCurrent()
+		check("the context after "+c.name, now, Context(0x11), err)
+		if err := c.call(0x98); !IsCode(err, 201) || !strings.Contains(err.Error(), c.name) {
+			t.Errorf("%s in a context the call refuses = %v, want its error", c.name, err)
+		}
+	}
+	// Pinned host memory through the asynchronous copies, both ways.
+	host := []byte{1, 2, 3, 4, 5, 6, 7, 8}
+	back := make([]byte, 8)
+	pin := runtime.Pinner{}
+	pin.Pin(&host[0])
+	pin.Pin(&back[0])
+	check("MemcpyHtoDAsyncIn", true, true, MemcpyHtoDAsyncIn(0x99, dev+24, uintptr(unsafe.Pointer(&host[0])), 8, s))
+	check("MemcpyDtoHAsyncIn", true, true, MemcpyDtoHAsyncIn(0x99, uintptr(unsafe.Pointer(&back[0])), dev+24, 8, s))
+	check("the bytes back", string(back), string(host), nil)
+	check("MemcpyDtoHAsyncIn of the memset and its copy", true, true, MemcpyDtoHAsyncIn(0x99, uintptr(unsafe.Pointer(&back[0])), dev+16, 8, s))
+	check("the memset's bytes, copied on the device", string(back), strings.Repeat("\xab", 8), nil)
+	pin.Unpin()
+	done, err = EventQueryIn(0x99, 0x78)
+	check("EventQueryIn(not reached)", done, false, err)
+	if err := MemcpyDtoDAsyncIn(0x99, dev, dev, -1, s); !errors.Is(err, errs.ErrInvalidArgument) {
+		t.Errorf("MemcpyDtoDAsyncIn of -1 bytes = %v, want ErrInvalidArgument", err)
+	}
 	_ = CtxSetCurrent(0)
 	runtime.UnlockOSThread()
 	if e := ErrorOf("cuCtxSetCurrent", 201); !IsCode(e, 201) || !strings.Contains(e.Error(), "cuCtxSetCurrent") {
@@ -356,6 +421,30 @@ func TestCallsCarryArgumentsAndResults(t *testing.T) {
 	if !IsCode(err, CUDA_ERROR_INVALID_VALUE) {
 		t.Errorf("LaunchKernel with a wrong argument = %v, want the fake's refusal", err)
 	}
+	// LaunchKernelIn lays the same parameters out in Go memory, makes its
+	// context current for the launch and puts back the one before.
+	runtime.LockOSThread()
+	if err := CtxSetCurrent(0x11); err != nil {
+		t.Fatal(err)
+	}
+	err = LaunchKernelIn(0x99, f, Dim3{2, 3, 1}, Dim3{128, 1, 1}, 256, s, Arg(int32(-7)), Arg(2.5), Arg(dev), Arg(uint8(9)))
+	check("LaunchKernelIn", true, true, err)
+	now, err = CtxGetCurrent()
+	check("the context after LaunchKernelIn", now, Context(0x11), err)
+	if err := LaunchKernelIn(0x98, f, Dim3{2, 3, 1}, Dim3{128, 1, 1}, 256, s, Arg(int32(-7)), Arg(2.5), Arg(dev), Arg(uint8(9))); !IsCode(err, 201) {
+		t.Errorf("LaunchKernelIn in a context the launch refuses = %v, want its error", err)
+	}
+	now, err = CtxGetCurrent()
+	check("the context after a refused launch", now, Context(0x11), err)
+	err = LaunchKernelIn(0x99, f, Dim3{2, 3, 1}, Dim3{128, 1, 1}, 256, s, Arg(int32(-7)), Arg(2.5), Arg(dev), Arg(uint8(8)))
+	if !IsCode(err, CUDA_ERROR_INVALID_VALUE) || !strings.Contains(err.Error(), "cuLaunchKernel") {
+		t.Errorf("LaunchKernelIn with a wrong argument = %v, want the fake's refusal", err)
+	}
+	if err := LaunchKernelIn(0x99, f, Dim3{2, 3, 1}, Dim3{128, 1, 1}, 256, s, Arg(int32(-7)), nil); !errors.Is(err, errs.ErrInvalidArgument) {
+		t.Errorf("LaunchKernelIn with an empty argument = %v, want ErrInvalidArgument", err)
+	}
+	_ = CtxSetCurrent(0)
+	runtime.UnlockOSThread()
 }
 
 func TestVMMCallsCarryTheirStructs(t *testing.T) {
