@@ -950,17 +950,20 @@ func LaunchKernel(f Function, grid, block Dim3, sharedMem int, s Stream, args ..
 	return result("cuLaunchKernel", r)
 }
 
-// argAlign is the alignment a kernel argument of n bytes gets in the
-// parameter block: natural for scalars, at most 16.
-// MaxKernelArgs is the most parameters LaunchKernelIn passes in its one C
+// maxKernelArgs is the most parameters LaunchKernelIn passes in its one C
 // call; a launch with more goes through WithContext and LaunchKernel.
-const MaxKernelArgs = C.GC_MAX_KERNEL_ARGS
+const maxKernelArgs = C.GC_MAX_KERNEL_ARGS
 
 // LaunchKernelIn is LaunchKernel with ctx made current inside the same C
-// call (as EventRecordIn), the parameters laid out in Go memory as
-// LaunchKernel lays them out in C's: one cgo call a launch, where
-// cuda.WithContext around LaunchKernel makes three more and LaunchKernel
-// two (the parameter block's malloc and free).
+// call (as EventRecordIn): one cgo call a launch, where cuda.WithContext
+// around LaunchKernel makes three more and LaunchKernel two (the parameter
+// block's malloc and free). The parameters go in one Go buffer that holds
+// no pointers: their offsets (int32) first, then each value at its
+// alignment from a 16-byte boundary, as in LaunchKernel's block; the C side
+// builds the pointer array on its own stack for the call, and the driver
+// copies the values before cuLaunchKernel returns. Unlike LaunchKernel's
+// WithContext, a thread that had no context current keeps ctx (as
+// EventRecordIn); the fallback past maxKernelArgs puts back none.
 func LaunchKernelIn(ctx Context, f Function, grid, block Dim3, sharedMem int, s Stream, args ...[]byte) error {
 	if err := ready(); err != nil {
 		return err
@@ -968,36 +971,44 @@ func LaunchKernelIn(ctx Context, f Function, grid, block Dim3, sharedMem int, s 
 	if sharedMem < 0 || sharedMem > 1<<32-1 {
 		return fmt.Errorf("cuda: cuLaunchKernel: shared memory %d bytes: %w", sharedMem, errs.ErrInvalidArgument)
 	}
-	if len(args) > MaxKernelArgs {
+	if len(args) > maxKernelArgs {
 		// More than the C side's array holds: LaunchKernel's own block.
 		return WithContext(ctx, func() error { return LaunchKernel(f, grid, block, sharedMem, s, args...) })
 	}
-	var offs [MaxKernelArgs]C.int
 	end := 0
 	for i, a := range args {
 		if len(a) == 0 {
 			return fmt.Errorf("cuda: cuLaunchKernel: argument %d is empty: %w", i, errs.ErrInvalidArgument)
 		}
 		al := argAlign(len(a))
-		end = (end + al - 1) / al * al
-		offs[i] = C.int(end)
-		end += len(a)
+		end = (end+al-1)/al*al + len(a)
 	}
-	// 16-byte aligned, as malloc's block is: the largest alignment argAlign
-	// asks for.
-	words := make([]uint64, end/8+3)
-	skip := int(-uintptr(unsafe.Pointer(&words[0])) & 15)
-	data := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8)[skip:]
+	// One allocation: the offsets, then up to 15 bytes to reach a 16-byte
+	// boundary (the largest alignment argAlign asks for; the buffer is
+	// 8-byte aligned), then the values.
+	head := (4*len(args) + 7) / 8 * 8
+	words := make([]uint64, (head+8+end)/8+1)
+	all := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), len(words)*8)
+	offs := unsafe.Slice((*int32)(unsafe.Pointer(&words[0])), len(args))
+	base := head + int(-(uintptr(unsafe.Pointer(&words[0]))+uintptr(head))&15)
+	data := all[base:]
+	end = 0
 	for i, a := range args {
-		copy(data[offs[i]:], a)
+		al := argAlign(len(a))
+		end = (end + al - 1) / al * al
+		offs[i] = int32(end)
+		copy(data[end:], a)
+		end += len(a)
 	}
 	out := C.gc_cuLaunchKernelIn(C.uintptr_t(ctx), C.uintptr_t(f),
 		C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z),
 		C.uint(block.X), C.uint(block.Y), C.uint(block.Z),
-		C.uint(sharedMem), C.uintptr_t(s), (*C.uchar)(unsafe.Pointer(&data[0])), &offs[0], C.int(len(args)))
+		C.uint(sharedMem), C.uintptr_t(s), (*C.uchar)(unsafe.Pointer(&words[0])), C.int(base), C.int(len(args)))
 	return result(stageCall(int(out.stage), "cuLaunchKernel"), out.r)
 }
 
+// argAlign is the alignment a kernel argument of n bytes gets in the
+// parameter block: natural for scalars, at most 16.
 func argAlign(n int) int {
 	a := 1
 	for a < n && a < 16 {

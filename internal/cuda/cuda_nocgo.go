@@ -105,9 +105,6 @@ func MemSetAccess(p DevicePtr, n int, d Device) error            { return errNoC
 func MemExportToShareableHandle(h MemHandle) (fd int, err error) { return -1, errNoCgo }
 func MemImportFromShareableHandle(fd int) (MemHandle, error)     { return 0, errNoCgo }
 
-// MaxKernelArgs is the most parameters LaunchKernelIn passes in one C call.
-const MaxKernelArgs = 64
-
 func LaunchKernelIn(ctx Context, f Function, grid, block Dim3, sharedMem int, s Stream, args ...[]byte) error {
 	return errNoCgo
 }

@@ -233,7 +233,11 @@ enum {
 	GC_IN_MEMSET_ASYNC, GC_IN_STREAM_WAIT_EVENT, GC_IN_EVENT_SYNC, GC_IN_EVENT_QUERY,
 };
 static gc_staged gc_in(uintptr_t ctx, int op, uintptr_t a, uintptr_t b, size_t n, uintptr_t s) {
-	gc_staged out = {0, 0};
+	gc_staged out = {0, 3};
+	if (op < GC_IN_STREAM_SYNC || op > GC_IN_EVENT_QUERY) {
+		out.r = 1; // CUDA_ERROR_INVALID_VALUE: not a call of gc_in's
+		return out;
+	}
 	CUcontext prev = NULL;
 	out.r = gc_enter(ctx, &prev, &out.stage);
 	if (out.r != 0) return out;
@@ -247,7 +251,6 @@ static gc_staged gc_in(uintptr_t ctx, int op, uintptr_t a, uintptr_t b, size_t n
 	case GC_IN_STREAM_WAIT_EVENT: out.r = gc_cuStreamWaitEvent(s, a); break;
 	case GC_IN_EVENT_SYNC: out.r = gc_cuEventSynchronize(a); break;
 	case GC_IN_EVENT_QUERY: out.r = gc_cuEventQuery(a); break;
-	default: out.r = 1; // CUDA_ERROR_INVALID_VALUE: not a call of gc_in's
 	}
 	gc_leave(ctx, prev);
 	return out;
@@ -275,29 +278,31 @@ static CUresult gc_cuModuleGetFunction(uintptr_t* f, uintptr_t m, const char* na
 	return r;
 }
 static CUresult gc_cuModuleUnload(uintptr_t m) { return CU(cuModuleUnload, (CUmodule))(H(CUmodule, m)); }
-// params is a C-allocated array of pointers to C-allocated argument values.
+// params is an array of pointers to the argument values (LaunchKernel's
+// C-allocated block; gc_cuLaunchKernelIn's array on its stack).
 static CUresult gc_cuLaunchKernel(uintptr_t f, unsigned gx, unsigned gy, unsigned gz,
 		unsigned bx, unsigned by, unsigned bz, unsigned shmem, uintptr_t s, void* params) {
 	return CU(cuLaunchKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, CUstream, void**, void**))(
 		H(CUfunction, f), gx, gy, gz, bx, by, bz, shmem, H(CUstream, s), (void**)params, NULL);
 }
 
-// gc_cuLaunchKernelIn launches f with ctx current (as gc_in), its nargs
-// parameters at data + offs[i] (Go memory holding no pointers, read by the
-// driver before the launch returns): one C call, where LaunchKernel's
-// parameter block costs a malloc and a free of its own.
+// gc_cuLaunchKernelIn launches f with ctx current (as gc_in). buf is Go
+// memory holding no pointers: nargs int32 offsets first, then the values,
+// parameter i at buf + base + offs[i]; the pointer array is built here, on
+// the C stack, and the driver copies the values before it returns: one C
+// call, where LaunchKernel's parameter block costs a malloc and a free.
 #define GC_MAX_KERNEL_ARGS 64
 static gc_staged gc_cuLaunchKernelIn(uintptr_t ctx, uintptr_t f, unsigned gx, unsigned gy, unsigned gz,
 		unsigned bx, unsigned by, unsigned bz, unsigned shmem, uintptr_t s,
-		unsigned char* data, const int* offs, int nargs) {
-	gc_staged out = {0, 0};
+		unsigned char* buf, int base, int nargs) {
+	gc_staged out = {0, 3};
 	void* slots[GC_MAX_KERNEL_ARGS];
 	if (nargs < 0 || nargs > GC_MAX_KERNEL_ARGS) {
 		out.r = 1; // CUDA_ERROR_INVALID_VALUE; Go checks first
-		out.stage = 3;
 		return out;
 	}
-	for (int i = 0; i < nargs; i++) slots[i] = data + offs[i];
+	const int32_t* offs = (const int32_t*)buf;
+	for (int i = 0; i < nargs; i++) slots[i] = buf + base + offs[i];
 	CUcontext prev = NULL;
 	out.r = gc_enter(ctx, &prev, &out.stage);
 	if (out.r != 0) return out;

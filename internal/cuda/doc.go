@@ -14,14 +14,21 @@
 // goroutine may move between threads at any call. Every call that uses the
 // current context (memory, streams, events, modules, IPC, launches) must run
 // inside WithContext, which locks the goroutine to its thread, makes the
-// context current and restores the previous one, none included. Nothing
-// here sets a context behind the caller's back.
+// context current and restores the previous one, none included, or be one
+// of the In calls (EventRecordIn, StreamQueryIn, StreamSynchronizeIn, the
+// asynchronous copies and memset, StreamWaitEventIn, EventSynchronizeIn,
+// EventQueryIn, LaunchKernelIn), which take the context and make it current
+// inside their own C call: they put back another context that was current,
+// and leave theirs current on a thread that had none (a Go thread carries
+// no other library's), so that the next call there sets nothing.
 //
 // Memory rules: handles and host addresses are passed as integers and never
-// as Go pointers that C could keep. Go memory ([]byte) is handed only to the
-// blocking copies (MemcpyHtoDBytes, MemcpyDtoHBytes), which do not keep it
-// after they return; the asynchronous copies and MemHostRegister take
-// addresses of C memory (MemAllocHost, mmap) only.
+// as Go pointers that C could keep. Go memory is handed only to the
+// blocking copies (MemcpyHtoDBytes, MemcpyDtoHBytes) and to LaunchKernelIn
+// (its parameter buffer, which holds no pointers and which the driver
+// copies before the launch returns), none of which keep it after they
+// return; the asynchronous copies and MemHostRegister take addresses of C
+// memory (MemAllocHost, mmap) only.
 //
 // This package must not grow policy: no device choice, no caching, no
 // retries. Those belong to devmem. It declares its own prototypes in

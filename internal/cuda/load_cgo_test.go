@@ -3,6 +3,7 @@
 package cuda
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"regexp"
@@ -48,7 +49,13 @@ CUresult cuDeviceGetUuid_v2(unsigned char* u, int d) { for (int i = 0; i < 16; i
 CUresult cuDeviceGetAttribute(int* v, int attr, int d) { *v = attr * 10 + d; return 0; }
 CUresult cuDeviceGetPCIBusId(char* id, int len, int d) { snprintf(id, len, "0000:%02x:00.0", d); return 0; }
 CUresult cuDeviceTotalMem_v2(size_t* n, int d) { *n = (size_t)80 << 30; return 0; }
-CUresult cuCtxSetCurrent(void* c) { current = c; return 0; }
+// Context 0x97 cannot be made current, and says so with CUDA_ERROR_NOT_READY
+// (600), which an In call must not take for its own call's "not done yet".
+CUresult cuCtxSetCurrent(void* c) {
+	if (c == (void*)0x97) return 600;
+	current = c;
+	return 0;
+}
 CUresult cuCtxGetCurrent(void** c) { *c = current; return 0; }
 // An event records only with the context of its own handle current.
 CUresult cuEventRecord(void* e, void* s) { return current == e ? 0 : 201; }
@@ -144,8 +151,24 @@ CUresult cuMemRelease(unsigned long long h) { return h == 0x4321 || h == 0x4322 
 /* Succeeds only if every argument arrived where the Go side put it. */
 // A launch works with no context current (LaunchKernel's test) or 0x99
 // (LaunchKernelIn's).
+static const int fake_sizes[7] = {1, 2, 4, 8, 16, 24, 3};
+static int fake_align(int n) { int a = 1; while (a < n && a < 16) a <<= 1; return a; }
 CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 		unsigned shmem, void* s, void** params, void** extra) {
+	// Kernel 0x89 takes gx parameters, parameter i of fake_sizes[i % 7]
+	// bytes, each byte i+1, at its alignment; with none, params is NULL.
+	if (f == (void*)0x89) {
+		if (current != NULL && current != (void*)0x99) return 201;
+		if (gx == 0) return params == NULL ? 0 : 1;
+		if (params == NULL) return 1;
+		for (unsigned i = 0; i < gx; i++) {
+			int n = fake_sizes[i % 7];
+			unsigned char* p = params[i];
+			if ((uintptr_t)p % fake_align(n) != 0) return 1;
+			for (int k = 0; k < n; k++) if (p[k] != (unsigned char)(i + 1)) return 1;
+		}
+		return 0;
+	}
 	if (f != (void*)0x88 || gx != 2 || gy != 3 || gz != 1 || bx != 128 || by != 1 || bz != 1) return 1;
 	if (current != NULL && current != (void*)0x99) return 201;
 	if (shmem != 256 || s != (void*)0x5001 || extra != NULL) return 1;
@@ -361,10 +384,21 @@ func TestCallsCarryArgumentsAndResults(t *testing.T) {
 	// and puts back the one that was current (0x11 here), with its
 	// arguments intact (the fake moves real bytes through its memory), and
 	// a context the call refuses is named by the call.
+	host := []byte{1, 2, 3, 4, 5, 6, 7, 8}
+	back := make([]byte, 8)
+	pin := runtime.Pinner{}
+	pin.Pin(&host[0])
+	pin.Pin(&back[0])
 	in := []struct {
 		name string
 		call func(ctx Context) error
 	}{
+		{"cuMemcpyHtoDAsync", func(ctx Context) error {
+			return MemcpyHtoDAsyncIn(ctx, dev+32, uintptr(unsafe.Pointer(&host[0])), 8, s)
+		}},
+		{"cuMemcpyDtoHAsync", func(ctx Context) error {
+			return MemcpyDtoHAsyncIn(ctx, uintptr(unsafe.Pointer(&back[0])), dev+32, 8, s)
+		}},
 		{"cuStreamSynchronize", func(ctx Context) error { return StreamSynchronizeIn(ctx, s) }},
 		{"cuMemsetD8Async", func(ctx Context) error { return MemsetD8AsyncIn(ctx, dev+8, 0xab, 8, s) }},
 		{"cuMemcpyDtoDAsync", func(ctx Context) error { return MemcpyDtoDAsyncIn(ctx, dev+16, dev+8, 8, s) }},
@@ -389,12 +423,8 @@ func TestCallsCarryArgumentsAndResults(t *testing.T) {
 			t.Errorf("%s in a context the call refuses = %v, want its error", c.name, err)
 		}
 	}
-	// Pinned host memory through the asynchronous copies, both ways.
-	host := []byte{1, 2, 3, 4, 5, 6, 7, 8}
-	back := make([]byte, 8)
-	pin := runtime.Pinner{}
-	pin.Pin(&host[0])
-	pin.Pin(&back[0])
+	// Pinned host memory through the asynchronous copies, both ways (the
+	// table above ran each once, in a context the copy refuses too).
 	check("MemcpyHtoDAsyncIn", true, true, MemcpyHtoDAsyncIn(0x99, dev+24, uintptr(unsafe.Pointer(&host[0])), 8, s))
 	check("MemcpyDtoHAsyncIn", true, true, MemcpyDtoHAsyncIn(0x99, uintptr(unsafe.Pointer(&back[0])), dev+24, 8, s))
 	check("the bytes back", string(back), string(host), nil)
@@ -403,6 +433,29 @@ func TestCallsCarryArgumentsAndResults(t *testing.T) {
 	pin.Unpin()
 	done, err = EventQueryIn(0x99, 0x78)
 	check("EventQueryIn(not reached)", done, false, err)
+	// A context that cannot be made current is an error naming the set, even
+	// where its code is the one a query reads as "not done yet".
+	if done, err := EventQueryIn(0x97, 0x78); done || !IsCode(err, 600) || !strings.Contains(err.Error(), "cuCtxSetCurrent") {
+		t.Errorf("EventQueryIn in a context that cannot be made current = %v, %v; want cuCtxSetCurrent's error", done, err)
+	}
+	if done, err := StreamQueryIn(0x97, 0x5002); done || !IsCode(err, 600) || !strings.Contains(err.Error(), "cuCtxSetCurrent") {
+		t.Errorf("StreamQueryIn in a context that cannot be made current = %v, %v; want cuCtxSetCurrent's error", done, err)
+	}
+	// Launches of 0 to 200 parameters of 1 to 24 bytes: each value intact
+	// at its alignment, none as a NULL block; past maxKernelArgs through
+	// LaunchKernel's own block.
+	for _, n := range []int{0, 1, 7, 13, maxKernelArgs, maxKernelArgs + 1, 200} {
+		sizes := []int{1, 2, 4, 8, 16, 24, 3}
+		args := make([][]byte, n)
+		for i := range args {
+			args[i] = bytes.Repeat([]byte{byte(i + 1)}, sizes[i%7])
+		}
+		if err := LaunchKernelIn(0x99, 0x89, Dim3{uint32(n), 1, 1}, Dim3{1, 1, 1}, 0, s, args...); err != nil {
+			t.Errorf("LaunchKernelIn of %d parameters: %v", n, err)
+		}
+		now, err := CtxGetCurrent()
+		check(fmt.Sprintf("the context after a launch of %d parameters", n), now, Context(0x11), err)
+	}
 	if err := MemcpyDtoDAsyncIn(0x99, dev, dev, -1, s); !errors.Is(err, errs.ErrInvalidArgument) {
 		t.Errorf("MemcpyDtoDAsyncIn of -1 bytes = %v, want ErrInvalidArgument", err)
 	}

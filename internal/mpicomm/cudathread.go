@@ -20,15 +20,18 @@ import (
 // cudaThread is the thread setup (mpi.SetThreadSetup) of a process whose
 // MPI makes CUDA calls of its own: it makes the GPU's primary context
 // current on the OS thread of every MPI call, as cudaSetDevice does for a C
-// program. The context stays current on that thread afterwards, and a
-// flag in the thread's C thread-local storage remembers it, so that later
-// MPI calls there cost one small cgo call and allocate nothing (the cuda
+// program. The context stays current on that thread afterwards, and a flag
+// in the thread's C thread-local storage remembers it, so that later MPI
+// calls there cost one small cgo call and allocate nothing (the cuda
 // package's cuCtxGetCurrent allocates its result). That is safe for devmem,
-// whose CUDA calls all run inside cuda.WithContext and restore the context
-// they found, and it is what MPI itself expects: its deferred work (closing
-// peers' IPC handles, freeing its GPU buffers) may run in any later call. A
-// library that sets another context on a Go thread and leaves it there
-// would defeat it: gpucomm's own never do.
+// whose CUDA calls run inside cuda.WithContext or are internal/cuda's In
+// calls, which all put back a context they found current (an In call
+// leaves its own only on a thread that had none, and this setup, finding
+// the flag unset there, makes its own current again), and it is what MPI
+// itself expects: its deferred work (closing peers' IPC handles, freeing its
+// GPU buffers) may run in any later call. A library that sets another
+// context on a Go thread and leaves it there would defeat it: gpucomm's own
+// never do.
 type cudaThread struct{ ctx cuda.Context }
 
 func (t *cudaThread) Enter() {
