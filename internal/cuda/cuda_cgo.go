@@ -673,81 +673,52 @@ func EventRecordIn(ctx Context, e Event, s Stream) error {
 // every wait for a stream or an event, several a message of the mpi
 // backend's IPC path.
 
-// inCtx makes gc_in's call op and returns its error, named call.
-func inCtx(call string, ctx Context, op C.int, a, b uintptr, n C.size_t, s Stream) error {
-	out := C.gc_in(C.uintptr_t(ctx), op, C.uintptr_t(a), C.uintptr_t(b), n, C.uintptr_t(s))
+// inCtx makes gc_in's call op on n bytes (n checked as nbytes does; 0 for
+// a call of no size) and returns its error, named call.
+func inCtx(call string, ctx Context, op C.int, a, b uintptr, n int, s Stream) error {
+	if err := ready(); err != nil {
+		return err
+	}
+	sz, err := nbytes(call, n)
+	if err != nil {
+		return err
+	}
+	out := C.gc_in(C.uintptr_t(ctx), op, C.uintptr_t(a), C.uintptr_t(b), sz, C.uintptr_t(s))
 	return result(stageCall(int(out.stage), call), out.r)
 }
 
 // StreamSynchronizeIn is StreamSynchronize in ctx.
 func StreamSynchronizeIn(ctx Context, s Stream) error {
-	if err := ready(); err != nil {
-		return err
-	}
 	return inCtx("cuStreamSynchronize", ctx, C.GC_IN_STREAM_SYNC, 0, 0, 0, s)
 }
 
 // MemcpyHtoDAsyncIn is MemcpyHtoDAsync in ctx.
 func MemcpyHtoDAsyncIn(ctx Context, dst DevicePtr, src uintptr, n int, s Stream) error {
-	if err := ready(); err != nil {
-		return err
-	}
-	sz, err := nbytes("cuMemcpyHtoDAsync", n)
-	if err != nil {
-		return err
-	}
-	return inCtx("cuMemcpyHtoDAsync", ctx, C.GC_IN_HTOD_ASYNC, uintptr(dst), src, sz, s)
+	return inCtx("cuMemcpyHtoDAsync", ctx, C.GC_IN_HTOD_ASYNC, uintptr(dst), src, n, s)
 }
 
 // MemcpyDtoHAsyncIn is MemcpyDtoHAsync in ctx.
 func MemcpyDtoHAsyncIn(ctx Context, dst uintptr, src DevicePtr, n int, s Stream) error {
-	if err := ready(); err != nil {
-		return err
-	}
-	sz, err := nbytes("cuMemcpyDtoHAsync", n)
-	if err != nil {
-		return err
-	}
-	return inCtx("cuMemcpyDtoHAsync", ctx, C.GC_IN_DTOH_ASYNC, dst, uintptr(src), sz, s)
+	return inCtx("cuMemcpyDtoHAsync", ctx, C.GC_IN_DTOH_ASYNC, dst, uintptr(src), n, s)
 }
 
 // MemcpyDtoDAsyncIn is MemcpyDtoDAsync in ctx.
 func MemcpyDtoDAsyncIn(ctx Context, dst, src DevicePtr, n int, s Stream) error {
-	if err := ready(); err != nil {
-		return err
-	}
-	sz, err := nbytes("cuMemcpyDtoDAsync", n)
-	if err != nil {
-		return err
-	}
-	return inCtx("cuMemcpyDtoDAsync", ctx, C.GC_IN_DTOD_ASYNC, uintptr(dst), uintptr(src), sz, s)
+	return inCtx("cuMemcpyDtoDAsync", ctx, C.GC_IN_DTOD_ASYNC, uintptr(dst), uintptr(src), n, s)
 }
 
 // MemsetD8AsyncIn is MemsetD8Async in ctx.
 func MemsetD8AsyncIn(ctx Context, dst DevicePtr, v byte, n int, s Stream) error {
-	if err := ready(); err != nil {
-		return err
-	}
-	sz, err := nbytes("cuMemsetD8Async", n)
-	if err != nil {
-		return err
-	}
-	return inCtx("cuMemsetD8Async", ctx, C.GC_IN_MEMSET_ASYNC, uintptr(dst), uintptr(v), sz, s)
+	return inCtx("cuMemsetD8Async", ctx, C.GC_IN_MEMSET_ASYNC, uintptr(dst), uintptr(v), n, s)
 }
 
 // StreamWaitEventIn is StreamWaitEvent in ctx.
 func StreamWaitEventIn(ctx Context, s Stream, e Event) error {
-	if err := ready(); err != nil {
-		return err
-	}
 	return inCtx("cuStreamWaitEvent", ctx, C.GC_IN_STREAM_WAIT_EVENT, uintptr(e), 0, 0, s)
 }
 
 // EventSynchronizeIn is EventSynchronize in ctx.
 func EventSynchronizeIn(ctx Context, e Event) error {
-	if err := ready(); err != nil {
-		return err
-	}
 	return inCtx("cuEventSynchronize", ctx, C.GC_IN_EVENT_SYNC, uintptr(e), 0, 0, 0)
 }
 
