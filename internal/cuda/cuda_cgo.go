@@ -622,15 +622,7 @@ func StreamQuery(s Stream) (done bool, err error) {
 // StreamQuery makes two to four and locks the thread. A wait that polls a
 // stream (a nil-stream operation of the nccl backend) calls it in a loop.
 func StreamQueryIn(ctx Context, s Stream) (done bool, err error) {
-	if err := ready(); err != nil {
-		return false, err
-	}
-	out := C.gc_cuStreamQueryIn(C.uintptr_t(ctx), C.uintptr_t(s))
-	r, stage := out.r, out.stage
-	if r == CUDA_ERROR_NOT_READY && stage == 3 {
-		return false, nil
-	}
-	return r == CUDA_SUCCESS, result(stageCall(int(stage), "cuStreamQuery"), r)
+	return queryIn("cuStreamQuery", ctx, C.GC_IN_STREAM_QUERY, 0, s)
 }
 
 // StreamWaitEvent makes later work on s wait for e's last record.
@@ -659,11 +651,7 @@ func EventCreate(flags uint32) (Event, error) {
 // every timed iteration of a benchmark and around every operation a
 // timeout watches, so the difference is measured (devmem's stream host cost).
 func EventRecordIn(ctx Context, e Event, s Stream) error {
-	if err := ready(); err != nil {
-		return err
-	}
-	out := C.gc_cuEventRecordIn(C.uintptr_t(ctx), C.uintptr_t(e), C.uintptr_t(s))
-	return result(stageCall(int(out.stage), "cuEventRecord"), out.r)
+	return inCtx("cuEventRecord", ctx, C.GC_IN_EVENT_RECORD, uintptr(e), 0, 0, s)
 }
 
 // The calls below are the plain ones above with ctx made current inside
@@ -724,14 +712,20 @@ func EventSynchronizeIn(ctx Context, e Event) error {
 
 // EventQueryIn is EventQuery in ctx.
 func EventQueryIn(ctx Context, e Event) (done bool, err error) {
+	return queryIn("cuEventQuery", ctx, C.GC_IN_EVENT_QUERY, uintptr(e), 0)
+}
+
+// queryIn makes gc_in's query op: done, or not yet (the call's own
+// CUDA_ERROR_NOT_READY, not a context's that could not be made current).
+func queryIn(call string, ctx Context, op C.int, e uintptr, s Stream) (done bool, err error) {
 	if err := ready(); err != nil {
 		return false, err
 	}
-	out := C.gc_in(C.uintptr_t(ctx), C.GC_IN_EVENT_QUERY, C.uintptr_t(e), 0, 0, 0)
+	out := C.gc_in(C.uintptr_t(ctx), op, C.uintptr_t(e), 0, 0, C.uintptr_t(s))
 	if out.r == CUDA_ERROR_NOT_READY && out.stage == 3 {
 		return false, nil
 	}
-	return out.r == CUDA_SUCCESS, result(stageCall(int(out.stage), "cuEventQuery"), out.r)
+	return out.r == CUDA_SUCCESS, result(stageCall(int(out.stage), call), out.r)
 }
 
 // ErrorOf is the *Error of a CUresult that C code of another package got

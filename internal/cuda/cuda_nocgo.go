@@ -93,6 +93,9 @@ func ModuleUnload(m Module) error                                               
 func LaunchKernel(f Function, grid, block Dim3, sharedMem int, s Stream, args ...[]byte) error {
 	return errNoCgo
 }
+func LaunchKernelIn(ctx Context, f Function, grid, block Dim3, sharedMem int, s Stream, args ...[]byte) error {
+	return errNoCgo
+}
 func HasVMM() bool                                               { return false }
 func MemGetAllocationGranularity(d Device) (int, error)          { return 0, errNoCgo }
 func MemCreate(n int, d Device) (MemHandle, error)               { return 0, errNoCgo }
@@ -104,7 +107,3 @@ func MemUnmap(p DevicePtr, n int) error                          { return errNoC
 func MemSetAccess(p DevicePtr, n int, d Device) error            { return errNoCgo }
 func MemExportToShareableHandle(h MemHandle) (fd int, err error) { return -1, errNoCgo }
 func MemImportFromShareableHandle(fd int) (MemHandle, error)     { return 0, errNoCgo }
-
-func LaunchKernelIn(ctx Context, f Function, grid, block Dim3, sharedMem int, s Stream, args ...[]byte) error {
-	return errNoCgo
-}

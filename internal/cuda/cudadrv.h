@@ -123,7 +123,7 @@ static CUresult gc_cuCtxGetCurrent(uintptr_t* ctx) {
 // other library's, and the next call on the thread then finds ctx current
 // and sets nothing (one driver call a call instead of three; the cudaaware
 // backend's MPI threads keep the context so too). Both run inside one C call of the caller's
-// (gc_cuEventRecordIn here; internal/nccl's collectives through the two
+// (gc_in and gc_cuLaunchKernelIn here; internal/nccl's collectives through the two
 // pointers gc_ctxfns hands out), so no Go thread switch can come between
 // them: one cgo call where cuda.WithContext makes three and locks the
 // goroutine to its thread. *stage says which call failed: 1 get, 2 set.
@@ -144,26 +144,6 @@ static void gc_leave(uintptr_t ctx, CUcontext prev) {
 // value: a stage written through a pointer from Go would move to the heap,
 // an allocation on every event record and stream poll.
 typedef struct { CUresult r; int stage; } gc_staged;
-static gc_staged gc_cuEventRecordIn(uintptr_t ctx, uintptr_t e, uintptr_t s) {
-	gc_staged out = {0, 0};
-	CUcontext prev = NULL;
-	out.r = gc_enter(ctx, &prev, &out.stage);
-	if (out.r != 0) return out;
-	out.stage = 3;
-	out.r = CU(cuEventRecord, (CUevent, CUstream))(H(CUevent, e), H(CUstream, s));
-	gc_leave(ctx, prev);
-	return out;
-}
-static gc_staged gc_cuStreamQueryIn(uintptr_t ctx, uintptr_t s) {
-	gc_staged out = {0, 0};
-	CUcontext prev = NULL;
-	out.r = gc_enter(ctx, &prev, &out.stage);
-	if (out.r != 0) return out;
-	out.stage = 3;
-	out.r = CU(cuStreamQuery, (CUstream))(H(CUstream, s));
-	gc_leave(ctx, prev);
-	return out;
-}
 static void gc_ctxfns(uintptr_t* get, uintptr_t* set) {
 	*get = (uintptr_t)gpucomm_cu[F_cuCtxGetCurrent];
 	*set = (uintptr_t)gpucomm_cu[F_cuCtxSetCurrent];
@@ -223,18 +203,20 @@ static CUresult gc_cuEventElapsedTime(float* ms, uintptr_t start, uintptr_t end)
 static CUresult gc_cuEventDestroy(uintptr_t e) { return CU(cuEventDestroy, (CUevent))(H(CUevent, e)); }
 
 // gc_in makes one driver call, op, with ctx current, in one C call of Go's,
-// as gc_cuEventRecordIn records: the calls that a stream-ordered operation
+// as internal/nccl's collectives do: the calls that a stream-ordered operation
 // makes on every message or chunk (a copy or a memset queued on a stream, a
-// wait for a stream or an event), which cuda.WithContext surrounds with two
-// or three more cgo calls and a locked thread. a and b are the call's
-// pointers (or the memset's byte in b), n its bytes, s its stream.
+// wait for a stream or an event, an event's record, a poll of a stream),
+// which cuda.WithContext surrounds with two or three more cgo calls and a
+// locked thread. a and b are the call's pointers or event (or the memset's
+// byte in b), n its bytes, s its stream.
 enum {
 	GC_IN_STREAM_SYNC = 1, GC_IN_HTOD_ASYNC, GC_IN_DTOH_ASYNC, GC_IN_DTOD_ASYNC,
 	GC_IN_MEMSET_ASYNC, GC_IN_STREAM_WAIT_EVENT, GC_IN_EVENT_SYNC, GC_IN_EVENT_QUERY,
+	GC_IN_EVENT_RECORD, GC_IN_STREAM_QUERY,
 };
 static gc_staged gc_in(uintptr_t ctx, int op, uintptr_t a, uintptr_t b, size_t n, uintptr_t s) {
 	gc_staged out = {0, 3};
-	if (op < GC_IN_STREAM_SYNC || op > GC_IN_EVENT_QUERY) {
+	if (op < GC_IN_STREAM_SYNC || op > GC_IN_STREAM_QUERY) {
 		out.r = 1; // CUDA_ERROR_INVALID_VALUE: not a call of gc_in's
 		return out;
 	}
@@ -251,6 +233,8 @@ static gc_staged gc_in(uintptr_t ctx, int op, uintptr_t a, uintptr_t b, size_t n
 	case GC_IN_STREAM_WAIT_EVENT: out.r = gc_cuStreamWaitEvent(s, a); break;
 	case GC_IN_EVENT_SYNC: out.r = gc_cuEventSynchronize(a); break;
 	case GC_IN_EVENT_QUERY: out.r = gc_cuEventQuery(a); break;
+	case GC_IN_EVENT_RECORD: out.r = gc_cuEventRecord(a, s); break;
+	case GC_IN_STREAM_QUERY: out.r = gc_cuStreamQuery(s); break;
 	}
 	gc_leave(ctx, prev);
 	return out;
