@@ -99,8 +99,10 @@ func (f *Function) Name() string { return f.name }
 // Launch queues the kernel on s with a grid of blocks, each of block threads
 // and sharedBytes of dynamic shared memory; with a nil s it runs the kernel
 // and waits for it. Each argument is packed at its C size: int8 to int64,
-// uint8 to uint64, float32, float64 and uintptr as themselves, and a Buffer
-// (or a Slice, through its Buffer method) as its 8-byte device address.
+// uint8 to uint64, float32, float64 and uintptr as themselves, an array of
+// one of those (say [32]uint64, for a C struct of 32 pointers passed by
+// value) as its elements in order, and a Buffer (or a Slice, through its
+// Buffer method) as its 8-byte device address.
 // Plain int and uint are refused, because C's int is 4 bytes and Go's is 8:
 // say int32 or int64. Everything is checked before the launch: a bad
 // argument changes no memory.
@@ -155,35 +157,61 @@ func packArgs(dev *Device, args []any) ([][]byte, error) {
 			params[i] = binary.NativeEndian.AppendUint64(nil, uint64(b.Addr()))
 			continue
 		}
-		v := reflect.ValueOf(a)
-		var p []byte
-		switch v.Kind() {
-		case reflect.Int8:
-			p = []byte{byte(v.Int())}
-		case reflect.Uint8:
-			p = []byte{byte(v.Uint())}
-		case reflect.Int16:
-			p = binary.NativeEndian.AppendUint16(nil, uint16(v.Int()))
-		case reflect.Uint16:
-			p = binary.NativeEndian.AppendUint16(nil, uint16(v.Uint()))
-		case reflect.Int32:
-			p = binary.NativeEndian.AppendUint32(nil, uint32(v.Int()))
-		case reflect.Uint32:
-			p = binary.NativeEndian.AppendUint32(nil, uint32(v.Uint()))
-		case reflect.Int64:
-			p = binary.NativeEndian.AppendUint64(nil, uint64(v.Int()))
-		case reflect.Uint64, reflect.Uintptr:
-			p = binary.NativeEndian.AppendUint64(nil, v.Uint())
-		case reflect.Float32:
-			p = binary.NativeEndian.AppendUint32(nil, math.Float32bits(float32(v.Float())))
-		case reflect.Float64:
-			p = binary.NativeEndian.AppendUint64(nil, math.Float64bits(v.Float()))
-		case reflect.Int, reflect.Uint:
-			return nil, fmt.Errorf("argument %d: %T has no fixed C size (C's int is 4 bytes, Go's 8): pass int32 or int64: %w", i, a, ErrInvalidArgument)
-		default:
-			return nil, fmt.Errorf("argument %d: %T cannot be a kernel argument (want a sized number or a Buffer): %w", i, a, ErrInvalidArgument)
+		p, err := packValue(reflect.ValueOf(a))
+		if err != nil {
+			return nil, fmt.Errorf("argument %d: %w", i, err)
 		}
 		params[i] = p
 	}
 	return params, nil
+}
+
+// packValue is one argument's bytes: a sized number at its C size, or an
+// array of them (a C struct of such fields, or an array member of one:
+// kernels.Reduce passes its pointer table so) as its elements in order.
+func packValue(v reflect.Value) ([]byte, error) {
+	switch v.Kind() {
+	case reflect.Int8:
+		return []byte{byte(v.Int())}, nil
+	case reflect.Uint8:
+		return []byte{byte(v.Uint())}, nil
+	case reflect.Int16:
+		return binary.NativeEndian.AppendUint16(nil, uint16(v.Int())), nil
+	case reflect.Uint16:
+		return binary.NativeEndian.AppendUint16(nil, uint16(v.Uint())), nil
+	case reflect.Int32:
+		return binary.NativeEndian.AppendUint32(nil, uint32(v.Int())), nil
+	case reflect.Uint32:
+		return binary.NativeEndian.AppendUint32(nil, uint32(v.Uint())), nil
+	case reflect.Int64:
+		return binary.NativeEndian.AppendUint64(nil, uint64(v.Int())), nil
+	case reflect.Uint64, reflect.Uintptr:
+		return binary.NativeEndian.AppendUint64(nil, v.Uint()), nil
+	case reflect.Float32:
+		return binary.NativeEndian.AppendUint32(nil, math.Float32bits(float32(v.Float()))), nil
+	case reflect.Float64:
+		return binary.NativeEndian.AppendUint64(nil, math.Float64bits(v.Float())), nil
+	case reflect.Int, reflect.Uint:
+		return nil, fmt.Errorf("%v has no fixed C size (C's int is 4 bytes, Go's 8): pass int32 or int64: %w", v.Type(), ErrInvalidArgument)
+	case reflect.Array:
+		if v.Len() == 0 {
+			return nil, fmt.Errorf("%v is empty: %w", v.Type(), ErrInvalidArgument)
+		}
+		if k := v.Type().Elem().Kind(); k == reflect.Array || k == reflect.Int || k == reflect.Uint {
+			break // one level of sized numbers only
+		}
+		var out []byte
+		for j := range v.Len() {
+			p, err := packValue(v.Index(j))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, p...)
+		}
+		return out, nil
+	}
+	if !v.IsValid() {
+		return nil, fmt.Errorf("nil cannot be a kernel argument: %w", ErrInvalidArgument)
+	}
+	return nil, fmt.Errorf("%v cannot be a kernel argument (want a sized number, an array of them, or a Buffer): %w", v.Type(), ErrInvalidArgument)
 }

@@ -534,7 +534,8 @@ func TestLaunchArgumentsArePackedAtTheirCSizes(t *testing.T) {
 	view, _ := buf.Slice(8, 16)
 	sl := SliceOf[float64](buf)
 	params, err := packArgs(d, []any{int8(-2), uint8(200), int16(-3), uint16(60000), int32(-7), uint32(1 << 31),
-		int64(-1 << 40), uint64(1<<64 - 1), float32(1.5), 2.25, uintptr(0xdead), buf, view, sl, celsius(-40)})
+		int64(-1 << 40), uint64(1<<64 - 1), float32(1.5), 2.25, uintptr(0xdead), buf, view, sl, celsius(-40),
+		[3]uint64{7, 1 << 63, uint64(buf.Addr())}, [2]int16{-1, 2}, [2]celsius{1, -2}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -548,7 +549,9 @@ func TestLaunchArgumentsArePackedAtTheirCSizes(t *testing.T) {
 	want := [][]byte{{0xfe}, {200}, le(0xfffd, 2), le(60000, 2), le(0xfffffff9, 4), le(1<<31, 4),
 		le(uint64(1<<64-1<<40), 8), le(1<<64-1, 8), le(uint64(math.Float32bits(1.5)), 4),
 		le(math.Float64bits(2.25), 8), le(0xdead, 8), le(uint64(buf.Addr()), 8), le(uint64(buf.Addr()+8), 8),
-		le(uint64(buf.Addr()), 8), le(uint64(math.Float32bits(-40)), 4)}
+		le(uint64(buf.Addr()), 8), le(uint64(math.Float32bits(-40)), 4),
+		append(append(le(7, 8), le(1<<63, 8)...), le(uint64(buf.Addr()), 8)...), append(le(0xffff, 2), le(2, 2)...),
+		append(le(uint64(math.Float32bits(1)), 4), le(uint64(math.Float32bits(-2)), 4)...)}
 	if len(params) != len(want) {
 		t.Fatalf("%d params, want %d", len(params), len(want))
 	}
@@ -571,6 +574,8 @@ func TestLaunchArgumentsArePackedAtTheirCSizes(t *testing.T) {
 	for name, a := range map[string]any{
 		"int": 1, "uint": uint(1), "bool": true, "nil": nil, "string": "x", "pointer": &buf,
 		"zero buffer": Buffer{}, "freed buffer": freed, "other device's buffer": onOther,
+		"empty array": [0]uint64{}, "array of int": [2]int{1, 2}, "array of bool": [1]bool{true},
+		"array of arrays": [1][2]uint64{}, "array of buffers": [1]Buffer{buf},
 	} {
 		if _, err := packArgs(d, []any{int32(1), a}); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)

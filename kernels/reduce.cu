@@ -137,3 +137,72 @@ DIVIDE_FLOAT(f32, float)
 DIVIDE_FLOAT(f64, double)
 DIVIDE_NARROW(f16, half_to_f32, f32_to_half)
 DIVIDE_NARROW(bf16, bf16_to_f32, f32_to_bf16)
+
+// reduce: a node's reduction in one pass, for the mpi backend's IPC path.
+// Element i of every source, in order, is combined as fold combines them
+// (acc = src[0][i], then acc = acc op src[q][i], rounded to the element type
+// after each step), divided by `by` as divide does when by > 0 (finishing an
+// Avg), and written to element i of every destination: each source read
+// once and each destination written once, where fold into a scratch, divide
+// and a copy to each destination moved the part three times and more. A
+// thread reads element i of every source before it writes element i of any
+// destination, so a destination may be a source (a reduction in place); the
+// pointers are not restrict. The table is passed by value (kernel parameter
+// space); its loops are unrolled, so that every index into it is constant.
+#define MAX_RANKS 16
+struct rank_ptrs { const void *src[MAX_RANKS]; void *dst[MAX_RANKS]; };
+
+#define REDUCE(TYPE, OP, T, F) \
+    extern "C" __global__ void reduce_##TYPE##_##OP(rank_ptrs p, int nsrc, int ndst, long long n, long long by) \
+    { \
+        GRID_STRIDE { \
+            T acc = ((const T *)p.src[0])[i]; \
+            _Pragma("unroll") for (int q = 1; q < MAX_RANKS; q++) if (q < nsrc) acc = F(acc, ((const T *)p.src[q])[i]); \
+            if (by > 0) acc = div_##TYPE(acc, by); \
+            _Pragma("unroll") for (int d = 0; d < MAX_RANKS; d++) if (d < ndst) ((T *)p.dst[d])[i] = acc; \
+        } \
+    }
+
+#define REDUCES(TYPE, T, SUM, PROD, MIN, MAX) \
+    REDUCE(TYPE, sum, T, SUM) REDUCE(TYPE, prod, T, PROD) REDUCE(TYPE, min, T, MIN) REDUCE(TYPE, max, T, MAX)
+
+// The divisions of divide, one function a type.
+#define DIV_INT(TYPE, T, W) __device__ static T div_##TYPE(T a, long long by) { return (T)((W)a / (W)by); }
+#define DIV_FLOAT(TYPE, T) __device__ static T div_##TYPE(T a, long long by) { return a / (T)by; }
+#define DIV_NARROW(TYPE, WIDEN, NARROW) \
+    __device__ static unsigned short div_##TYPE(unsigned short a, long long by) { return NARROW(WIDEN(a) / (float)by); }
+
+// The 16-bit floats' steps: widened, combined in float32, rounded back.
+#define NARROW_OP(NAME, F, WIDEN, NARROW) \
+    __device__ static unsigned short NAME(unsigned short a, unsigned short b) { return NARROW(F(WIDEN(a), WIDEN(b))); }
+
+DIV_INT(i8, i8, i64)
+DIV_INT(u8, u8, u64)
+DIV_INT(i32, i32, i64)
+DIV_INT(u32, u32, u64)
+DIV_INT(i64, i64, i64)
+DIV_INT(u64, u64, u64)
+DIV_FLOAT(f32, float)
+DIV_FLOAT(f64, double)
+DIV_NARROW(f16, half_to_f32, f32_to_half)
+DIV_NARROW(bf16, bf16_to_f32, f32_to_bf16)
+
+NARROW_OP(f16_sum, op_sum<float>, half_to_f32, f32_to_half)
+NARROW_OP(f16_prod, op_prod<float>, half_to_f32, f32_to_half)
+NARROW_OP(f16_min, fop_min<float>, half_to_f32, f32_to_half)
+NARROW_OP(f16_max, fop_max<float>, half_to_f32, f32_to_half)
+NARROW_OP(bf16_sum, op_sum<float>, bf16_to_f32, f32_to_bf16)
+NARROW_OP(bf16_prod, op_prod<float>, bf16_to_f32, f32_to_bf16)
+NARROW_OP(bf16_min, fop_min<float>, bf16_to_f32, f32_to_bf16)
+NARROW_OP(bf16_max, fop_max<float>, bf16_to_f32, f32_to_bf16)
+
+REDUCES(i8, i8, op_sum<i8>, op_prod<i8>, op_min<i8>, op_max<i8>)
+REDUCES(u8, u8, op_sum<u8>, op_prod<u8>, op_min<u8>, op_max<u8>)
+REDUCES(i32, i32, op_sum<i32>, op_prod<i32>, op_min<i32>, op_max<i32>)
+REDUCES(u32, u32, op_sum<u32>, op_prod<u32>, op_min<u32>, op_max<u32>)
+REDUCES(i64, i64, op_sum<i64>, op_prod<i64>, op_min<i64>, op_max<i64>)
+REDUCES(u64, u64, op_sum<u64>, op_prod<u64>, op_min<u64>, op_max<u64>)
+REDUCES(f32, float, op_sum<float>, op_prod<float>, fop_min<float>, fop_max<float>)
+REDUCES(f64, double, op_sum<double>, op_prod<double>, fop_min<double>, fop_max<double>)
+REDUCES(f16, unsigned short, f16_sum, f16_prod, f16_min, f16_max)
+REDUCES(bf16, unsigned short, bf16_sum, bf16_prod, bf16_min, bf16_max)

@@ -84,3 +84,73 @@ func runDevice(dev *devmem.Device, s *devmem.Stream, l launch) error {
 	}
 	return defaultRuntime.launch(dev, s, l)
 }
+
+// MaxReduceRanks is the most sources, and the most destinations, one Reduce
+// takes: MAX_RANKS of reduce.cu.
+const MaxReduceRanks = 16
+
+// Reduce combines n elements of every buffer of srcs, in their order, as
+// Fold would fold srcs[1:] one by one into a copy of srcs[0]; when by > 0
+// divides the result by by, as Divide does (an Avg); and writes it to every
+// buffer of dsts: in stream order on s, on a CUDA device, in one kernel
+// that reads each source once and writes each destination once. Bit for
+// bit it is Fold, Divide and copies. A destination may be one of the
+// sources (in place: every element is read from every source before it is
+// written anywhere); otherwise the buffers must not overlap. Sources and
+// destinations may be memory of other processes opened through IPC. From 1
+// to MaxReduceRanks of each; on the host device it refuses with
+// ErrUnsupported, as Fold does.
+func Reduce(s *devmem.Stream, typ, op string, dsts, srcs []devmem.Buffer, n, by int) error {
+	if !slices.Contains(FoldTypes, typ) || !slices.Contains(FoldOps, op) {
+		return invalid("Reduce", "no reduction of %q with %q (types %v, ops %v)", typ, op, FoldTypes, FoldOps)
+	}
+	if n < 0 || by < 0 {
+		return invalid("Reduce", "%d elements divided by %d", n, by)
+	}
+	if len(srcs) == 0 || len(srcs) > MaxReduceRanks || len(dsts) == 0 || len(dsts) > MaxReduceRanks {
+		return invalid("Reduce", "%d sources and %d destinations (1 to %d of each)", len(srcs), len(dsts), MaxReduceRanks)
+	}
+	bytes := n * foldSize(typ)
+	args := make([]arg, 0, len(srcs)+len(dsts))
+	for q, b := range srcs {
+		args = append(args, arg{fmt.Sprintf("source %d", q), b, bytes})
+	}
+	for q, b := range dsts {
+		args = append(args, arg{fmt.Sprintf("destination %d", q), b, bytes})
+	}
+	dev, err := target("Reduce", s, args...)
+	if err != nil || n == 0 {
+		return err
+	}
+	return runDevice(dev, s, reduceLaunch(typ, op, dsts, srcs, n, by))
+}
+
+// ReduceReady builds and loads the kernel Reduce would launch for typ and
+// op on dev, so that a failure (no NVRTC, a compile error) shows before
+// anything is written; ErrUnsupported on the host device.
+func ReduceReady(dev *devmem.Device, typ, op string) error {
+	if !slices.Contains(FoldTypes, typ) || !slices.Contains(FoldOps, op) {
+		return invalid("ReduceReady", "no reduction of %q with %q", typ, op)
+	}
+	if dev.Kind() != devmem.CUDA {
+		return fmt.Errorf("kernels: reduce_%s_%s on %v: device kernels only: %w", typ, op, dev, devmem.ErrUnsupported)
+	}
+	_, err := defaultRuntime.function(dev, "reduce.cu", "reduce_"+typ+"_"+op)
+	return err
+}
+
+// reduceLaunch is reduce_<typ>_<op>(rank_ptrs p, int nsrc, int ndst, long
+// long n, long long by) of the REDUCE macro of reduce.cu; the table is
+// rank_ptrs' two arrays of MAX_RANKS pointers, unused slots zero.
+func reduceLaunch(typ, op string, dsts, srcs []devmem.Buffer, n, by int) launch {
+	var table [2 * MaxReduceRanks]uint64
+	for q, b := range srcs {
+		table[q] = uint64(b.Addr())
+	}
+	for q, b := range dsts {
+		table[MaxReduceRanks+q] = uint64(b.Addr())
+	}
+	return launch{file: "reduce.cu", kernel: "reduce_" + typ + "_" + op,
+		grid: flatGrid(n), block: [3]uint32{flatThreads, 1, 1},
+		args: []any{table, int32(len(srcs)), int32(len(dsts)), int64(n), int64(by)}}
+}

@@ -2,6 +2,7 @@ package kernels_test
 
 import (
 	"bytes"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -62,6 +63,105 @@ func TestFoldKernelsMatchTheHostReferenceOnAGPU(t *testing.T) {
 		got := onGPU(t, dev, s, acc, nil, func(a, _ devmem.Buffer) error { return kernels.Divide(s, typ, a, n, 3) })
 		compare(t, "divide_"+typ, got, want, es)
 	}
+}
+
+// On a GPU (GPUCOMM_GPU_TESTS=1): every reduce kernel of reduce.cu gives,
+// byte for byte, what ReduceInto gives folding three sources in order (and
+// DivideInto after a sum, for an Avg), in each of its two destinations, one
+// of them a source (in place); and MaxReduceRanks sources and destinations
+// for one type.
+func TestReduceKernelsMatchTheHostReferenceOnAGPU(t *testing.T) {
+	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
+		t.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU")
+	}
+	dev, err := devmem.Open("cuda:0", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	types := map[string]driver.DType{"i8": driver.Int8, "u8": driver.Uint8, "i32": driver.Int32, "u32": driver.Uint32,
+		"i64": driver.Int64, "u64": driver.Uint64, "f16": driver.Float16, "bf16": driver.BFloat16, "f32": driver.Float32, "f64": driver.Float64}
+	ops := map[string]driver.Op{"sum": driver.Sum, "prod": driver.Prod, "min": driver.Min, "max": driver.Max}
+	const n = 100_003
+	rng := rand.New(rand.NewPCG(22, 5))
+	// run reduces nsrc random sources into ndst destinations, the last of
+	// them source 1 when inPlace, and checks every destination.
+	run := func(typ, opName string, by, nsrc, ndst int, inPlace bool) {
+		t.Helper()
+		dt := types[typ]
+		es := dt.Size()
+		srcs := make([][]byte, nsrc)
+		for q := range srcs {
+			srcs[q] = make([]byte, n*es)
+			for i := range srcs[q] {
+				srcs[q][i] = byte(rng.Uint32())
+			}
+			special(srcs[q], typ, rng)
+		}
+		want := bytes.Clone(srcs[0])
+		for _, src := range srcs[1:] {
+			if err := driver.ReduceInto(dt, ops[opName], want, src); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if by > 0 {
+			if err := driver.DivideInto(dt, want, by); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var sb, db, owned []devmem.Buffer
+		defer func() {
+			for _, b := range owned {
+				b.Free()
+			}
+		}()
+		upload := func(b []byte) devmem.Buffer {
+			d, err := dev.Alloc(len(b))
+			if err != nil {
+				t.Fatal(err)
+			}
+			owned = append(owned, d)
+			if err := devmem.CopyFromHost(d, b, nil); err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}
+		for _, src := range srcs {
+			sb = append(sb, upload(src))
+		}
+		for d := range ndst {
+			if inPlace && d == ndst-1 {
+				db = append(db, sb[1])
+				continue
+			}
+			db = append(db, upload(bytes.Repeat([]byte{0xA5}, n*es)))
+		}
+		if err := kernels.Reduce(s, typ, opName, db, sb, n, by); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		for d, b := range db {
+			got := bytes.Repeat([]byte{0x5A}, n*es)
+			if err := devmem.CopyToHost(got, b, nil); err != nil {
+				t.Fatal(err)
+			}
+			compare(t, fmt.Sprintf("reduce_%s_%s (by %d), %d sources, destination %d of %d", typ, opName, by, nsrc, d, ndst), got, want, es)
+		}
+	}
+	for _, typ := range kernels.FoldTypes {
+		for _, opName := range kernels.FoldOps {
+			run(typ, opName, 0, 3, 2, true)
+		}
+		run(typ, "sum", 3, 3, 2, true)
+	}
+	run("f32", "sum", kernels.MaxReduceRanks, kernels.MaxReduceRanks, kernels.MaxReduceRanks, false)
+	run("bf16", "max", 0, 1, 1, false)
 }
 
 // special puts NaN, ±Inf, ±0 and subnormals into every 7th float element.

@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -21,8 +22,14 @@ func TestReduceLaunchesMatchTheMacros(t *testing.T) {
 	}
 	text := string(src)
 	defined := map[string]int{}
-	inst := regexp.MustCompile(`(?m)^(INT_FOLDS|FLOAT_FOLDS|NARROW_FOLDS|DIVIDE_INT|DIVIDE_FLOAT|DIVIDE_NARROW)\((\w+)`)
+	inst := regexp.MustCompile(`(?m)^(INT_FOLDS|FLOAT_FOLDS|NARROW_FOLDS|DIVIDE_INT|DIVIDE_FLOAT|DIVIDE_NARROW|REDUCES)\((\w+)`)
 	for _, m := range inst.FindAllStringSubmatch(text, -1) {
+		if m[1] == "REDUCES" {
+			for _, op := range FoldOps {
+				defined["reduce_"+m[2]+"_"+op]++
+			}
+			continue
+		}
 		if strings.HasPrefix(m[1], "DIVIDE") {
 			defined["divide_"+m[2]]++
 			continue
@@ -36,6 +43,10 @@ func TestReduceLaunchesMatchTheMacros(t *testing.T) {
 		`extern "C" __global__ void fold_##NAME(unsigned short *acc, const unsigned short *src, long long n)`,
 		`extern "C" __global__ void divide_##NAME(T *acc, long long n, long long by)`,
 		`extern "C" __global__ void divide_##NAME(unsigned short *acc, long long n, long long by)`,
+		`extern "C" __global__ void reduce_##TYPE##_##OP(rank_ptrs p, int nsrc, int ndst, long long n, long long by)`,
+		`struct rank_ptrs { const void *src[MAX_RANKS]; void *dst[MAX_RANKS]; };`,
+		fmt.Sprintf("#define MAX_RANKS %d\n", MaxReduceRanks),
+		`REDUCE(TYPE, sum, T, SUM) REDUCE(TYPE, prod, T, PROD) REDUCE(TYPE, min, T, MIN) REDUCE(TYPE, max, T, MAX)`,
 	} {
 		if !strings.Contains(text, sig) {
 			t.Errorf("reduce.cu no longer has %q, whose parameters the launchers follow", sig)
@@ -69,6 +80,17 @@ func TestReduceLaunchesMatchTheMacros(t *testing.T) {
 			check(foldLaunch(typ, op, a, b, 8), "pointer,pointer,int64")
 		}
 		check(divideLaunch(typ, a, 8, 3), "pointer,int64,int64")
+		for _, op := range FoldOps {
+			l := reduceLaunch(typ, op, []devmem.Buffer{a}, []devmem.Buffer{b, a}, 8, 2)
+			check(l, fmt.Sprintf("[%d]uint64,int32,int32,int64,int64", 2*MaxReduceRanks))
+			// The table: sources from slot 0, destinations from slot
+			// MAX_RANKS, the rest zero; then the counts.
+			table := l.args[0].([2 * MaxReduceRanks]uint64)
+			want := [2 * MaxReduceRanks]uint64{0: uint64(b.Addr()), 1: uint64(a.Addr()), MaxReduceRanks: uint64(a.Addr())}
+			if table != want || l.args[1] != int32(2) || l.args[2] != int32(1) || l.args[3] != int64(8) || l.args[4] != int64(2) {
+				t.Errorf("%s: arguments %v, want table %v, 2 sources, 1 destination, 8 elements, by 2", l.kernel, l.args, want)
+			}
+		}
 	}
 	for k := range defined {
 		if !seen[k] {
@@ -98,5 +120,50 @@ func TestFoldRefusesBadArgumentsAndTheHostDevice(t *testing.T) {
 	}
 	if err := Divide(nil, "bf16", a, 32, 2); !errors.Is(err, devmem.ErrUnsupported) {
 		t.Errorf("Divide on the host device: %v, want ErrUnsupported", err)
+	}
+}
+
+// Reduce refuses bad arguments before anything runs (among them a buffer
+// too small, freed or of another device, and more ranks than its table
+// holds), and the host device.
+func TestReduceRefusesBadArgumentsAndTheHostDevice(t *testing.T) {
+	d := devmem.NewHostDevice()
+	a, _ := d.Alloc(64)
+	b, _ := d.Alloc(64)
+	defer a.Free()
+	defer b.Free()
+	freed, _ := d.Alloc(64)
+	freed.Free()
+	other, _ := devmem.NewHostDevice().Alloc(64)
+	defer other.Free()
+	one := []devmem.Buffer{a}
+	many := make([]devmem.Buffer, MaxReduceRanks+1)
+	for i := range many {
+		many[i] = b
+	}
+	for name, err := range map[string]error{
+		"type":                  Reduce(nil, "f128", "sum", one, one, 2, 0),
+		"op":                    Reduce(nil, "f32", "avg", one, one, 2, 0),
+		"negative count":        Reduce(nil, "f32", "sum", one, one, -1, 0),
+		"negative divisor":      Reduce(nil, "f32", "sum", one, one, 2, -1),
+		"no source":             Reduce(nil, "f32", "sum", one, nil, 2, 0),
+		"no destination":        Reduce(nil, "f32", "sum", nil, one, 2, 0),
+		"too many sources":      Reduce(nil, "f32", "sum", one, many, 2, 0),
+		"too many destinations": Reduce(nil, "f32", "sum", many, one, 2, 0),
+		"small source":          Reduce(nil, "f64", "sum", one, []devmem.Buffer{a, b}, 9, 0),
+		"small destination":     Reduce(nil, "i32", "max", []devmem.Buffer{b, a}, one, 17, 0),
+		"freed source":          Reduce(nil, "u8", "min", one, []devmem.Buffer{b, freed}, 4, 0),
+		"other device":          Reduce(nil, "u8", "min", []devmem.Buffer{other}, one, 4, 0),
+		"ready type":            ReduceReady(d, "x", "sum"),
+	} {
+		if !errors.Is(err, devmem.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
+		}
+	}
+	if err := Reduce(nil, "bf16", "prod", []devmem.Buffer{a, b}, []devmem.Buffer{b}, 32, 3); !errors.Is(err, devmem.ErrUnsupported) {
+		t.Errorf("Reduce on the host device: %v, want ErrUnsupported", err)
+	}
+	if err := ReduceReady(d, "f32", "sum"); !errors.Is(err, devmem.ErrUnsupported) {
+		t.Errorf("ReduceReady on the host device: %v, want ErrUnsupported", err)
 	}
 }
