@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 	"github.com/gpucomm/gpucomm/internal/mpicomm"
@@ -256,12 +257,100 @@ func TestRankIPCCollectives(t *testing.T) {
 	}
 	x.Free()
 	y.Free()
+	ipcReductionOutputs(t, c, mc)
 	ipcBlockCollectives(t, c, mc)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if st := dev.Stats(); st.Opened != 0 || st.Buffers != 0 || st.Pinned != 0 {
 		t.Errorf("left after Close: %+v", st)
+	}
+}
+
+// ipcReductionOutputs: each rank writes its reduced part straight into the
+// outputs that hold it, so the receive buffers peers write must be
+// exportable. A pinned receive buffer (AllocPinned's memory cannot be
+// exported) on a rank whose output peers write sends every rank to the
+// host-staged reduction, with the right result; on a rank whose output no
+// peer writes (Reduce's non-roots, ReduceScatter's every rank) it changes
+// nothing.
+func ipcReductionOutputs(t *testing.T, c comm.Communicator, mc *mpicomm.Comm) {
+	t.Helper()
+	dev := c.Device()
+	p, r := c.Size(), c.Rank()
+	const n = 515
+	pinnedOr := func(pin bool, count int) devmem.Slice[float64] {
+		if !pin {
+			return mpitest.Poisoned(t, dev, count)
+		}
+		pb, err := dev.AllocPinned(count * 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		y := devmem.SliceOf[float64](pb)
+		if err := y.CopyFrom(slices.Repeat([]float64{mpitest.Poison}, count), nil); err != nil {
+			t.Fatal(err)
+		}
+		return y
+	}
+	sum := func(seed, count int) []float64 {
+		want := make([]float64, count)
+		for q := range p {
+			for i, v := range mpitest.Values(q*31+seed, count) {
+				want[i] += v
+			}
+		}
+		return want
+	}
+	const root = 1
+	for _, tc := range []struct {
+		name    string
+		op      driver.Operation
+		pin     bool // this rank's receive buffer is pinned
+		staged  bool // every rank falls back
+		seed, k int  // k: ReduceScatter's block
+	}{
+		{name: "AllReduce into a pinned output on rank 1", op: driver.OpAllReduce, pin: r == 1, staged: true, seed: 1},
+		{name: "Reduce into a pinned output at the root", op: driver.OpReduce, pin: r == root, staged: true, seed: 2},
+		{name: "Reduce with pinned outputs at the non-roots", op: driver.OpReduce, pin: r != root, seed: 3},
+		{name: "ReduceScatter into pinned outputs", op: driver.OpReduceScatter, pin: true, seed: 4, k: n},
+	} {
+		count := n
+		if tc.op == driver.OpReduceScatter {
+			count = tc.k * p
+		}
+		x := mpitest.Upload(t, dev, mpitest.Values(r*31+tc.seed, count))
+		outN := count
+		if tc.op == driver.OpReduceScatter {
+			outN = tc.k
+		}
+		y := pinnedOr(tc.pin, outN)
+		before, stagedBefore := mc.IPCCollectives(), ipcStaged(mc)
+		var err error
+		switch tc.op {
+		case driver.OpAllReduce:
+			err = comm.AllReduce(c, x, y, comm.Sum, nil)
+		case driver.OpReduce:
+			err = comm.Reduce(c, x, y, comm.Sum, root, nil)
+		case driver.OpReduceScatter:
+			err = comm.ReduceScatter(c, x, y, comm.Sum, nil)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		want := sum(tc.seed, count)
+		switch {
+		case tc.op == driver.OpReduceScatter:
+			mpitest.Expect(t, tc.name, y, want[r*tc.k:(r+1)*tc.k])
+		case tc.op == driver.OpAllReduce || r == root:
+			mpitest.Expect(t, tc.name, y, want)
+		}
+		ipcN, stagedN := mc.IPCCollectives()-before, ipcStaged(mc)-stagedBefore
+		if tc.staged && (ipcN != 0 || stagedN != 1) || !tc.staged && (ipcN != 1 || stagedN != 0) {
+			t.Errorf("%s: %d through the IPC path, %d fallen back to the host-staged path; want the fallback %v", tc.name, ipcN, stagedN, tc.staged)
+		}
+		x.Free()
+		y.Free()
 	}
 }
 

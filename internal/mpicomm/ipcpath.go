@@ -100,7 +100,7 @@ type ipcPath struct {
 	sent, got, staged atomic.Int64   // messages through the path; those that fell back to the pipeline
 	collectives       atomic.Int64   // reductions and broadcasts through the path (ipcpath_reduce.go)
 	windows           atomic.Int64   // GroupP2Ps whose messages moved together (ipcwindow.go)
-	scratch           devmem.Buffer  // reductions' parts, which the peers read
+	scratch           devmem.Buffer  // reductions' parts, folded before they are copied out (host device, more ranks than kernels.Reduce takes)
 	scratchWas        int            // the size of the last scratch
 	why               string         // why this rank reaches no one, when it does not
 	peerWhy           map[int]string // by rank: why the pair has no IPC path, as the probe found

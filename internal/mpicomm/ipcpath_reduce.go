@@ -19,15 +19,23 @@ import (
 // barriers between the phases.
 //
 // Reductions: rank r reduces its part of the array (AllReduce, Reduce: the
-// r-th of size near-equal parts; ReduceScatter: block r) by reading every
-// rank's send buffer in rank order into its scratch, folding with
-// comm/driver's ReduceInto on the host device and the kernels of
-// kernels/reduce.cu on a GPU; then, once every rank has (the first
-// Allreduce, which also says whether any failed: then every rank runs the
-// host-staged reduction instead, nothing having been written), each rank
-// copies the parts it needs out of the ranks' scratches; the second
-// Allreduce keeps every scratch and send buffer in place until all have
-// read. Broadcast: the ranks copy the root's buffer.
+// r-th of size near-equal parts; ReduceScatter: block r), reading every
+// rank's send buffer in rank order, and writes the result straight into
+// every output that holds that part: every rank's receive buffer
+// (AllReduce), the root's (Reduce), its own (ReduceScatter). The ranks whose
+// outputs peers write publish their receive buffers beside their send
+// buffers. Before anything is written, each rank opens every buffer it
+// reads or writes (and, on a GPU, loads the kernel); the first Allreduce
+// says whether any failed, and then every rank runs the host-staged
+// reduction instead. On a GPU of at most kernels.MaxReduceRanks ranks the
+// part is one kernels.Reduce: each source read once, each destination
+// written once: for 2 ranks and 64 MiB, 256 MiB of memory traffic in all,
+// where copying the first part into a scratch, folding the second into it
+// and every rank copying every part out moved 576. Elsewhere (the host device, more ranks) the part is folded into
+// this rank's scratch, with comm/driver's ReduceInto on the host device and
+// the fold kernels on a GPU, and copied to each output. The second
+// Allreduce keeps every send buffer in place, and every output unread,
+// until all have written. Broadcast: the ranks copy the root's buffer.
 
 // ipcCollective reports whether call runs through the IPC path.
 func (c *Comm) ipcCollective(call driver.Call) bool {
@@ -49,43 +57,52 @@ func (c *Comm) ipcCollective(call driver.Call) bool {
 	return n >= c.nodeMin
 }
 
-// ipcShare is what a rank publishes for a collective: handles of its send
-// buffer and its scratch, or why it cannot.
+// ipcShare is what a rank publishes for a collective: a handle of its send
+// buffer, and of its receive buffer where peers write into it (hasRecv), or
+// nothing (ok false) when it cannot.
 type ipcShare struct {
-	ok            bool
-	send, scratch devmem.IPCHandle
+	ok, hasRecv bool
+	send, recv  devmem.IPCHandle
 }
 
 func (s ipcShare) bytes() []byte {
 	if !s.ok {
 		return nil
 	}
-	a, _ := s.send.MarshalBinary()
-	b, _ := s.scratch.MarshalBinary()
-	return append(a, b...)
+	b, _ := s.send.MarshalBinary()
+	if s.hasRecv {
+		r, _ := s.recv.MarshalBinary()
+		b = append(b, r...)
+	}
+	return b
 }
 
 func parseShare(raw []byte) (ipcShare, error) {
 	var s ipcShare
-	if len(raw) == 0 {
+	switch len(raw) {
+	case 0:
 		return s, nil
-	}
-	if len(raw) != 2*devmem.HandleSize {
+	case devmem.HandleSize, 2 * devmem.HandleSize:
+	default:
 		return s, fmt.Errorf("a share of %d bytes", len(raw))
 	}
 	if err := s.send.UnmarshalBinary(raw[:devmem.HandleSize]); err != nil {
 		return s, err
 	}
-	if err := s.scratch.UnmarshalBinary(raw[devmem.HandleSize:]); err != nil {
-		return s, err
+	if len(raw) == 2*devmem.HandleSize {
+		if err := s.recv.UnmarshalBinary(raw[devmem.HandleSize:]); err != nil {
+			return s, err
+		}
+		s.hasRecv = true
 	}
 	s.ok = true
 	return s, nil
 }
 
-// scratchFor returns the collective's scratch of at least n bytes (never
-// less than one byte, so that it can be exported), growing it between
-// collectives only: peers read it during one.
+// scratchFor returns this rank's scratch of at least n bytes (never less
+// than one byte), for the reductions that fold before they copy out;
+// it grows to twice what it was at least, so that sizes that creep up
+// reallocate seldom.
 func (c *Comm) scratchFor(n int) (devmem.Buffer, error) {
 	n = max(n, 1)
 	if c.ipc.scratch.Len() >= n {
@@ -98,8 +115,6 @@ func (c *Comm) scratchFor(n int) (devmem.Buffer, error) {
 		}
 		c.ipc.scratch = devmem.Buffer{}
 	}
-	// Twice what it was at least: each scratch freed stays mapped in the
-	// peers' caches until evicted, so few sizes are better than many.
 	b, err := c.dev.Alloc(max(n, 2*c.ipc.scratchWas))
 	if err != nil {
 		return b, err
@@ -165,6 +180,13 @@ func release(refs []*ipccache.Ref) error {
 	return errors.Join(errs...)
 }
 
+// peersWrite reports whether rank q's receive buffer is written by its
+// peers in call (so that q must publish it): every rank's in AllReduce, the
+// root's in Reduce; in ReduceScatter each rank writes its own.
+func peersWrite(call driver.Call, q int) bool {
+	return call.Operation == driver.OpAllReduce || call.Operation == driver.OpReduce && q == call.Root
+}
+
 // ipcReduce runs AllReduce, Reduce or ReduceScatter through the IPC path;
 // staged is the host-staged body every rank runs instead when any rank
 // cannot.
@@ -179,12 +201,11 @@ func (c *Comm) ipcReduce(o *op, staged func(*Comm, *op) error) (err error) {
 		lo, hi = c.rank*count, (c.rank+1)*count
 	}
 	mine := ipcShare{}
-	scratch, serr := c.scratchFor((hi - lo) * es)
-	if serr == nil {
-		if h, err := c.exportRange(call.Send, sendBytes); err == nil {
-			if hs, err := scratch.Export(); err == nil {
-				mine = ipcShare{ok: true, send: h, scratch: hs}
-			}
+	if h, err := c.exportRange(call.Send, sendBytes); err == nil {
+		mine = ipcShare{ok: true, send: h}
+		if peersWrite(call, c.rank) {
+			mine.recv, err = c.exportRange(call.Recv, count*es)
+			mine.ok, mine.hasRecv = err == nil, err == nil
 		}
 	}
 	shares, ok, err := c.exchange(o, mine)
@@ -197,29 +218,11 @@ func (c *Comm) ipcReduce(o *op, staged func(*Comm, *op) error) (err error) {
 	}
 	var refs []*ipccache.Ref
 	defer func() { err = errors.Join(err, release(refs)) }()
-	foldErr := c.foldPart(shares, call, scratch, lo, hi, &refs)
-	// The scratches this rank copies out of are opened now, before the
-	// ranks agree: a failure to open one sends every rank to the staged
-	// path, as nothing has been written yet.
-	var parts []devmem.Buffer // by rank: the part of the result to copy out
-	if foldErr == nil && (call.Operation == driver.OpAllReduce || call.Operation == driver.OpReduce && c.rank == call.Root) {
-		parts = make([]devmem.Buffer, c.size)
-		for q := range c.size {
-			qlo, qhi := part(count, c.size, q)
-			if qhi == qlo {
-				continue
-			}
-			src, err := c.openPeer(q, shares[q].scratch, scratch, &refs)
-			if err == nil {
-				parts[q], err = src.Slice(0, (qhi-qlo)*es)
-			}
-			if err != nil {
-				foldErr = err
-				break
-			}
-		}
-	}
-	failed, err := c.agreeFailed(o, foldErr != nil)
+	// Every buffer this rank reads or writes is opened now, before the
+	// ranks agree: a failure sends every rank to the staged path, as
+	// nothing has been written yet.
+	r, prepErr := c.nodePart(shares, call, lo, hi, &refs)
+	failed, err := c.agreeFailed(o, prepErr != nil)
 	if err != nil {
 		return err
 	}
@@ -227,72 +230,127 @@ func (c *Comm) ipcReduce(o *op, staged func(*Comm, *op) error) (err error) {
 		c.ipc.staged.Add(1)
 		return staged(c, o)
 	}
-	// Every part is reduced: copy out what this rank needs.
-	var copyErr error
-	if call.Operation == driver.OpReduceScatter {
-		copyErr = devmem.CopyN(call.Recv, scratch, count*es, c.ipc.copies)
+	runErr := c.reduce(call, r)
+	// No rank leaves, and so reuses its send buffer or reads its output,
+	// before every rank has written.
+	if _, err := c.agreeFailed(o, runErr != nil); err != nil {
+		return errors.Join(runErr, err)
 	}
-	for q, src := range parts {
-		if src.IsZero() {
-			continue
-		}
-		qlo, qhi := part(count, c.size, q)
-		dst, err := call.Recv.Slice(qlo*es, (qhi-qlo)*es)
-		if err == nil {
-			err = devmem.CopyN(dst, src, (qhi-qlo)*es, c.ipc.copies)
-		}
-		if err != nil {
-			copyErr = err
-			break
-		}
-	}
-	if copyErr == nil {
-		copyErr = c.ipc.copies.Synchronize()
-	}
-	// No rank leaves, and so reuses its scratch or send buffer, before
-	// every rank has read them.
-	if _, err := c.agreeFailed(o, copyErr != nil); err != nil {
-		return errors.Join(copyErr, err)
-	}
-	if copyErr != nil {
-		return fmt.Errorf("%v through the IPC path: %w", call.Operation, copyErr)
+	if runErr != nil {
+		return fmt.Errorf("%v through the IPC path: %w", call.Operation, runErr)
 	}
 	c.ipc.collectives.Add(1)
 	return nil
 }
 
-// foldPart reduces elements [lo, hi) of every rank's send buffer, in rank
-// order, into scratch, and finishes an Avg there.
-func (c *Comm) foldPart(shares []ipcShare, call driver.Call, scratch devmem.Buffer, lo, hi int, refs *[]*ipccache.Ref) error {
+// nodePart is this rank's share of a reduction through the IPC path: its
+// part of every rank's send buffer, in rank order, and the outputs it
+// writes the reduced part into.
+type nodePart struct {
+	n          int // elements in the part
+	srcs, dsts []devmem.Buffer
+	fused      bool          // one kernels.Reduce
+	scratch    devmem.Buffer // else folded here first
+}
+
+// nodePart opens what this rank reads and writes for elements [lo, hi) of
+// call, and makes ready the kernel or the scratch it reduces with.
+func (c *Comm) nodePart(shares []ipcShare, call driver.Call, lo, hi int, refs *[]*ipccache.Ref) (nodePart, error) {
 	es := call.DType.Size()
-	n := hi - lo
-	if n == 0 {
-		return nil
+	r := nodePart{n: hi - lo}
+	if r.n == 0 {
+		return r, nil
+	}
+	// at is the part's bytes of rank q's buffer that h names (b itself for
+	// this rank), from element off.
+	at := func(q int, h devmem.IPCHandle, b devmem.Buffer, off int) (devmem.Buffer, error) {
+		whole, err := c.openPeer(q, h, b, refs)
+		if err != nil {
+			return devmem.Buffer{}, err
+		}
+		return whole.Slice(off*es, r.n*es)
 	}
 	for q := range c.size {
-		whole, err := c.openPeer(q, shares[q].send, call.Send, refs)
+		src, err := at(q, shares[q].send, call.Send, lo)
 		if err != nil {
-			return err
+			return r, err
 		}
-		src, err := whole.Slice(lo*es, n*es)
+		r.srcs = append(r.srcs, src)
+	}
+	if call.Operation == driver.OpReduceScatter {
+		dst, err := call.Recv.Slice(0, r.n*es)
 		if err != nil {
-			return err
+			return r, err
 		}
-		if q == 0 {
-			err = devmem.CopyN(scratch, src, n*es, c.ipc.copies)
-		} else {
-			err = c.fold(call, scratch, src, n)
+		r.dsts = append(r.dsts, dst)
+	}
+	for q := range c.size {
+		if !peersWrite(call, q) {
+			continue
+		}
+		if !shares[q].hasRecv {
+			return r, fmt.Errorf("rank %d published no receive buffer", q)
+		}
+		dst, err := at(q, shares[q].recv, call.Recv, lo)
+		if err != nil {
+			return r, err
+		}
+		r.dsts = append(r.dsts, dst)
+	}
+	if c.dev.Kind() == devmem.CUDA {
+		// The module that holds the reduce kernels holds the folds: an op
+		// or type without them, or a module that does not build, fails
+		// here, before anything is written.
+		typ, op, err := foldNames(call)
+		if err == nil {
+			err = kernels.ReduceReady(c.dev, typ, op)
 		}
 		if err != nil {
-			return err
+			return r, err
+		}
+		if r.fused = c.size <= kernels.MaxReduceRanks; r.fused {
+			return r, nil
 		}
 	}
+	var err error
+	r.scratch, err = c.scratchFor(r.n * es)
+	return r, err
+}
+
+// reduce reduces r's part into every output, and waits for it.
+func (c *Comm) reduce(call driver.Call, r nodePart) error {
+	if r.n == 0 {
+		return nil
+	}
+	by := 0
 	if call.Op == comm.Avg {
-		if err := c.divide(call, scratch, n); err != nil {
-			return err
-		}
+		by = c.size
 	}
-	return c.ipc.copies.Synchronize()
+	if r.fused {
+		typ, op, err := foldNames(call)
+		if err == nil {
+			err = kernels.Reduce(c.ipc.copies, typ, op, r.dsts, r.srcs, r.n, by)
+		}
+		return errors.Join(err, c.ipc.copies.Synchronize())
+	}
+	nb := r.n * call.DType.Size()
+	err := devmem.CopyN(r.scratch, r.srcs[0], nb, c.ipc.copies)
+	for _, src := range r.srcs[1:] {
+		if err != nil {
+			break
+		}
+		err = c.fold(call, r.scratch, src, r.n)
+	}
+	if err == nil && by > 0 {
+		err = c.divide(call, r.scratch, r.n)
+	}
+	for _, dst := range r.dsts {
+		if err != nil {
+			break
+		}
+		err = devmem.CopyN(dst, r.scratch, nb, c.ipc.copies)
+	}
+	return errors.Join(err, c.ipc.copies.Synchronize())
 }
 
 // fold is acc = acc op src over n elements: ReduceInto on the host device,
@@ -347,7 +405,7 @@ func (c *Comm) publishSend(o *op, publish bool, bytes int) ([][]byte, error) {
 	var b []byte
 	if publish {
 		if h, err := c.exportRange(o.call.Send, bytes); err == nil {
-			b = ipcShare{ok: true, send: h, scratch: h}.bytes()
+			b = ipcShare{ok: true, send: h}.bytes()
 		}
 	}
 	var all [][]byte
