@@ -151,18 +151,18 @@ CUresult cuMemRelease(unsigned long long h) { return h == 0x4321 || h == 0x4322 
 /* Succeeds only if every argument arrived where the Go side put it. */
 // A launch works with no context current (LaunchKernel's test) or 0x99
 // (LaunchKernelIn's).
-static const int fake_sizes[7] = {1, 2, 4, 8, 16, 24, 3};
+static const int fake_sizes[8] = {1, 2, 4, 8, 16, 24, 3, 256};
 static int fake_align(int n) { int a = 1; while (a < n && a < 16) a <<= 1; return a; }
 CUresult cuLaunchKernel(void* f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 		unsigned shmem, void* s, void** params, void** extra) {
-	// Kernel 0x89 takes gx parameters, parameter i of fake_sizes[i % 7]
+	// Kernel 0x89 takes gx parameters, parameter i of fake_sizes[i % 8]
 	// bytes, each byte i+1, at its alignment; with none, params is NULL.
 	if (f == (void*)0x89) {
 		if (current != NULL && current != (void*)0x99) return 201;
 		if (gx == 0) return params == NULL ? 0 : 1;
 		if (params == NULL) return 1;
 		for (unsigned i = 0; i < gx; i++) {
-			int n = fake_sizes[i % 7];
+			int n = fake_sizes[i % 8];
 			unsigned char* p = params[i];
 			if ((uintptr_t)p % fake_align(n) != 0) return 1;
 			for (int k = 0; k < n; k++) if (p[k] != (unsigned char)(i + 1)) return 1;
@@ -441,14 +441,14 @@ func TestCallsCarryArgumentsAndResults(t *testing.T) {
 	if done, err := StreamQueryIn(0x97, 0x5002); done || !IsCode(err, 600) || !strings.Contains(err.Error(), "cuCtxSetCurrent") {
 		t.Errorf("StreamQueryIn in a context that cannot be made current = %v, %v; want cuCtxSetCurrent's error", done, err)
 	}
-	// Launches of 0 to 200 parameters of 1 to 24 bytes: each value intact
-	// at its alignment, none as a NULL block; past maxKernelArgs through
-	// LaunchKernel's own block.
+	// Launches of 0 to 200 parameters of 1 to 256 bytes (kernels.Reduce's
+	// pointer table is 256): each value intact at its alignment, none as a
+	// NULL block; past maxKernelArgs through LaunchKernel's own block.
 	for _, n := range []int{0, 1, 7, 13, maxKernelArgs, maxKernelArgs + 1, 200} {
-		sizes := []int{1, 2, 4, 8, 16, 24, 3}
+		sizes := []int{1, 2, 4, 8, 16, 24, 3, 256}
 		args := make([][]byte, n)
 		for i := range args {
-			args[i] = bytes.Repeat([]byte{byte(i + 1)}, sizes[i%7])
+			args[i] = bytes.Repeat([]byte{byte(i + 1)}, sizes[i%8])
 		}
 		if err := LaunchKernelIn(0x99, 0x89, Dim3{uint32(n), 1, 1}, Dim3{1, 1, 1}, 0, s, args...); err != nil {
 			t.Errorf("LaunchKernelIn of %d parameters: %v", n, err)

@@ -140,7 +140,7 @@ pingpong() { # cmd/pingpong on two ranks of the GPU: each way of moving the same
 
 ipc() { # issue 22: the mpi backend's IPC path inside a node, under the machine's own Open MPI
   export GPUCOMM_DEVICE=cuda
-  step fold-kernels 60 $B/kernels.test -test.run FoldKernelsMatchTheHostReferenceOnAGPU -test.v
+  step fold-kernels 60 $B/kernels.test -test.run 'FoldKernels|ReduceKernels' -test.v
   step ipccache-realloc 60 env GPUCOMM_IPCCACHE_DEVICE=cuda $B/ipccache.test -test.run ReallocationAtTheSameAddress -test.v
   step comm-mpi-ipc 240 $B/comm_mpi.test -test.run 'TestIPCPathUnderLauncher|TestUnderLauncher$' -test.v
   step devmem-copies 60 $B/devmem.test -test.run XXX -test.bench CUDA -test.benchtime 20x
