@@ -27,15 +27,20 @@ import (
 // buffers. Before anything is written, each rank opens every buffer it
 // reads or writes (and, on a GPU, loads the kernel); the first Allreduce
 // says whether any failed, and then every rank runs the host-staged
-// reduction instead. On a GPU of at most kernels.MaxReduceRanks ranks the
-// part is one kernels.Reduce: each source read once, each destination
-// written once: for 2 ranks and 64 MiB, 256 MiB of memory traffic in all,
-// where copying the first part into a scratch, folding the second into it
-// and every rank copying every part out moved 576. Elsewhere (the host device, more ranks) the part is folded into
-// this rank's scratch, with comm/driver's ReduceInto on the host device and
-// the fold kernels on a GPU, and copied to each output. The second
-// Allreduce keeps every send buffer in place, and every output unread,
-// until all have written. Broadcast: the ranks copy the root's buffer.
+// reduction instead. On a GPU of at most fusedRanks (kernels.MaxReduceRanks)
+// ranks the part is one kernels.Reduce, each source read once and each
+// destination written once: for 2 ranks and 64 MiB, 256 MiB of memory
+// traffic in all, where copying the first part into a scratch, folding the
+// second into it and every rank copying every part out moved 576.
+// Elsewhere (the host device, more ranks) the part is folded into this
+// rank's scratch, with comm/driver's ReduceInto on the host device and the
+// fold kernels on a GPU, and copied to each output. The second Allreduce
+// keeps every send buffer in place, and every output unread, until all
+// have written; it also says whether any rank's part failed (see
+// ipcReduce). With a timeout, a rank that gives up in the first Allreduce
+// has still taken part in it, so its peers may write its output after its
+// call returned ErrTimeout: the communicator is broken by then, and the
+// buffer is not to be trusted. Broadcast: the ranks copy the root's buffer.
 
 // ipcCollective reports whether call runs through the IPC path.
 func (c *Comm) ipcCollective(call driver.Call) bool {
@@ -47,9 +52,9 @@ func (c *Comm) ipcCollective(call driver.Call) bool {
 	// the peer had freed where the new buffer was, or a close raced the
 	// open) and the copy-out phase had no way back. The process's cache
 	// (ipccache.Shared) now closes such stale entries and opens again, and
-	// every peer buffer a rank reads is opened before the ranks agree to go
-	// on (ipcReduce), so an open that still fails sends every rank to the
-	// staged path.
+	// every peer buffer a rank reads or writes is opened before the ranks
+	// agree to go on (ipcReduce), so an open that still fails sends every
+	// rank to the staged path.
 	n := call.Count * call.DType.Size()
 	if call.Operation == driver.OpReduceScatter {
 		n *= c.size
@@ -231,16 +236,53 @@ func (c *Comm) ipcReduce(o *op, staged func(*Comm, *op) error) (err error) {
 		return staged(c, o)
 	}
 	runErr := c.reduce(call, r)
+	if runErr == nil && reduceFault != nil {
+		runErr = reduceFault(c.rank)
+	}
 	// No rank leaves, and so reuses its send buffer or reads its output,
-	// before every rank has written.
-	if _, err := c.agreeFailed(o, runErr != nil); err != nil {
+	// before every rank has written. A rank's failure leaves its part of
+	// every output unwritten, so no rank may count the reduction done:
+	// where no rank reduces in place every send buffer is intact, and all
+	// run the host-staged reduction, which writes every output again;
+	// in place, the outputs written are inputs lost, and every rank fails.
+	inPlace := !call.Recv.IsZero() && call.Recv.Overlaps(call.Send)
+	anyFailed, anyInPlace, err := c.agreeRun(o, runErr != nil, inPlace)
+	if err != nil {
 		return errors.Join(runErr, err)
 	}
-	if runErr != nil {
-		return fmt.Errorf("%v through the IPC path: %w", call.Operation, runErr)
+	switch {
+	case !anyFailed:
+		c.ipc.collectives.Add(1)
+		return nil
+	case !anyInPlace:
+		c.ipc.staged.Add(1)
+		return staged(c, o)
+	case runErr == nil:
+		runErr = errPeerPart
 	}
-	c.ipc.collectives.Add(1)
-	return nil
+	return fmt.Errorf("%v through the IPC path, in place on some rank: %w", call.Operation, runErr)
+}
+
+// errPeerPart is a reduction's error on the ranks whose own part went
+// through, when another's did not.
+var errPeerPart = errors.New("another rank could not write its part of the outputs, and a send buffer reduced in place is overwritten")
+
+// fusedRanks is the most ranks whose reductions on a GPU are one
+// kernels.Reduce; tests lower it (export_test.go) to run the fold and
+// copies on a GPU with few ranks.
+var fusedRanks = kernels.MaxReduceRanks
+
+// reduceFault, when set (by tests, export_test.go), fails this rank's part
+// of an IPC reduction after it has been written: a launch or copy that
+// failed, as only a GPU could make one fail.
+var reduceFault func(rank int) error
+
+// agreeRun is an Allreduce(max) of whether any rank failed its part and
+// whether any reduced in place: a barrier.
+func (c *Comm) agreeRun(o *op, failed, inPlace bool) (anyFailed, anyInPlace bool, err error) {
+	v := []int64{b2i(failed), b2i(inPlace)}
+	err = c.block(o, func() error { return mpi.AllreduceInt64s(c.coll, v, mpi.Max) })
+	return v[0] != 0, v[1] != 0, err
 }
 
 // nodePart is this rank's share of a reduction through the IPC path: its
@@ -308,7 +350,7 @@ func (c *Comm) nodePart(shares []ipcShare, call driver.Call, lo, hi int, refs *[
 		if err != nil {
 			return r, err
 		}
-		if r.fused = c.size <= kernels.MaxReduceRanks; r.fused {
+		if r.fused = c.size <= fusedRanks; r.fused {
 			return r, nil
 		}
 	}

@@ -69,6 +69,7 @@ tests() { # in order of what a change most often breaks: IPC, the backends, then
   sys_mpi
   step ipcshare-mpi-np7 60 mpirun $NB -x GPUCOMM_BACKEND=mpi -np 7 $B/ex-ipcshare
   step mpicomm-ranks 200 $B/internal_mpicomm_mpitest.test -test.v
+  step mpicomm-ipc-reductions 240 $B/internal_mpicomm.test -test.run IPCReductions -test.v
   step check-mpi-np4 90 mpirun $NB -np 4 $B/gpucomm check -backend mpi
   step cudaaware-refused 30 mpirun $NB -np 2 $B/gpucomm check -backend cudaaware
   for i in 1 2 3; do step heat-example-mpi-np4-$i 60 mpirun $NB -x GPUCOMM_BACKEND=mpi -np 4 $B/ex-heat; done
@@ -143,6 +144,7 @@ ipc() { # issue 22: the mpi backend's IPC path inside a node, under the machine'
   step fold-kernels 60 $B/kernels.test -test.run 'FoldKernels|ReduceKernels' -test.v
   step ipccache-realloc 60 env GPUCOMM_IPCCACHE_DEVICE=cuda $B/ipccache.test -test.run ReallocationAtTheSameAddress -test.v
   step comm-mpi-ipc 240 $B/comm_mpi.test -test.run 'TestIPCPathUnderLauncher|TestUnderLauncher$' -test.v
+  step mpicomm-ipc-reductions 240 $B/internal_mpicomm.test -test.run IPCReductions -test.v
   step devmem-copies 60 $B/devmem.test -test.run XXX -test.bench CUDA -test.benchtime 20x
   local ops=pingpong,bw,allreduce,allgather,alltoall
   for np in 2 4; do

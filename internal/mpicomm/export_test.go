@@ -1,0 +1,14 @@
+package mpicomm
+
+// SetReduceFault makes this process's IPC reductions fail after writing
+// their part (reduceFault), for the rank tests of ipcfault_test.go; nil
+// puts the real path back.
+func SetReduceFault(f func(rank int) error) { reduceFault = f }
+
+// SetFusedRanks sets fusedRanks, the most ranks whose reductions on a GPU
+// are one kernel, and returns what it was.
+func SetFusedRanks(n int) int {
+	was := fusedRanks
+	fusedRanks = n
+	return was
+}
