@@ -245,7 +245,8 @@ func (c *Comm) ipcReduce(o *op, staged func(*Comm, *op) error) (err error) {
 	// where no rank reduces in place every send buffer is intact, and all
 	// run the host-staged reduction, which writes every output again;
 	// in place, the outputs written are inputs lost, and every rank fails.
-	inPlace := !call.Recv.IsZero() && call.Recv.Overlaps(call.Send)
+	written := call.Operation != driver.OpReduce || c.rank == call.Root // a Reduce's non-roots have no output
+	inPlace := written && !call.Recv.IsZero() && call.Recv.Overlaps(call.Send)
 	anyFailed, anyInPlace, err := c.agreeRun(o, runErr != nil, inPlace)
 	if err != nil {
 		return errors.Join(runErr, err)

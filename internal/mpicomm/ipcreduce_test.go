@@ -212,7 +212,13 @@ func TestRankIPCReductionFault(t *testing.T) {
 		case driver.OpAllReduce:
 			err = comm.AllReduce(c, x, y, comm.Sum, nil)
 		case driver.OpReduce:
-			err = comm.Reduce(c, x, y, comm.Sum, 0, nil)
+			// The non-roots hand their send as the recv they do not have:
+			// not in place, as no output of theirs is written.
+			out := y
+			if r != 0 {
+				out = x
+			}
+			err = comm.Reduce(c, x, out, comm.Sum, 0, nil)
 		case driver.OpReduceScatter:
 			err = comm.ReduceScatter(c, x, y, comm.Sum, nil)
 		}
