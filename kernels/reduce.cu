@@ -117,26 +117,37 @@ NARROW_FOLDS(f16, half_to_f32, f32_to_half)
 NARROW_FOLDS(bf16, bf16_to_f32, f32_to_bf16)
 
 // divide: integers in 64 bits (signed or not), floats in their own type,
-// 16-bit floats in float32.
-#define DIVIDE_INT(NAME, T, W) \
-    extern "C" __global__ void divide_##NAME(T *acc, long long n, long long by) { GRID_STRIDE acc[i] = (T)((W)acc[i] / (W)by); }
+// 16-bit floats in float32; div_<type> is one element's division, which
+// reduce uses too.
+#define DIV_INT(TYPE, T, W) __device__ static T div_##TYPE(T a, long long by) { return (T)((W)a / (W)by); }
+#define DIV_FLOAT(TYPE, T) __device__ static T div_##TYPE(T a, long long by) { return a / (T)by; }
+#define DIV_NARROW(TYPE, WIDEN, NARROW) \
+    __device__ static unsigned short div_##TYPE(unsigned short a, long long by) { return NARROW(WIDEN(a) / (float)by); }
 
-DIVIDE_INT(i8, i8, i64)
-DIVIDE_INT(u8, u8, u64)
-DIVIDE_INT(i32, i32, i64)
-DIVIDE_INT(u32, u32, u64)
-DIVIDE_INT(i64, i64, i64)
-DIVIDE_INT(u64, u64, u64)
+DIV_INT(i8, i8, i64)
+DIV_INT(u8, u8, u64)
+DIV_INT(i32, i32, i64)
+DIV_INT(u32, u32, u64)
+DIV_INT(i64, i64, i64)
+DIV_INT(u64, u64, u64)
+DIV_FLOAT(f32, float)
+DIV_FLOAT(f64, double)
+DIV_NARROW(f16, half_to_f32, f32_to_half)
+DIV_NARROW(bf16, bf16_to_f32, f32_to_bf16)
 
-#define DIVIDE_FLOAT(NAME, T) \
-    extern "C" __global__ void divide_##NAME(T *acc, long long n, long long by) { GRID_STRIDE acc[i] = acc[i] / (T)by; }
-#define DIVIDE_NARROW(NAME, WIDEN, NARROW) \
-    extern "C" __global__ void divide_##NAME(unsigned short *acc, long long n, long long by) { GRID_STRIDE acc[i] = NARROW(WIDEN(acc[i]) / (float)by); }
+#define DIVIDE(NAME, T) \
+    extern "C" __global__ void divide_##NAME(T *acc, long long n, long long by) { GRID_STRIDE acc[i] = div_##NAME(acc[i], by); }
 
-DIVIDE_FLOAT(f32, float)
-DIVIDE_FLOAT(f64, double)
-DIVIDE_NARROW(f16, half_to_f32, f32_to_half)
-DIVIDE_NARROW(bf16, bf16_to_f32, f32_to_bf16)
+DIVIDE(i8, i8)
+DIVIDE(u8, u8)
+DIVIDE(i32, i32)
+DIVIDE(u32, u32)
+DIVIDE(i64, i64)
+DIVIDE(u64, u64)
+DIVIDE(f32, float)
+DIVIDE(f64, double)
+DIVIDE(f16, unsigned short)
+DIVIDE(bf16, unsigned short)
 
 // reduce: a node's reduction in one pass, for the mpi backend's IPC path.
 // Element i of every source, in order, is combined as fold combines them
@@ -166,26 +177,9 @@ struct rank_ptrs { const void *src[MAX_RANKS]; void *dst[MAX_RANKS]; };
 #define REDUCES(TYPE, T, SUM, PROD, MIN, MAX) \
     REDUCE(TYPE, sum, T, SUM) REDUCE(TYPE, prod, T, PROD) REDUCE(TYPE, min, T, MIN) REDUCE(TYPE, max, T, MAX)
 
-// The divisions of divide, one function a type.
-#define DIV_INT(TYPE, T, W) __device__ static T div_##TYPE(T a, long long by) { return (T)((W)a / (W)by); }
-#define DIV_FLOAT(TYPE, T) __device__ static T div_##TYPE(T a, long long by) { return a / (T)by; }
-#define DIV_NARROW(TYPE, WIDEN, NARROW) \
-    __device__ static unsigned short div_##TYPE(unsigned short a, long long by) { return NARROW(WIDEN(a) / (float)by); }
-
 // The 16-bit floats' steps: widened, combined in float32, rounded back.
 #define NARROW_OP(NAME, F, WIDEN, NARROW) \
     __device__ static unsigned short NAME(unsigned short a, unsigned short b) { return NARROW(F(WIDEN(a), WIDEN(b))); }
-
-DIV_INT(i8, i8, i64)
-DIV_INT(u8, u8, u64)
-DIV_INT(i32, i32, i64)
-DIV_INT(u32, u32, u64)
-DIV_INT(i64, i64, i64)
-DIV_INT(u64, u64, u64)
-DIV_FLOAT(f32, float)
-DIV_FLOAT(f64, double)
-DIV_NARROW(f16, half_to_f32, f32_to_half)
-DIV_NARROW(bf16, bf16_to_f32, f32_to_bf16)
 
 NARROW_OP(f16_sum, op_sum<float>, half_to_f32, f32_to_half)
 NARROW_OP(f16_prod, op_prod<float>, half_to_f32, f32_to_half)

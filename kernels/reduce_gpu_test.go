@@ -18,25 +18,11 @@ import (
 // DivideInto give on the same inputs: random values with NaNs, infinities,
 // signed zeros and subnormals among the floats, integers that overflow.
 func TestFoldKernelsMatchTheHostReferenceOnAGPU(t *testing.T) {
-	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
-		t.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU")
-	}
-	dev, err := devmem.Open("cuda:0", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := dev.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
-	types := map[string]driver.DType{"i8": driver.Int8, "u8": driver.Uint8, "i32": driver.Int32, "u32": driver.Uint32,
-		"i64": driver.Int64, "u64": driver.Uint64, "f16": driver.Float16, "bf16": driver.BFloat16, "f32": driver.Float32, "f64": driver.Float64}
-	ops := map[string]driver.Op{"sum": driver.Sum, "prod": driver.Prod, "min": driver.Min, "max": driver.Max}
+	dev, s := gpuStream(t)
 	const n = 100_003 // not a multiple of a block
 	rng := rand.New(rand.NewPCG(22, 4))
 	for _, typ := range kernels.FoldTypes {
-		dt := types[typ]
+		dt := dtypeOf[typ]
 		es := dt.Size()
 		input := func() []byte {
 			b := make([]byte, n*es)
@@ -49,7 +35,7 @@ func TestFoldKernelsMatchTheHostReferenceOnAGPU(t *testing.T) {
 		for _, opName := range kernels.FoldOps {
 			acc, src := input(), input()
 			want := bytes.Clone(acc)
-			if err := driver.ReduceInto(dt, ops[opName], want, src); err != nil {
+			if err := driver.ReduceInto(dt, opOf[opName], want, src); err != nil {
 				t.Fatal(err)
 			}
 			got := onGPU(t, dev, s, acc, src, func(a, b devmem.Buffer) error { return kernels.Fold(s, typ, opName, a, b, n) })
@@ -71,28 +57,14 @@ func TestFoldKernelsMatchTheHostReferenceOnAGPU(t *testing.T) {
 // of them a source (in place); and MaxReduceRanks sources and destinations
 // for one type.
 func TestReduceKernelsMatchTheHostReferenceOnAGPU(t *testing.T) {
-	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
-		t.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU")
-	}
-	dev, err := devmem.Open("cuda:0", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := dev.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
-	types := map[string]driver.DType{"i8": driver.Int8, "u8": driver.Uint8, "i32": driver.Int32, "u32": driver.Uint32,
-		"i64": driver.Int64, "u64": driver.Uint64, "f16": driver.Float16, "bf16": driver.BFloat16, "f32": driver.Float32, "f64": driver.Float64}
-	ops := map[string]driver.Op{"sum": driver.Sum, "prod": driver.Prod, "min": driver.Min, "max": driver.Max}
+	dev, s := gpuStream(t)
 	const n = 100_003
 	rng := rand.New(rand.NewPCG(22, 5))
 	// run reduces nsrc random sources into ndst destinations, the last of
 	// them source 1 when inPlace, and checks every destination.
 	run := func(typ, opName string, by, nsrc, ndst int, inPlace bool) {
 		t.Helper()
-		dt := types[typ]
+		dt := dtypeOf[typ]
 		es := dt.Size()
 		srcs := make([][]byte, nsrc)
 		for q := range srcs {
@@ -104,7 +76,7 @@ func TestReduceKernelsMatchTheHostReferenceOnAGPU(t *testing.T) {
 		}
 		want := bytes.Clone(srcs[0])
 		for _, src := range srcs[1:] {
-			if err := driver.ReduceInto(dt, ops[opName], want, src); err != nil {
+			if err := driver.ReduceInto(dt, opOf[opName], want, src); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -163,6 +135,33 @@ func TestReduceKernelsMatchTheHostReferenceOnAGPU(t *testing.T) {
 	run("f32", "sum", kernels.MaxReduceRanks, kernels.MaxReduceRanks, kernels.MaxReduceRanks, false)
 	run("bf16", "max", 0, 1, 1, false)
 }
+
+// gpuStream skips t without GPUCOMM_GPU_TESTS=1, else opens the first GPU
+// and a stream on it, destroyed when t ends.
+func gpuStream(t *testing.T) (*devmem.Device, *devmem.Stream) {
+	t.Helper()
+	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
+		t.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU")
+	}
+	dev, err := devmem.Open("cuda:0", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Destroy() })
+	return dev, s
+}
+
+// dtypeOf and opOf map the kernels' names to comm/driver's element types and
+// reductions.
+var (
+	dtypeOf = map[string]driver.DType{"i8": driver.Int8, "u8": driver.Uint8, "i32": driver.Int32, "u32": driver.Uint32,
+		"i64": driver.Int64, "u64": driver.Uint64, "f16": driver.Float16, "bf16": driver.BFloat16, "f32": driver.Float32, "f64": driver.Float64}
+	opOf = map[string]driver.Op{"sum": driver.Sum, "prod": driver.Prod, "min": driver.Min, "max": driver.Max}
+)
 
 // special puts NaN, ±Inf, ±0 and subnormals into every 7th float element.
 func special(b []byte, typ string, rng *rand.Rand) {

@@ -22,7 +22,7 @@ func TestReduceLaunchesMatchTheMacros(t *testing.T) {
 	}
 	text := string(src)
 	defined := map[string]int{}
-	inst := regexp.MustCompile(`(?m)^(INT_FOLDS|FLOAT_FOLDS|NARROW_FOLDS|DIVIDE_INT|DIVIDE_FLOAT|DIVIDE_NARROW|REDUCES)\((\w+)`)
+	inst := regexp.MustCompile(`(?m)^(INT_FOLDS|FLOAT_FOLDS|NARROW_FOLDS|DIVIDE|REDUCES)\((\w+)`)
 	for _, m := range inst.FindAllStringSubmatch(text, -1) {
 		if m[1] == "REDUCES" {
 			for _, op := range FoldOps {
@@ -42,7 +42,6 @@ func TestReduceLaunchesMatchTheMacros(t *testing.T) {
 		`#define FOLD(NAME, T, F) \` + "\n" + `    extern "C" __global__ void fold_##NAME(T *acc, const T *src, long long n)`,
 		`extern "C" __global__ void fold_##NAME(unsigned short *acc, const unsigned short *src, long long n)`,
 		`extern "C" __global__ void divide_##NAME(T *acc, long long n, long long by)`,
-		`extern "C" __global__ void divide_##NAME(unsigned short *acc, long long n, long long by)`,
 		`extern "C" __global__ void reduce_##TYPE##_##OP(rank_ptrs p, int nsrc, int ndst, long long n, long long by)`,
 		`struct rank_ptrs { const void *src[MAX_RANKS]; void *dst[MAX_RANKS]; };`,
 		fmt.Sprintf("#define MAX_RANKS %d\n", MaxReduceRanks),
@@ -52,11 +51,7 @@ func TestReduceLaunchesMatchTheMacros(t *testing.T) {
 			t.Errorf("reduce.cu no longer has %q, whose parameters the launchers follow", sig)
 		}
 	}
-	d := devmem.NewHostDevice()
-	a, _ := d.Alloc(64)
-	b, _ := d.Alloc(64)
-	defer a.Free()
-	defer b.Free()
+	_, a, b := hostPair(t)
 	seen := map[string]bool{}
 	check := func(l launch, want string) {
 		t.Helper()
@@ -102,11 +97,7 @@ func TestReduceLaunchesMatchTheMacros(t *testing.T) {
 // Bad arguments are refused before anything runs, and the host device is
 // told to fold on the host.
 func TestFoldRefusesBadArgumentsAndTheHostDevice(t *testing.T) {
-	d := devmem.NewHostDevice()
-	a, _ := d.Alloc(64)
-	b, _ := d.Alloc(64)
-	defer a.Free()
-	defer b.Free()
+	_, a, b := hostPair(t)
 	for _, err := range []error{
 		Fold(nil, "f128", "sum", a, b, 2), Fold(nil, "f32", "avg", a, b, 2), Fold(nil, "f32", "sum", a, b, -1),
 		Fold(nil, "f64", "sum", a, b, 9), Divide(nil, "i32", a, 4, 0), Divide(nil, "x", a, 4, 2),
@@ -127,11 +118,7 @@ func TestFoldRefusesBadArgumentsAndTheHostDevice(t *testing.T) {
 // too small, freed or of another device, and more ranks than its table
 // holds), and the host device.
 func TestReduceRefusesBadArgumentsAndTheHostDevice(t *testing.T) {
-	d := devmem.NewHostDevice()
-	a, _ := d.Alloc(64)
-	b, _ := d.Alloc(64)
-	defer a.Free()
-	defer b.Free()
+	d, a, b := hostPair(t)
 	freed, _ := d.Alloc(64)
 	freed.Free()
 	other, _ := devmem.NewHostDevice().Alloc(64)
@@ -166,4 +153,17 @@ func TestReduceRefusesBadArgumentsAndTheHostDevice(t *testing.T) {
 	if err := ReduceReady(d, "f32", "sum"); !errors.Is(err, devmem.ErrUnsupported) {
 		t.Errorf("ReduceReady on the host device: %v, want ErrUnsupported", err)
 	}
+}
+
+// hostPair is two 64-byte buffers of a new host device, freed when t ends.
+func hostPair(t *testing.T) (d *devmem.Device, a, b devmem.Buffer) {
+	t.Helper()
+	d = devmem.NewHostDevice()
+	a, _ = d.Alloc(64)
+	b, _ = d.Alloc(64)
+	t.Cleanup(func() {
+		a.Free()
+		b.Free()
+	})
+	return d, a, b
 }
