@@ -1,0 +1,209 @@
+package kernels_test
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpucomm/gpucomm/comm/driver"
+	"github.com/gpucomm/gpucomm/kernels"
+)
+
+// cpuShim stands in for what reduce.cu takes from CUDA, so that a C++
+// compiler builds it for the CPU: one block of one thread, whose
+// grid-stride loop then covers every element; the bit casts by memcpy.
+const cpuShim = `#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#define __global__
+#define __device__
+struct cpu_dim3 { unsigned x, y, z; };
+static cpu_dim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0}, blockDim = {1, 1, 1}, gridDim = {1, 1, 1};
+static float __uint_as_float(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
+static unsigned int __float_as_uint(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
+static long long __double_as_longlong(double d) { long long u; memcpy(&u, &d, 8); return u; }
+`
+
+// cpuMain runs one kernel of reduce.cu on the CPU: NAME N BY NSRC NDST
+// INPLACE IN OUT, with IN holding NSRC arrays of N elements (fold: acc then
+// src; divide: acc) and OUT written with the results (fold, divide: acc;
+// reduce: its NDST destinations, the last of them source 1 when INPLACE).
+const cpuMain = `
+static void *slurp(const char *path, size_t n) {
+    FILE *f = fopen(path, "rb");
+    void *b = malloc(n ? n : 1);
+    if (!f || fread(b, 1, n, f) != n) { fprintf(stderr, "read %s\n", path); exit(2); }
+    fclose(f);
+    return b;
+}
+int main(int argc, char **argv) {
+    if (argc != 9) { fprintf(stderr, "usage\n"); return 2; }
+    const char *name = argv[1];
+    long long n = atoll(argv[2]), by = atoll(argv[3]);
+    int nsrc = atoi(argv[4]), ndst = atoi(argv[5]), inplace = atoi(argv[6]);
+    size_t es = 0;
+    for (const struct kernel *k = kernels; k->name; k++) if (!strcmp(k->name, name)) es = k->es;
+    if (!es) { fprintf(stderr, "no kernel %s\n", name); return 2; }
+    char *in = (char *)slurp(argv[7], (size_t)nsrc * n * es);
+    char *dst[MAX_RANKS];
+    rank_ptrs p;
+    memset(&p, 0, sizeof p);
+    for (int q = 0; q < nsrc; q++) p.src[q] = in + q * n * es;
+    for (int d = 0; d < ndst; d++) dst[d] = (inplace && d == ndst - 1) ? in + n * es : (char *)calloc(n, es);
+    for (int d = 0; d < ndst; d++) p.dst[d] = dst[d];
+    for (const struct kernel *k = kernels; k->name; k++) {
+        if (strcmp(k->name, name)) continue;
+        if (k->fold) { k->fold(in, in + n * es, n); ndst = 1; dst[0] = in; }
+        if (k->divide) { k->divide(in, n, by); ndst = 1; dst[0] = in; }
+        if (k->reduce) k->reduce(p, nsrc, ndst, n, by);
+    }
+    FILE *f = fopen(argv[8], "wb");
+    for (int d = 0; d < ndst; d++) fwrite(dst[d], es, n, f);
+    return fclose(f) != 0;
+}
+`
+
+// cTypes are the C element types of FoldTypes.
+var cTypes = map[string]string{"i8": "signed char", "u8": "unsigned char", "i32": "int", "u32": "unsigned int",
+	"i64": "long long", "u64": "unsigned long long", "f16": "unsigned short", "bf16": "unsigned short", "f32": "float", "f64": "double"}
+
+// cpuKernels builds reduce.cu with the shim and a table of its kernels into
+// a program for the CPU, or skips t where no C++ compiler is installed.
+func cpuKernels(t *testing.T) string {
+	t.Helper()
+	cxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("no g++ to build reduce.cu for the CPU")
+	}
+	src, err := os.ReadFile("reduce.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString(cpuShim)
+	b.Write(src)
+	b.WriteString("\nstruct kernel { const char *name; size_t es; void (*fold)(void *, const void *, long long);" +
+		" void (*divide)(void *, long long, long long); void (*reduce)(rank_ptrs, int, int, long long, long long); };\n")
+	var table []string
+	for _, typ := range kernels.FoldTypes {
+		ct := cTypes[typ]
+		fmt.Fprintf(&b, "static void w_divide_%s(void *a, long long n, long long by) { divide_%s((%s *)a, n, by); }\n", typ, typ, ct)
+		table = append(table, fmt.Sprintf(`{"divide_%s", sizeof(%s), 0, w_divide_%s, 0}`, typ, ct, typ))
+		for _, op := range kernels.FoldOps {
+			k := typ + "_" + op
+			fmt.Fprintf(&b, "static void w_fold_%s(void *a, const void *s, long long n) { fold_%s((%s *)a, (const %s *)s, n); }\n", k, k, ct, ct)
+			table = append(table, fmt.Sprintf(`{"fold_%s", sizeof(%s), w_fold_%s, 0, 0}`, k, ct, k),
+				fmt.Sprintf(`{"reduce_%s", sizeof(%s), 0, 0, reduce_%s}`, k, ct, k))
+		}
+	}
+	fmt.Fprintf(&b, "static const struct kernel kernels[] = {\n%s,\n{0, 0, 0, 0, 0}};\n", strings.Join(table, ",\n"))
+	b.WriteString(cpuMain)
+	dir := t.TempDir()
+	cpp, exe := filepath.Join(dir, "reduce.cpp"), filepath.Join(dir, "reduce")
+	if err := os.WriteFile(cpp, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// -ffp-contract=off: no fused multiply-add, as NVRTC's --fmad=false.
+	out, err := exec.Command(cxx, "-std=c++17", "-O1", "-ffp-contract=off", "-Wno-unknown-pragmas", "-o", exe, cpp).CombinedOutput()
+	if err != nil {
+		t.Fatalf("g++ on reduce.cu with the CPU shim: %v\n%s", err, out)
+	}
+	return exe
+}
+
+// The kernels of reduce.cu, built for the CPU (where a C++ compiler is):
+// every fold, divide and reduce kernel gives, byte for byte, what
+// comm/driver's ReduceInto and DivideInto give, as on a GPU in
+// TestFoldKernelsMatchTheHostReferenceOnAGPU and
+// TestReduceKernelsMatchTheHostReferenceOnAGPU. What it cannot show is
+// that NVRTC builds them and the GPU rounds as IEEE says: those two can.
+func TestReduceCUMatchesTheHostReferenceOnTheCPU(t *testing.T) {
+	exe := cpuKernels(t)
+	dir := t.TempDir()
+	const n = 10_007
+	rng := rand.New(rand.NewPCG(22, 6))
+	// run runs kernel name on the CPU over srcs and returns its outputs.
+	run := func(name string, es, by, ndst int, inPlace bool, srcs ...[]byte) [][]byte {
+		t.Helper()
+		in, out := filepath.Join(dir, "in"), filepath.Join(dir, "out")
+		if err := os.WriteFile(in, bytes.Join(srcs, nil), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(out)
+		msg, err := exec.Command(exe, name, fmt.Sprint(n), fmt.Sprint(by), fmt.Sprint(len(srcs)), fmt.Sprint(ndst),
+			fmt.Sprint(b2i(inPlace)), in, out).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s on the CPU: %v\n%s", name, err, msg)
+		}
+		got, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var outs [][]byte
+		for d := 0; d+n*es <= len(got); d += n * es {
+			outs = append(outs, got[d:d+n*es])
+		}
+		return outs
+	}
+	for _, typ := range kernels.FoldTypes {
+		dt := dtypeOf[typ]
+		es := dt.Size()
+		input := func() []byte {
+			b := make([]byte, n*es)
+			for i := range b {
+				b[i] = byte(rng.Uint32())
+			}
+			special(b, typ, rng)
+			return b
+		}
+		fold := func(op driver.Op, by int, srcs ...[]byte) []byte {
+			want := bytes.Clone(srcs[0])
+			for _, s := range srcs[1:] {
+				if err := driver.ReduceInto(dt, op, want, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if by > 0 {
+				if err := driver.DivideInto(dt, want, by); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return want
+		}
+		for _, opName := range kernels.FoldOps {
+			acc, src := input(), input()
+			compare(t, "fold_"+typ+"_"+opName, run("fold_"+typ+"_"+opName, es, 0, 1, false, acc, src)[0], fold(opOf[opName], 0, acc, src), es)
+			srcs := [][]byte{input(), input(), input()}
+			want := fold(opOf[opName], 0, srcs...)
+			outs := run("reduce_"+typ+"_"+opName, es, 0, 2, true, srcs...)
+			if len(outs) != 2 {
+				t.Fatalf("reduce_%s_%s: %d outputs, want 2", typ, opName, len(outs))
+			}
+			for d, got := range outs {
+				compare(t, fmt.Sprintf("reduce_%s_%s, 3 sources, destination %d of 2 (the last in place)", typ, opName, d), got, want, es)
+			}
+		}
+		acc := input()
+		compare(t, "divide_"+typ, run("divide_"+typ, es, 3, 1, false, acc)[0], fold(driver.Sum, 3, acc), es)
+		srcs := make([][]byte, kernels.MaxReduceRanks)
+		for q := range srcs {
+			srcs[q] = input()
+		}
+		want := fold(driver.Sum, kernels.MaxReduceRanks, srcs...)
+		for d, got := range run("reduce_"+typ+"_sum", es, kernels.MaxReduceRanks, kernels.MaxReduceRanks, false, srcs...) {
+			compare(t, fmt.Sprintf("reduce_%s_sum, %d sources averaged, destination %d", typ, kernels.MaxReduceRanks, d), got, want, es)
+		}
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
