@@ -65,6 +65,13 @@ __device__ static unsigned short f32_to_bf16(float f)
 
 template <typename T> __device__ static T op_sum(T a, T b) { return a + b; }
 template <typename T> __device__ static T op_prod(T a, T b) { return a * b; }
+// Signed 32- and 64-bit integers wrap as Go's do: added and multiplied as
+// unsigned, since a signed overflow is undefined in C++ (8-bit ones are
+// combined in int, where they cannot overflow).
+template <> __device__ i32 op_sum<i32>(i32 a, i32 b) { return (i32)((u32)a + (u32)b); }
+template <> __device__ i32 op_prod<i32>(i32 a, i32 b) { return (i32)((u32)a * (u32)b); }
+template <> __device__ i64 op_sum<i64>(i64 a, i64 b) { return (i64)((u64)a + (u64)b); }
+template <> __device__ i64 op_prod<i64>(i64 a, i64 b) { return (i64)((u64)a * (u64)b); }
 template <typename T> __device__ static T op_min(T a, T b) { return b < a ? b : a; }
 template <typename T> __device__ static T op_max(T a, T b) { return b > a ? b : a; }
 

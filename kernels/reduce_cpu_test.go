@@ -15,15 +15,20 @@ import (
 )
 
 // cpuShim stands in for what reduce.cu takes from CUDA, so that a C++
-// compiler builds it for the CPU: one block of one thread, whose
-// grid-stride loop then covers every element; the bit casts by memcpy.
+// compiler builds it for the CPU: a grid of 3 blocks of 5 threads, each
+// thread's call of a kernel made in turn (ON_GRID), so that the kernels'
+// grid-stride loops must cover every element between them; the bit casts
+// by memcpy.
 const cpuShim = `#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #define __global__
 #define __device__
 struct cpu_dim3 { unsigned x, y, z; };
-static cpu_dim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0}, blockDim = {1, 1, 1}, gridDim = {1, 1, 1};
+static cpu_dim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0}, blockDim = {5, 1, 1}, gridDim = {3, 1, 1};
+#define ON_GRID(CALL) \
+    for (blockIdx.x = 0; blockIdx.x < gridDim.x; blockIdx.x++) \
+        for (threadIdx.x = 0; threadIdx.x < blockDim.x; threadIdx.x++) CALL
 static float __uint_as_float(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
 static unsigned int __float_as_uint(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
 static long long __double_as_longlong(double d) { long long u; memcpy(&u, &d, 8); return u; }
@@ -60,7 +65,7 @@ int main(int argc, char **argv) {
         if (strcmp(k->name, name)) continue;
         if (k->fold) { k->fold(in, in + n * es, n); ndst = 1; dst[0] = in; }
         if (k->divide) { k->divide(in, n, by); ndst = 1; dst[0] = in; }
-        if (k->reduce) k->reduce(p, nsrc, ndst, n, by);
+        if (k->reduce) ON_GRID(k->reduce(p, nsrc, ndst, n, by));
     }
     FILE *f = fopen(argv[8], "wb");
     for (int d = 0; d < ndst; d++) fwrite(dst[d], es, n, f);
@@ -73,12 +78,20 @@ var cTypes = map[string]string{"i8": "signed char", "u8": "unsigned char", "i32"
 	"i64": "long long", "u64": "unsigned long long", "f16": "unsigned short", "bf16": "unsigned short", "f32": "float", "f64": "double"}
 
 // cpuKernels builds reduce.cu with the shim and a table of its kernels into
-// a program for the CPU, or skips t where no C++ compiler is installed.
+// a program for the CPU, with the undefined-behaviour sanitizer where the
+// compiler has it (a signed overflow, say, ends the program), or skips t
+// where no C++ compiler is installed ($CXX, g++ or clang++).
 func cpuKernels(t *testing.T) string {
 	t.Helper()
-	cxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("no g++ to build reduce.cu for the CPU")
+	var cxx string
+	for _, name := range []string{os.Getenv("CXX"), "g++", "clang++"} {
+		if p, err := exec.LookPath(name); name != "" && err == nil {
+			cxx = p
+			break
+		}
+	}
+	if cxx == "" {
+		t.Skip("no C++ compiler ($CXX, g++, clang++) to build reduce.cu for the CPU")
 	}
 	src, err := os.ReadFile("reduce.cu")
 	if err != nil {
@@ -92,11 +105,11 @@ func cpuKernels(t *testing.T) string {
 	var table []string
 	for _, typ := range kernels.FoldTypes {
 		ct := cTypes[typ]
-		fmt.Fprintf(&b, "static void w_divide_%s(void *a, long long n, long long by) { divide_%s((%s *)a, n, by); }\n", typ, typ, ct)
+		fmt.Fprintf(&b, "static void w_divide_%s(void *a, long long n, long long by) { ON_GRID(divide_%s((%s *)a, n, by)); }\n", typ, typ, ct)
 		table = append(table, fmt.Sprintf(`{"divide_%s", sizeof(%s), 0, w_divide_%s, 0}`, typ, ct, typ))
 		for _, op := range kernels.FoldOps {
 			k := typ + "_" + op
-			fmt.Fprintf(&b, "static void w_fold_%s(void *a, const void *s, long long n) { fold_%s((%s *)a, (const %s *)s, n); }\n", k, k, ct, ct)
+			fmt.Fprintf(&b, "static void w_fold_%s(void *a, const void *s, long long n) { ON_GRID(fold_%s((%s *)a, (const %s *)s, n)); }\n", k, k, ct, ct)
 			table = append(table, fmt.Sprintf(`{"fold_%s", sizeof(%s), w_fold_%s, 0, 0}`, k, ct, k),
 				fmt.Sprintf(`{"reduce_%s", sizeof(%s), 0, 0, reduce_%s}`, k, ct, k))
 		}
@@ -109,9 +122,15 @@ func cpuKernels(t *testing.T) string {
 		t.Fatal(err)
 	}
 	// -ffp-contract=off: no fused multiply-add, as NVRTC's --fmad=false.
-	out, err := exec.Command(cxx, "-std=c++17", "-O1", "-ffp-contract=off", "-Wno-unknown-pragmas", "-o", exe, cpp).CombinedOutput()
+	args := []string{"-std=c++17", "-O1", "-ffp-contract=off", "-Wno-unknown-pragmas", "-o", exe, cpp}
+	ubsan := []string{"-fsanitize=undefined", "-fno-sanitize-recover=all"}
+	out, err := exec.Command(cxx, append(ubsan, args...)...).CombinedOutput()
 	if err != nil {
-		t.Fatalf("g++ on reduce.cu with the CPU shim: %v\n%s", err, out)
+		t.Logf("%s with the undefined-behaviour sanitizer: %v; without it", cxx, err)
+		out, err = exec.Command(cxx, args...).CombinedOutput()
+	}
+	if err != nil {
+		t.Fatalf("%s on reduce.cu with the CPU shim: %v\n%s", cxx, err, out)
 	}
 	return exe
 }
@@ -120,7 +139,8 @@ func cpuKernels(t *testing.T) string {
 // every fold, divide and reduce kernel gives, byte for byte, what
 // comm/driver's ReduceInto and DivideInto give, as on a GPU in
 // TestFoldKernelsMatchTheHostReferenceOnAGPU and
-// TestReduceKernelsMatchTheHostReferenceOnAGPU. What it cannot show is
+// TestReduceKernelsMatchTheHostReferenceOnAGPU (NaNs matching any NaN, as
+// there). What it cannot show is
 // that NVRTC builds them and the GPU rounds as IEEE says: those two can.
 func TestReduceCUMatchesTheHostReferenceOnTheCPU(t *testing.T) {
 	exe := cpuKernels(t)
@@ -195,7 +215,11 @@ func TestReduceCUMatchesTheHostReferenceOnTheCPU(t *testing.T) {
 			srcs[q] = input()
 		}
 		want := fold(driver.Sum, kernels.MaxReduceRanks, srcs...)
-		for d, got := range run("reduce_"+typ+"_sum", es, kernels.MaxReduceRanks, kernels.MaxReduceRanks, false, srcs...) {
+		outs := run("reduce_"+typ+"_sum", es, kernels.MaxReduceRanks, kernels.MaxReduceRanks, false, srcs...)
+		if len(outs) != kernels.MaxReduceRanks {
+			t.Fatalf("reduce_%s_sum: %d outputs, want %d", typ, len(outs), kernels.MaxReduceRanks)
+		}
+		for d, got := range outs {
 			compare(t, fmt.Sprintf("reduce_%s_sum, %d sources averaged, destination %d", typ, kernels.MaxReduceRanks, d), got, want, es)
 		}
 	}

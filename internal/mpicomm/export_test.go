@@ -1,8 +1,8 @@
 package mpicomm
 
-// SetReduceFault makes this process's IPC reductions fail after writing
-// their part (reduceFault), for the rank tests of ipcfault_test.go; nil
-// puts the real path back.
+// SetReduceFault makes this process's IPC reductions fail their part
+// where f says so (reduceFault), for the rank tests of ipcreduce_test.go;
+// nil puts the real path back.
 func SetReduceFault(f func(rank int) error) { reduceFault = f }
 
 // SetFusedRanks sets fusedRanks, the most ranks whose reductions on a GPU

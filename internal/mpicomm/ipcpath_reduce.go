@@ -37,7 +37,7 @@ import (
 // fold kernels on a GPU, and copied to each output. The second Allreduce
 // keeps every send buffer in place, and every output unread, until all
 // have written; it also says whether any rank's part failed (see
-// ipcReduce). With a timeout, a rank that gives up in the first Allreduce
+// ipcReduce). With a timeout, a rank that gives up in either Allreduce
 // has still taken part in it, so its peers may write its output after its
 // call returned ErrTimeout: the communicator is broken by then, and the
 // buffer is not to be trusted. Broadcast: the ranks copy the root's buffer.
@@ -235,19 +235,28 @@ func (c *Comm) ipcReduce(o *op, staged func(*Comm, *op) error) (err error) {
 		c.ipc.staged.Add(1)
 		return staged(c, o)
 	}
-	runErr := c.reduce(call, r)
-	if runErr == nil && reduceFault != nil {
+	var runErr error
+	if reduceFault != nil {
 		runErr = reduceFault(c.rank)
+	}
+	if runErr == nil {
+		runErr = c.reduce(call, r)
 	}
 	// No rank leaves, and so reuses its send buffer or reads its output,
 	// before every rank has written. A rank's failure leaves its part of
 	// every output unwritten, so no rank may count the reduction done:
-	// where no rank reduces in place every send buffer is intact, and all
-	// run the host-staged reduction, which writes every output again;
-	// in place, the outputs written are inputs lost, and every rank fails.
+	// where every send buffer is intact (no rank reduced in place) and
+	// every failed rank's device still works, all run the host-staged
+	// reduction, which writes every output again; else every rank fails
+	// (a rank whose staged reduction failed at its first copy would leave
+	// the others waiting in MPI). A device that failed with a sticky error
+	// fails its stream's next synchronize as well.
 	written := call.Operation != driver.OpReduce || c.rank == call.Root // a Reduce's non-roots have no output
-	inPlace := written && !call.Recv.IsZero() && call.Recv.Overlaps(call.Send)
-	anyFailed, anyInPlace, err := c.agreeRun(o, runErr != nil, inPlace)
+	noStage := written && !call.Recv.IsZero() && call.Recv.Overlaps(call.Send)
+	if runErr != nil && c.dev.Kind() == devmem.CUDA && c.ipc.copies.Synchronize() != nil {
+		noStage = true
+	}
+	anyFailed, anyNoStage, err := c.agreeRun(o, runErr != nil, noStage)
 	if err != nil {
 		return errors.Join(runErr, err)
 	}
@@ -255,33 +264,33 @@ func (c *Comm) ipcReduce(o *op, staged func(*Comm, *op) error) (err error) {
 	case !anyFailed:
 		c.ipc.collectives.Add(1)
 		return nil
-	case !anyInPlace:
+	case !anyNoStage:
 		c.ipc.staged.Add(1)
 		return staged(c, o)
 	case runErr == nil:
 		runErr = errPeerPart
 	}
-	return fmt.Errorf("%v through the IPC path, in place on some rank: %w", call.Operation, runErr)
+	return fmt.Errorf("%v through the IPC path: a rank's part failed, and the host-staged reduction cannot run instead (a send buffer reduced in place, or a device that failed): %w", call.Operation, runErr)
 }
 
 // errPeerPart is a reduction's error on the ranks whose own part went
 // through, when another's did not.
-var errPeerPart = errors.New("another rank could not write its part of the outputs, and a send buffer reduced in place is overwritten")
+var errPeerPart = errors.New("another rank could not write its part of the outputs")
 
 // fusedRanks is the most ranks whose reductions on a GPU are one
 // kernels.Reduce; tests lower it (export_test.go) to run the fold and
 // copies on a GPU with few ranks.
 var fusedRanks = kernels.MaxReduceRanks
 
-// reduceFault, when set (by tests, export_test.go), fails this rank's part
-// of an IPC reduction after it has been written: a launch or copy that
-// failed, as only a GPU could make one fail.
+// reduceFault, when set (by tests, export_test.go), and when it returns an
+// error, fails this rank's part of an IPC reduction in place of writing
+// it: a launch or copy that failed, as only a GPU could make one fail.
 var reduceFault func(rank int) error
 
 // agreeRun is an Allreduce(max) of whether any rank failed its part and
-// whether any reduced in place: a barrier.
-func (c *Comm) agreeRun(o *op, failed, inPlace bool) (anyFailed, anyInPlace bool, err error) {
-	v := []int64{b2i(failed), b2i(inPlace)}
+// whether any cannot run the host-staged reduction instead: a barrier.
+func (c *Comm) agreeRun(o *op, failed, noStage bool) (anyFailed, anyNoStage bool, err error) {
+	v := []int64{b2i(failed), b2i(noStage)}
 	err = c.block(o, func() error { return mpi.AllreduceInt64s(c.coll, v, mpi.Max) })
 	return v[0] != 0, v[1] != 0, err
 }

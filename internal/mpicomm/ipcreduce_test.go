@@ -78,7 +78,7 @@ func TestRankIPCReductions(t *testing.T) {
 	p, r := c.Size(), c.Rank()
 	const k = 347 // elements a rank's block (ReduceScatter) and, times the ranks, the array
 	was := mpicomm.SetFusedRanks(0)
-	mpicomm.SetFusedRanks(was)
+	t.Cleanup(func() { mpicomm.SetFusedRanks(was) })
 	for _, fused := range []int{was, 1} {
 		mpicomm.SetFusedRanks(fused)
 		for ci, tc := range []struct {
@@ -148,7 +148,6 @@ func TestRankIPCReductions(t *testing.T) {
 			}
 		}
 	}
-	mpicomm.SetFusedRanks(was)
 }
 
 func b2i(b bool) int {
@@ -163,10 +162,11 @@ var errInjected = errors.New("injected: this rank's part failed")
 // TestRankIPCReductionFault: a rank whose part of an IPC reduction fails
 // after the ranks agreed to go on (on a GPU: a launch or a copy that
 // failed) has left its part of every output unwritten, so no rank may
-// report the reduction done. Rank 1's part fails once in each reduction.
-// Out of place every send buffer is intact, and every rank takes the
-// host-staged reduction instead: the right result everywhere, counted as a
-// fallback. In place (on one rank or all) the inputs are overwritten:
+// report the reduction done. Rank 1's part fails once in each reduction,
+// writing nothing (so only a real fallback gives the right result). Out of
+// place every send buffer is intact, and every rank takes the host-staged
+// reduction instead: the right result everywhere, counted as a fallback.
+// In place on one rank (its inputs overwritten by the others' parts):
 // every rank fails, the failing rank with its own error, the others
 // saying another's part failed. The communicator goes on: the next
 // reduction through the path is whole.
