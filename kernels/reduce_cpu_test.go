@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/kernels"
 )
 
@@ -171,35 +170,12 @@ func TestReduceCUMatchesTheHostReferenceOnTheCPU(t *testing.T) {
 		return outs
 	}
 	for _, typ := range kernels.FoldTypes {
-		dt := dtypeOf[typ]
-		es := dt.Size()
-		input := func() []byte {
-			b := make([]byte, n*es)
-			for i := range b {
-				b[i] = byte(rng.Uint32())
-			}
-			special(b, typ, rng)
-			return b
-		}
-		fold := func(op driver.Op, by int, srcs ...[]byte) []byte {
-			want := bytes.Clone(srcs[0])
-			for _, s := range srcs[1:] {
-				if err := driver.ReduceInto(dt, op, want, s); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if by > 0 {
-				if err := driver.DivideInto(dt, want, by); err != nil {
-					t.Fatal(err)
-				}
-			}
-			return want
-		}
+		es := dtypeOf[typ].Size()
 		for _, opName := range kernels.FoldOps {
-			acc, src := input(), input()
-			compare(t, "fold_"+typ+"_"+opName, run("fold_"+typ+"_"+opName, es, 0, 1, false, acc, src)[0], fold(opOf[opName], 0, acc, src), es)
-			srcs := [][]byte{input(), input(), input()}
-			want := fold(opOf[opName], 0, srcs...)
+			acc, src := randomInput(rng, typ, n), randomInput(rng, typ, n)
+			compare(t, "fold_"+typ+"_"+opName, run("fold_"+typ+"_"+opName, es, 0, 1, false, acc, src)[0], hostReduce(t, typ, opName, 0, acc, src), es)
+			srcs := [][]byte{randomInput(rng, typ, n), randomInput(rng, typ, n), randomInput(rng, typ, n)}
+			want := hostReduce(t, typ, opName, 0, srcs...)
 			outs := run("reduce_"+typ+"_"+opName, es, 0, 2, true, srcs...)
 			if len(outs) != 2 {
 				t.Fatalf("reduce_%s_%s: %d outputs, want 2", typ, opName, len(outs))
@@ -208,13 +184,13 @@ func TestReduceCUMatchesTheHostReferenceOnTheCPU(t *testing.T) {
 				compare(t, fmt.Sprintf("reduce_%s_%s, 3 sources, destination %d of 2 (the last in place)", typ, opName, d), got, want, es)
 			}
 		}
-		acc := input()
-		compare(t, "divide_"+typ, run("divide_"+typ, es, 3, 1, false, acc)[0], fold(driver.Sum, 3, acc), es)
+		acc := randomInput(rng, typ, n)
+		compare(t, "divide_"+typ, run("divide_"+typ, es, 3, 1, false, acc)[0], hostReduce(t, typ, "sum", 3, acc), es)
 		srcs := make([][]byte, kernels.MaxReduceRanks)
 		for q := range srcs {
-			srcs[q] = input()
+			srcs[q] = randomInput(rng, typ, n)
 		}
-		want := fold(driver.Sum, kernels.MaxReduceRanks, srcs...)
+		want := hostReduce(t, typ, "sum", kernels.MaxReduceRanks, srcs...)
 		outs := run("reduce_"+typ+"_sum", es, kernels.MaxReduceRanks, kernels.MaxReduceRanks, false, srcs...)
 		if len(outs) != kernels.MaxReduceRanks {
 			t.Fatalf("reduce_%s_sum: %d outputs, want %d", typ, len(outs), kernels.MaxReduceRanks)

@@ -22,30 +22,15 @@ func TestFoldKernelsMatchTheHostReferenceOnAGPU(t *testing.T) {
 	const n = 100_003 // not a multiple of a block
 	rng := rand.New(rand.NewPCG(22, 4))
 	for _, typ := range kernels.FoldTypes {
-		dt := dtypeOf[typ]
-		es := dt.Size()
-		input := func() []byte {
-			b := make([]byte, n*es)
-			for i := range b {
-				b[i] = byte(rng.Uint32())
-			}
-			special(b, typ, rng)
-			return b
-		}
+		es := dtypeOf[typ].Size()
 		for _, opName := range kernels.FoldOps {
-			acc, src := input(), input()
-			want := bytes.Clone(acc)
-			if err := driver.ReduceInto(dt, opOf[opName], want, src); err != nil {
-				t.Fatal(err)
-			}
+			acc, src := randomInput(rng, typ, n), randomInput(rng, typ, n)
+			want := hostReduce(t, typ, opName, 0, acc, src)
 			got := onGPU(t, dev, s, acc, src, func(a, b devmem.Buffer) error { return kernels.Fold(s, typ, opName, a, b, n) })
 			compare(t, "fold_"+typ+"_"+opName, got, want, es)
 		}
-		acc := input()
-		want := bytes.Clone(acc)
-		if err := driver.DivideInto(dt, want, 3); err != nil {
-			t.Fatal(err)
-		}
+		acc := randomInput(rng, typ, n)
+		want := hostReduce(t, typ, "sum", 3, acc)
 		got := onGPU(t, dev, s, acc, nil, func(a, _ devmem.Buffer) error { return kernels.Divide(s, typ, a, n, 3) })
 		compare(t, "divide_"+typ, got, want, es)
 	}
@@ -64,27 +49,12 @@ func TestReduceKernelsMatchTheHostReferenceOnAGPU(t *testing.T) {
 	// them source 1 when inPlace, and checks every destination.
 	run := func(typ, opName string, by, nsrc, ndst int, inPlace bool) {
 		t.Helper()
-		dt := dtypeOf[typ]
-		es := dt.Size()
+		es := dtypeOf[typ].Size()
 		srcs := make([][]byte, nsrc)
 		for q := range srcs {
-			srcs[q] = make([]byte, n*es)
-			for i := range srcs[q] {
-				srcs[q][i] = byte(rng.Uint32())
-			}
-			special(srcs[q], typ, rng)
+			srcs[q] = randomInput(rng, typ, n)
 		}
-		want := bytes.Clone(srcs[0])
-		for _, src := range srcs[1:] {
-			if err := driver.ReduceInto(dt, opOf[opName], want, src); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if by > 0 {
-			if err := driver.DivideInto(dt, want, by); err != nil {
-				t.Fatal(err)
-			}
-		}
+		want := hostReduce(t, typ, opName, by, srcs...)
 		var sb, db, owned []devmem.Buffer
 		defer func() {
 			for _, b := range owned {
@@ -162,6 +132,37 @@ var (
 		"i64": driver.Int64, "u64": driver.Uint64, "f16": driver.Float16, "bf16": driver.BFloat16, "f32": driver.Float32, "f64": driver.Float64}
 	opOf = map[string]driver.Op{"sum": driver.Sum, "prod": driver.Prod, "min": driver.Min, "max": driver.Max}
 )
+
+// randomInput is n random elements of typ, with special's values among the
+// floats.
+func randomInput(rng *rand.Rand, typ string, n int) []byte {
+	b := make([]byte, n*dtypeOf[typ].Size())
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	special(b, typ, rng)
+	return b
+}
+
+// hostReduce is comm/driver's reference for the kernels: srcs folded in
+// order into a copy of srcs[0] with ReduceInto, then divided by by with
+// DivideInto when by > 0.
+func hostReduce(t *testing.T, typ, opName string, by int, srcs ...[]byte) []byte {
+	t.Helper()
+	dt := dtypeOf[typ]
+	want := bytes.Clone(srcs[0])
+	for _, src := range srcs[1:] {
+		if err := driver.ReduceInto(dt, opOf[opName], want, src); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if by > 0 {
+		if err := driver.DivideInto(dt, want, by); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return want
+}
 
 // special puts NaN, ±Inf, ±0 and subnormals into every 7th float element.
 func special(b []byte, typ string, rng *rand.Rand) {
