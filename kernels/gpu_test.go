@@ -418,3 +418,83 @@ func timeByEvents(b *testing.B, s *devmem.Stream, start, end *devmem.Event, f fu
 	}
 	return d.Seconds() / reps
 }
+
+// BenchmarkReduceAgainstDeviceCopy times Reduce as one rank of the mpi
+// backend's IPC AllReduce of 64 MiB runs it (its part, 64 MiB over the
+// ranks, read from every rank's send buffer and written to every rank's
+// output), for 2 and 4 ranks, float32, float16 and float64, with every
+// buffer 16-byte aligned (the kernel's 16-byte path) and one element off
+// (element by element), beside a device-to-device copy moving as many
+// bytes, by events on one stream. It reports each one's bandwidth counting
+// every byte read and written, and the ratio.
+func BenchmarkReduceAgainstDeviceCopy(b *testing.B) {
+	dev, err := devmem.Open("cuda:0", 0)
+	if err != nil {
+		b.Skipf("no usable CUDA device: %v", err)
+	}
+	const total = 64 << 20
+	for _, ranks := range []int{2, 4} {
+		for _, typ := range []string{"f32", "f16", "f64"} {
+			for _, off := range []int{0, 1} {
+				b.Run(fmt.Sprintf("ranks%d/%s/off%d", ranks, typ, off), func(b *testing.B) {
+					benchReduce(b, dev, typ, ranks, total/ranks/foldSize(typ), off)
+				})
+			}
+		}
+	}
+}
+
+func benchReduce(b *testing.B, dev *devmem.Device, typ string, ranks, n, off int) {
+	es := foldSize(typ)
+	s, err1 := dev.NewStream()
+	start, err2 := dev.NewEvent()
+	end, err3 := dev.NewEvent()
+	if err := errors.Join(err1, err2, err3); err != nil {
+		b.Fatal(err)
+	}
+	var all []devmem.Buffer
+	defer func() {
+		for _, x := range all {
+			x.Free()
+		}
+		errors.Join(s.Destroy(), start.Destroy(), end.Destroy())
+	}()
+	part := func(off int) devmem.Buffer {
+		whole, err := dev.Alloc((n + off) * es)
+		if err != nil {
+			b.Fatal(err)
+		}
+		all = append(all, whole)
+		v, err := whole.Slice(off*es, n*es)
+		if err == nil {
+			err = devmem.Memset(v, 1, s)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		return v
+	}
+	srcs, dsts := make([]devmem.Buffer, ranks), make([]devmem.Buffer, ranks)
+	for q := range ranks {
+		srcs[q], dsts[q] = part(off), part(off)
+	}
+	moved := 2 * ranks * n * es  // every source read, every destination written
+	from, to := part(0), part(0) // the copy moves as many: moved/2 read and written, aligned
+	copyN := min(moved/2, n*es)
+	var red, cp float64
+	for b.Loop() {
+		red = timeByEvents(b, s, start, end, func() error { return Reduce(s, typ, "sum", dsts, srcs, n, 0) })
+		cp = timeByEvents(b, s, start, end, func() error {
+			for done := 0; done < moved/2; done += copyN {
+				if err := devmem.CopyN(to, from, copyN, s); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	redBW, copyBW := float64(moved)/red/1e9, float64(moved)/cp/1e9
+	b.ReportMetric(redBW, "reduce-GB/s")
+	b.ReportMetric(copyBW, "copy-GB/s")
+	b.ReportMetric(redBW/copyBW, "ratio")
+}

@@ -150,7 +150,9 @@ func reduceLaunch(typ, op string, dsts, srcs []devmem.Buffer, n, by int) launch 
 	for q, b := range dsts {
 		table[MaxReduceRanks+q] = uint64(b.Addr())
 	}
+	// A thread for each 16 bytes (the kernel's aligned path); unaligned,
+	// the grid-stride loop covers the rest.
 	return launch{file: "reduce.cu", kernel: "reduce_" + typ + "_" + op,
-		grid: flatGrid(n), block: [3]uint32{flatThreads, 1, 1},
+		grid: flatGrid(ceilDiv(n, 16/foldSize(typ))), block: [3]uint32{flatThreads, 1, 1},
 		args: []any{table, int32(len(srcs)), int32(len(dsts)), int64(n), int64(by)}}
 }

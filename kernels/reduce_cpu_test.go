@@ -31,42 +31,47 @@ static cpu_dim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0}, blockDim = {5, 1, 1
 static float __uint_as_float(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
 static unsigned int __float_as_uint(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
 static long long __double_as_longlong(double d) { long long u; memcpy(&u, &d, 8); return u; }
+struct __attribute__((aligned(16))) uint4 { unsigned int x, y, z, w; };
 `
 
 // cpuMain runs one kernel of reduce.cu on the CPU: NAME N BY NSRC NDST
-// INPLACE IN OUT, with IN holding NSRC arrays of N elements (fold: acc then
-// src; divide: acc) and OUT written with the results (fold, divide: acc;
-// reduce: its NDST destinations, the last of them source 1 when INPLACE).
+// INPLACE SRCOFF DSTOFF IN OUT, with IN holding NSRC arrays of N elements
+// (fold: acc then src; divide: acc), each copied to SRCOFF elements past a
+// 16-byte boundary (a reduce's destinations DSTOFF past one), and OUT
+// written with the results (fold, divide: acc; reduce: its NDST
+// destinations, the last of them source 1 when INPLACE).
 const cpuMain = `
-static void *slurp(const char *path, size_t n) {
-    FILE *f = fopen(path, "rb");
-    void *b = malloc(n ? n : 1);
-    if (!f || fread(b, 1, n, f) != n) { fprintf(stderr, "read %s\n", path); exit(2); }
-    fclose(f);
-    return b;
+static char *at16(size_t bytes, size_t off) {
+    char *b = (char *)aligned_alloc(16, (bytes + off + 15) / 16 * 16 + 16);
+    memset(b, 0, off);
+    return b + off;
 }
 int main(int argc, char **argv) {
-    if (argc != 9) { fprintf(stderr, "usage\n"); return 2; }
+    if (argc != 11) { fprintf(stderr, "usage\n"); return 2; }
     const char *name = argv[1];
     long long n = atoll(argv[2]), by = atoll(argv[3]);
     int nsrc = atoi(argv[4]), ndst = atoi(argv[5]), inplace = atoi(argv[6]);
-    size_t es = 0;
+    size_t srcoff = atoi(argv[7]), dstoff = atoi(argv[8]), es = 0;
     for (const struct kernel *k = kernels; k->name; k++) if (!strcmp(k->name, name)) es = k->es;
     if (!es) { fprintf(stderr, "no kernel %s\n", name); return 2; }
-    char *in = (char *)slurp(argv[7], (size_t)nsrc * n * es);
-    char *dst[MAX_RANKS];
+    FILE *f = fopen(argv[9], "rb");
+    char *src[MAX_RANKS], *dst[MAX_RANKS];
     rank_ptrs p;
     memset(&p, 0, sizeof p);
-    for (int q = 0; q < nsrc; q++) p.src[q] = in + q * n * es;
-    for (int d = 0; d < ndst; d++) dst[d] = (inplace && d == ndst - 1) ? in + n * es : (char *)calloc(n, es);
-    for (int d = 0; d < ndst; d++) p.dst[d] = dst[d];
+    for (int q = 0; q < nsrc; q++) {
+        src[q] = at16(n * es, srcoff * es);
+        if (!f || fread(src[q], es, n, f) != (size_t)n) { fprintf(stderr, "read %s\n", argv[9]); return 2; }
+        p.src[q] = src[q];
+    }
+    fclose(f);
+    for (int d = 0; d < ndst; d++) p.dst[d] = dst[d] = (inplace && d == ndst - 1) ? src[1] : at16(n * es, dstoff * es);
     for (const struct kernel *k = kernels; k->name; k++) {
         if (strcmp(k->name, name)) continue;
-        if (k->fold) { k->fold(in, in + n * es, n); ndst = 1; dst[0] = in; }
-        if (k->divide) { k->divide(in, n, by); ndst = 1; dst[0] = in; }
+        if (k->fold) { k->fold(src[0], src[1], n); ndst = 1; dst[0] = src[0]; }
+        if (k->divide) { k->divide(src[0], n, by); ndst = 1; dst[0] = src[0]; }
         if (k->reduce) ON_GRID(k->reduce(p, nsrc, ndst, n, by));
     }
-    FILE *f = fopen(argv[8], "wb");
+    f = fopen(argv[10], "wb");
     for (int d = 0; d < ndst; d++) fwrite(dst[d], es, n, f);
     return fclose(f) != 0;
 }
@@ -146,8 +151,9 @@ func TestReduceCUMatchesTheHostReferenceOnTheCPU(t *testing.T) {
 	dir := t.TempDir()
 	const n = 10_007
 	rng := rand.New(rand.NewPCG(22, 6))
-	// run runs kernel name on the CPU over srcs and returns its outputs.
-	run := func(name string, es, by, ndst int, inPlace bool, srcs ...[]byte) [][]byte {
+	// run runs kernel name on the CPU over srcs, placed srcOff elements past
+	// a 16-byte boundary (destinations dstOff), and returns its outputs.
+	run := func(name string, es, by, ndst int, inPlace bool, srcOff, dstOff int, srcs ...[]byte) [][]byte {
 		t.Helper()
 		in, out := filepath.Join(dir, "in"), filepath.Join(dir, "out")
 		if err := os.WriteFile(in, bytes.Join(srcs, nil), 0o644); err != nil {
@@ -155,7 +161,7 @@ func TestReduceCUMatchesTheHostReferenceOnTheCPU(t *testing.T) {
 		}
 		os.Remove(out)
 		msg, err := exec.Command(exe, name, fmt.Sprint(n), fmt.Sprint(by), fmt.Sprint(len(srcs)), fmt.Sprint(ndst),
-			fmt.Sprint(b2i(inPlace)), in, out).CombinedOutput()
+			fmt.Sprint(b2i(inPlace)), fmt.Sprint(srcOff), fmt.Sprint(dstOff), in, out).CombinedOutput()
 		if err != nil {
 			t.Fatalf("%s on the CPU: %v\n%s", name, err, msg)
 		}
@@ -173,25 +179,30 @@ func TestReduceCUMatchesTheHostReferenceOnTheCPU(t *testing.T) {
 		es := dtypeOf[typ].Size()
 		for _, opName := range kernels.FoldOps {
 			acc, src := randomInput(rng, typ, n), randomInput(rng, typ, n)
-			compare(t, "fold_"+typ+"_"+opName, run("fold_"+typ+"_"+opName, es, 0, 1, false, acc, src)[0], hostReduce(t, typ, opName, 0, acc, src), es)
+			compare(t, "fold_"+typ+"_"+opName, run("fold_"+typ+"_"+opName, es, 0, 1, false, 0, 0, acc, src)[0], hostReduce(t, typ, opName, 0, acc, src), es)
 			srcs := [][]byte{randomInput(rng, typ, n), randomInput(rng, typ, n), randomInput(rng, typ, n)}
 			want := hostReduce(t, typ, opName, 0, srcs...)
-			outs := run("reduce_"+typ+"_"+opName, es, 0, 2, true, srcs...)
-			if len(outs) != 2 {
-				t.Fatalf("reduce_%s_%s: %d outputs, want 2", typ, opName, len(outs))
-			}
-			for d, got := range outs {
-				compare(t, fmt.Sprintf("reduce_%s_%s, 3 sources, destination %d of 2 (the last in place)", typ, opName, d), got, want, es)
+			// Aligned (16 bytes at a time, then the tail), one element
+			// off (element by element), and the sources aligned but the
+			// destination not (element by element).
+			for _, off := range [][2]int{{0, 0}, {1, 1}, {0, 1}} {
+				outs := run("reduce_"+typ+"_"+opName, es, 0, 2, true, off[0], off[1], srcs...)
+				if len(outs) != 2 {
+					t.Fatalf("reduce_%s_%s: %d outputs, want 2", typ, opName, len(outs))
+				}
+				for d, got := range outs {
+					compare(t, fmt.Sprintf("reduce_%s_%s, 3 sources at %d, destination %d of 2 at %d (the last in place)", typ, opName, off[0], d, off[1]), got, want, es)
+				}
 			}
 		}
 		acc := randomInput(rng, typ, n)
-		compare(t, "divide_"+typ, run("divide_"+typ, es, 3, 1, false, acc)[0], hostReduce(t, typ, "sum", 3, acc), es)
+		compare(t, "divide_"+typ, run("divide_"+typ, es, 3, 1, false, 0, 0, acc)[0], hostReduce(t, typ, "sum", 3, acc), es)
 		srcs := make([][]byte, kernels.MaxReduceRanks)
 		for q := range srcs {
 			srcs[q] = randomInput(rng, typ, n)
 		}
 		want := hostReduce(t, typ, "sum", kernels.MaxReduceRanks, srcs...)
-		outs := run("reduce_"+typ+"_sum", es, kernels.MaxReduceRanks, kernels.MaxReduceRanks, false, srcs...)
+		outs := run("reduce_"+typ+"_sum", es, kernels.MaxReduceRanks, kernels.MaxReduceRanks, false, 0, 0, srcs...)
 		if len(outs) != kernels.MaxReduceRanks {
 			t.Fatalf("reduce_%s_sum: %d outputs, want %d", typ, len(outs), kernels.MaxReduceRanks)
 		}

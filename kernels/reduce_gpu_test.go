@@ -46,8 +46,10 @@ func TestReduceKernelsMatchTheHostReferenceOnAGPU(t *testing.T) {
 	const n = 100_003
 	rng := rand.New(rand.NewPCG(22, 5))
 	// run reduces nsrc random sources into ndst destinations, the last of
-	// them source 1 when inPlace, and checks every destination.
-	run := func(typ, opName string, by, nsrc, ndst int, inPlace bool) {
+	// them source 1 when inPlace, every buffer off elements past its
+	// allocation's start (0: the kernel's 16-byte path; 1: element by
+	// element), and checks every destination.
+	run := func(typ, opName string, by, nsrc, ndst int, inPlace bool, off int) {
 		t.Helper()
 		es := dtypeOf[typ].Size()
 		srcs := make([][]byte, nsrc)
@@ -62,12 +64,16 @@ func TestReduceKernelsMatchTheHostReferenceOnAGPU(t *testing.T) {
 			}
 		}()
 		upload := func(b []byte) devmem.Buffer {
-			d, err := dev.Alloc(len(b))
+			whole, err := dev.Alloc(len(b) + off*es)
 			if err != nil {
 				t.Fatal(err)
 			}
-			owned = append(owned, d)
-			if err := devmem.CopyFromHost(d, b, nil); err != nil {
+			owned = append(owned, whole)
+			d, err := whole.Slice(off*es, len(b))
+			if err == nil {
+				err = devmem.CopyFromHost(d, b, nil)
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 			return d
@@ -93,17 +99,19 @@ func TestReduceKernelsMatchTheHostReferenceOnAGPU(t *testing.T) {
 			if err := devmem.CopyToHost(got, b, nil); err != nil {
 				t.Fatal(err)
 			}
-			compare(t, fmt.Sprintf("reduce_%s_%s (by %d), %d sources, destination %d of %d", typ, opName, by, nsrc, d, ndst), got, want, es)
+			compare(t, fmt.Sprintf("reduce_%s_%s (by %d), %d sources at %d, destination %d of %d", typ, opName, by, nsrc, off, d, ndst), got, want, es)
 		}
 	}
 	for _, typ := range kernels.FoldTypes {
-		for _, opName := range kernels.FoldOps {
-			run(typ, opName, 0, 3, 2, true)
+		for _, off := range []int{0, 1} {
+			for _, opName := range kernels.FoldOps {
+				run(typ, opName, 0, 3, 2, true, off)
+			}
+			run(typ, "sum", 3, 3, 2, true, off)
 		}
-		run(typ, "sum", 3, 3, 2, true)
 	}
-	run("f32", "sum", kernels.MaxReduceRanks, kernels.MaxReduceRanks, kernels.MaxReduceRanks, false)
-	run("bf16", "max", 0, 1, 1, false)
+	run("f32", "sum", kernels.MaxReduceRanks, kernels.MaxReduceRanks, kernels.MaxReduceRanks, false, 0)
+	run("bf16", "max", 0, 1, 1, false, 1)
 }
 
 // gpuStream skips t without GPUCOMM_GPU_TESTS=1, else opens the first GPU

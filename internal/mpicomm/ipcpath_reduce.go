@@ -128,9 +128,17 @@ func (c *Comm) scratchFor(n int) (devmem.Buffer, error) {
 	return b.Slice(0, n)
 }
 
-// part is the element range [lo, hi) of rank q's part of count elements.
-func part(count, size, q int) (lo, hi int) {
-	return q * count / size, (q + 1) * count / size
+// part is the element range [lo, hi) of rank q's part of count elements:
+// near-equal parts, each starting at a multiple of unit elements (16 bytes,
+// so that kernels.Reduce takes its 16-byte path where the buffers start on
+// one), the last ending at count.
+func part(count, size, q, unit int) (lo, hi int) {
+	lo = q * count / size / unit * unit
+	hi = (q + 1) * count / size / unit * unit
+	if q == size-1 {
+		hi = count
+	}
+	return lo, hi
 }
 
 // agreeFailed is an Allreduce(max) of whether any rank failed: a barrier.
@@ -200,7 +208,7 @@ func (c *Comm) ipcReduce(o *op, staged func(*Comm, *op) error) (err error) {
 	es := call.DType.Size()
 	count := call.Count
 	sendBytes := count * es
-	lo, hi := part(count, c.size, c.rank) // in elements of send
+	lo, hi := part(count, c.size, c.rank, max(1, 16/es)) // in elements of send
 	if call.Operation == driver.OpReduceScatter {
 		sendBytes *= c.size
 		lo, hi = c.rank*count, (c.rank+1)*count

@@ -194,3 +194,29 @@ func TestAwareOverrideReadsTheEnvironment(t *testing.T) {
 		t.Errorf("a malformed %s: %v, want ErrInvalidArgument", AwareEnv, err)
 	}
 }
+
+// The IPC reductions' parts cover the array once, in rank order, each
+// starting on a multiple of its unit (16 bytes of elements), none longer
+// than its share plus a unit, whatever the count and the ranks.
+func TestPartsCoverTheArrayOnAlignedBoundaries(t *testing.T) {
+	for _, unit := range []int{1, 2, 4, 8, 16} {
+		for _, size := range []int{1, 2, 3, 4, 7, 16} {
+			for _, count := range []int{0, 1, 5, 15, 16, 17, 100, 1001, 1 << 20, 1<<20 + 3} {
+				next := 0
+				for q := range size {
+					lo, hi := part(count, size, q, unit)
+					if lo != next || hi < lo || lo%unit != 0 {
+						t.Fatalf("part(%d, %d, %d, %d) = [%d, %d) after %d: not the next aligned range", count, size, q, unit, lo, hi, next)
+					}
+					if hi-lo > count/size+2*unit {
+						t.Errorf("part(%d, %d, %d, %d) = [%d, %d): %d elements, share %d", count, size, q, unit, lo, hi, hi-lo, count/size)
+					}
+					next = hi
+				}
+				if next != count {
+					t.Errorf("the parts of %d over %d ranks (unit %d) end at %d", count, size, unit, next)
+				}
+			}
+		}
+	}
+}

@@ -105,6 +105,7 @@ bench() { # gpucomm's figures on each backend, each with its C baseline in the s
   step devmem-copies 60 $B/devmem.test -test.run XXX -test.bench CUDA -test.benchtime 20x
   step heat-kernel 90 $B/kernels.test -test.run XXX -test.bench 'HeatStepAgainstDeviceCopy|HeatKernelsAgainstDeviceCopy' -test.benchtime 3x
   step heat-shapes 120 $B/kernels.test -test.run XXX -test.bench HeatStepShapesAgainstDeviceCopy -test.benchtime 3x
+  step reduce-kernel 90 $B/kernels.test -test.run XXX -test.bench ReduceAgainstDeviceCopy -test.benchtime 3x
   step solver-steps 150 $B/solver.test -test.run XXX -test.bench 'StepOnAGPU/(16384|20480)' -test.benchtime 200x
   for np in 2 4; do
     step bench-mpi-np$np 120 mpirun $NB -np $np $B/gpucomm bench -backend mpi -op pingpong,allreduce,allgather,alltoall -b 8 -e 64M -f 8 -noprogress
@@ -145,6 +146,7 @@ ipc() { # issue 22: the mpi backend's IPC path inside a node, under the machine'
   step ipccache-realloc 60 env GPUCOMM_IPCCACHE_DEVICE=cuda $B/ipccache.test -test.run ReallocationAtTheSameAddress -test.v
   step comm-mpi-ipc 240 $B/comm_mpi.test -test.run 'TestIPCPathUnderLauncher|TestUnderLauncher$' -test.v
   step mpicomm-ipc-reductions 240 $B/internal_mpicomm.test -test.run IPCReductions -test.v
+  step reduce-kernel 90 $B/kernels.test -test.run XXX -test.bench ReduceAgainstDeviceCopy -test.benchtime 3x
   step devmem-copies 60 $B/devmem.test -test.run XXX -test.bench CUDA -test.benchtime 20x
   local ops=pingpong,bw,allreduce,allgather,alltoall
   for np in 2 4; do
