@@ -139,6 +139,11 @@ func ReduceReady(dev *devmem.Device, typ, op string) error {
 	return err
 }
 
+// reduceVectors reports whether reduce_<typ>_* has the 16-byte path (the
+// VEC argument of its REDUCES line in reduce.cu): all but the 16-bit
+// floats, whose conversions bound them.
+func reduceVectors(typ string) bool { return typ != "f16" && typ != "bf16" }
+
 // reduceLaunch is reduce_<typ>_<op>(rank_ptrs p, int nsrc, int ndst, long
 // long n, long long by) of the REDUCE macro of reduce.cu; the table is
 // rank_ptrs' two arrays of MAX_RANKS pointers, unused slots zero.
@@ -150,9 +155,17 @@ func reduceLaunch(typ, op string, dsts, srcs []devmem.Buffer, n, by int) launch 
 	for q, b := range dsts {
 		table[MaxReduceRanks+q] = uint64(b.Addr())
 	}
-	// A thread for each 16 bytes (the kernel's aligned path); unaligned,
-	// the grid-stride loop covers the rest.
+	// A thread for each 16 bytes where the kernel takes its aligned path
+	// (every address on 16 bytes, as it checks), else one an element.
+	var bits uint64
+	for _, v := range table {
+		bits |= v
+	}
+	threads := n
+	if bits&15 == 0 && reduceVectors(typ) {
+		threads = ceilDiv(n, 16/foldSize(typ))
+	}
 	return launch{file: "reduce.cu", kernel: "reduce_" + typ + "_" + op,
-		grid: flatGrid(ceilDiv(n, 16/foldSize(typ))), block: [3]uint32{flatThreads, 1, 1},
+		grid: flatGrid(threads), block: [3]uint32{flatThreads, 1, 1},
 		args: []any{table, int32(len(srcs)), int32(len(dsts)), int64(n), int64(by)}}
 }

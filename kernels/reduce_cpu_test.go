@@ -31,6 +31,8 @@ static cpu_dim3 blockIdx = {0, 0, 0}, threadIdx = {0, 0, 0}, blockDim = {5, 1, 1
 static float __uint_as_float(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
 static unsigned int __float_as_uint(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
 static long long __double_as_longlong(double d) { long long u; memcpy(&u, &d, 8); return u; }
+static int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned int)x); }
+extern "C" const char *__asan_default_options() { return "detect_leaks=0"; }
 struct __attribute__((aligned(16))) uint4 { unsigned int x, y, z, w; };
 `
 
@@ -42,9 +44,10 @@ struct __attribute__((aligned(16))) uint4 { unsigned int x, y, z, w; };
 // destinations, the last of them source 1 when INPLACE).
 const cpuMain = `
 static char *at16(size_t bytes, size_t off) {
-    char *b = (char *)aligned_alloc(16, (bytes + off + 15) / 16 * 16 + 16);
+    void *b = 0;
+    if (posix_memalign(&b, 16, off + bytes + (off + bytes == 0))) { fprintf(stderr, "no memory\n"); exit(2); }
     memset(b, 0, off);
-    return b + off;
+    return (char *)b + off; /* ending where the array does, so that an overrun is the sanitizer's */
 }
 int main(int argc, char **argv) {
     if (argc != 11) { fprintf(stderr, "usage\n"); return 2; }
@@ -82,8 +85,9 @@ var cTypes = map[string]string{"i8": "signed char", "u8": "unsigned char", "i32"
 	"i64": "long long", "u64": "unsigned long long", "f16": "unsigned short", "bf16": "unsigned short", "f32": "float", "f64": "double"}
 
 // cpuKernels builds reduce.cu with the shim and a table of its kernels into
-// a program for the CPU, with the undefined-behaviour sanitizer where the
-// compiler has it (a signed overflow, say, ends the program), or skips t
+// a program for the CPU, with the address and undefined-behaviour
+// sanitizers where the compiler has them (a signed overflow or a read past
+// an array ends the program), or skips t
 // where no C++ compiler is installed ($CXX, g++ or clang++).
 func cpuKernels(t *testing.T) string {
 	t.Helper()
@@ -127,10 +131,10 @@ func cpuKernels(t *testing.T) string {
 	}
 	// -ffp-contract=off: no fused multiply-add, as NVRTC's --fmad=false.
 	args := []string{"-std=c++17", "-O1", "-ffp-contract=off", "-Wno-unknown-pragmas", "-o", exe, cpp}
-	ubsan := []string{"-fsanitize=undefined", "-fno-sanitize-recover=all"}
-	out, err := exec.Command(cxx, append(ubsan, args...)...).CombinedOutput()
+	sanitize := []string{"-fsanitize=address,undefined", "-fno-sanitize-recover=all"}
+	out, err := exec.Command(cxx, append(sanitize, args...)...).CombinedOutput()
 	if err != nil {
-		t.Logf("%s with the undefined-behaviour sanitizer: %v; without it", cxx, err)
+		t.Logf("%s with the address and undefined-behaviour sanitizers: %v; without them", cxx, err)
 		out, err = exec.Command(cxx, args...).CombinedOutput()
 	}
 	if err != nil {
@@ -155,6 +159,7 @@ func TestReduceCUMatchesTheHostReferenceOnTheCPU(t *testing.T) {
 	// a 16-byte boundary (destinations dstOff), and returns its outputs.
 	run := func(name string, es, by, ndst int, inPlace bool, srcOff, dstOff int, srcs ...[]byte) [][]byte {
 		t.Helper()
+		n := len(srcs[0]) / es
 		in, out := filepath.Join(dir, "in"), filepath.Join(dir, "out")
 		if err := os.WriteFile(in, bytes.Join(srcs, nil), 0o644); err != nil {
 			t.Fatal(err)
@@ -170,8 +175,11 @@ func TestReduceCUMatchesTheHostReferenceOnTheCPU(t *testing.T) {
 			t.Fatal(err)
 		}
 		var outs [][]byte
-		for d := 0; d+n*es <= len(got); d += n * es {
-			outs = append(outs, got[d:d+n*es])
+		for d := 0; d < ndst; d++ {
+			if (d+1)*n*es > len(got) {
+				break
+			}
+			outs = append(outs, got[d*n*es:(d+1)*n*es])
 		}
 		return outs
 	}
@@ -208,6 +216,21 @@ func TestReduceCUMatchesTheHostReferenceOnTheCPU(t *testing.T) {
 		}
 		for d, got := range outs {
 			compare(t, fmt.Sprintf("reduce_%s_sum, %d sources averaged, destination %d", typ, kernels.MaxReduceRanks, d), got, want, es)
+		}
+		// Fewer elements than 16 bytes hold (no 16-byte step), and a
+		// whole number of 16 bytes (no tail), aligned and not.
+		for _, m := range []int{3, 64} {
+			srcs := [][]byte{randomInput(rng, typ, m), randomInput(rng, typ, m)}
+			want := hostReduce(t, typ, "max", 0, srcs...)
+			for _, off := range []int{0, 1} {
+				outs := run("reduce_"+typ+"_max", es, 0, 2, false, off, off, srcs...)
+				if len(outs) != 2 {
+					t.Fatalf("reduce_%s_max of %d: %d outputs, want 2", typ, m, len(outs))
+				}
+				for d, got := range outs {
+					compare(t, fmt.Sprintf("reduce_%s_max of %d elements at %d, destination %d", typ, m, off, d), got, want, es)
+				}
+			}
 		}
 	}
 }

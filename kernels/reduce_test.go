@@ -45,7 +45,7 @@ func TestReduceLaunchesMatchTheMacros(t *testing.T) {
 		`extern "C" __global__ void reduce_##TYPE##_##OP(rank_ptrs p, int nsrc, int ndst, long long n, long long by)`,
 		`struct rank_ptrs { const void *src[MAX_RANKS]; void *dst[MAX_RANKS]; };`,
 		fmt.Sprintf("#define MAX_RANKS %d\n", MaxReduceRanks),
-		`REDUCE(TYPE, sum, T, SUM) REDUCE(TYPE, prod, T, PROD) REDUCE(TYPE, min, T, MIN) REDUCE(TYPE, max, T, MAX)`,
+		`REDUCE(TYPE, sum, T, SUM, VEC) REDUCE(TYPE, prod, T, PROD, VEC) REDUCE(TYPE, min, T, MIN, VEC) REDUCE(TYPE, max, T, MAX, VEC)`,
 	} {
 		if !strings.Contains(text, sig) {
 			t.Errorf("reduce.cu no longer has %q, whose parameters the launchers follow", sig)
@@ -85,6 +85,17 @@ func TestReduceLaunchesMatchTheMacros(t *testing.T) {
 			if table != want || l.args[1] != int32(2) || l.args[2] != int32(1) || l.args[3] != int64(8) || l.args[4] != int64(2) {
 				t.Errorf("%s: arguments %v, want table %v, 2 sources, 1 destination, 8 elements, by 2", l.kernel, l.args, want)
 			}
+		}
+	}
+	// Which types have the 16-byte path: reduce.cu's VEC, Go's grid.
+	vec := regexp.MustCompile(`(?m)^REDUCES\((\w+), [\w ]+, ([01]),`)
+	vecs := vec.FindAllStringSubmatch(text, -1)
+	if len(vecs) != len(FoldTypes) {
+		t.Errorf("%d REDUCES lines with a VEC flag, want %d", len(vecs), len(FoldTypes))
+	}
+	for _, m := range vecs {
+		if want := m[2] == "1"; reduceVectors(m[1]) != want {
+			t.Errorf("reduce.cu gives %s VEC %s; reduceVectors says %v", m[1], m[2], !want)
 		}
 	}
 	for k := range defined {
@@ -166,4 +177,45 @@ func hostPair(t *testing.T) (d *devmem.Device, a, b devmem.Buffer) {
 		b.Free()
 	})
 	return d, a, b
+}
+
+// Reduce's grid has a thread for each 16 bytes where every buffer starts on
+// 16 bytes and the type has the kernel's 16-byte path, else a thread an
+// element.
+func TestReduceGridFollowsTheAlignment(t *testing.T) {
+	d := devmem.NewHostDevice()
+	whole, err := d.Alloc(1 << 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer whole.Free()
+	if whole.Addr()%16 != 0 {
+		t.Fatalf("a host allocation at %#x", whole.Addr())
+	}
+	at := func(off int) devmem.Buffer {
+		b, err := whole.Slice(off, 1<<14)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	const n = 4096 // float32s: 1024 threads of 16 bytes, 4096 of one element
+	for _, tc := range []struct {
+		name   string
+		srcs   []devmem.Buffer
+		dsts   []devmem.Buffer
+		blocks uint32
+	}{
+		{"aligned", []devmem.Buffer{at(0), at(1 << 14)}, []devmem.Buffer{at(2 << 14)}, 1024 / flatThreads},
+		{"a source off", []devmem.Buffer{at(0), at(4)}, []devmem.Buffer{at(2 << 14)}, 4096 / flatThreads},
+		{"the destination off", []devmem.Buffer{at(0), at(1 << 14)}, []devmem.Buffer{at(8)}, 4096 / flatThreads},
+	} {
+		if got := reduceLaunch("f32", "sum", tc.dsts, tc.srcs, n, 0).grid[0]; got != tc.blocks {
+			t.Errorf("%s: %d blocks, want %d", tc.name, got, tc.blocks)
+		}
+	}
+	// float16 has no 16-byte path: a thread an element, aligned or not.
+	if got := reduceLaunch("f16", "sum", []devmem.Buffer{at(0)}, []devmem.Buffer{at(1 << 14)}, n, 0).grid[0]; got != 4096/flatThreads {
+		t.Errorf("float16, aligned: %d blocks, want %d", got, 4096/flatThreads)
+	}
 }
