@@ -196,15 +196,38 @@ func RunRanks(t *testing.T, np int, pattern string, limit time.Duration, env ...
 
 // ExpectPass fails t, showing the ranks' output, unless every rank ran
 // tests, passed them and finalized MPI.
+//
+// One launcher failure is not the ranks': MPICH 4.0.2's Hydra reports
+// status 1 for a rank that internal/mpi's finalize bound
+// (GPUCOMM_MPI_FINALIZE_BOUND, for that MPICH's occasional hang in
+// MPI_Finalize between nodes) ended with MPI_Finalize unfinished, whatever
+// status the rank ended with (internal/multinode's LaunchUntil accepts the
+// same); the output then decides, and t says so.
 func ExpectPass(t *testing.T, np int, j Job) {
 	t.Helper()
 	passed := strings.Count(j.Output, passedMarker)
-	if (j.Err != nil && !j.Orphaned) || passed != np || strings.Contains(j.Output, "--- FAIL") || !strings.Contains(j.Output, "--- PASS: TestRank") {
+	launcherFailed := j.Err != nil && !j.Orphaned
+	if launcherFailed && hydraFinalizeStatus(mpi.Family(), j) {
+		t.Logf("the launcher reported %v after a rank ended with MPI_Finalize unfinished (GPUCOMM_MPI_FINALIZE_BOUND): Hydra's status 1 for it; the ranks' output decides", j.Err)
+		launcherFailed = false
+	}
+	if launcherFailed || passed != np || strings.Contains(j.Output, "--- FAIL") || !strings.Contains(j.Output, "--- PASS: TestRank") {
 		t.Fatalf("ranks failed (launcher: %v; %d of %d ranks passed); their output:\n%s", j.Err, passed, np, j.Output)
 	}
 	if testing.Verbose() {
 		t.Logf("ranks' output:\n%s", j.Output)
 	}
+}
+
+// hydraFinalizeStatus reports whether j, a job of family's launcher, failed
+// with the status 1 MPICH 4.0.2's Hydra gives a rank that the finalize bound
+// ended with MPI_Finalize unfinished (its own line and Hydra's in the
+// output).
+func hydraFinalizeStatus(family string, j Job) bool {
+	var exit *exec.ExitError
+	return family == "mpich" && errors.As(j.Err, &exit) && exit.ExitCode() == 1 &&
+		strings.Contains(j.Output, "MPI_Finalize had not returned") &&
+		strings.Contains(j.Output, "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Hangup (signal 1)")
 }
 
 // ExpectTimeoutEndsTheJob fails t unless the job ended with a failure
