@@ -2,6 +2,7 @@ package mpi
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gpucomm/gpucomm/internal/errs"
@@ -33,6 +34,24 @@ import (
 // ranks leave so, which would turn a bounded hang into an unbounded one.
 // Unset, "0", "0s" or "off": no barrier and no bound.
 const FinalizeBoundEnv = "GPUCOMM_MPI_FINALIZE_BOUND"
+
+// FinalizeLeftLine starts what a rank prints on stderr when the bound
+// leaves its MPI_Finalize running; HydraProvisionalStatus is what MPICH
+// 4.0.2's mpiexec prints when it reports the provisional status 1 for such
+// a rank.
+const (
+	FinalizeLeftLine       = "MPI_Finalize had not returned"
+	HydraProvisionalStatus = "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Hangup (signal 1)"
+)
+
+// HydraFinalizeStatus reports whether a job of family's launcher that ended
+// with exitCode and printed output failed with the status 1 Hydra gives a
+// rank the bound ended with MPI_Finalize unfinished (MPICH only, both
+// lines in the output): the ranks' own output then decides the job.
+func HydraFinalizeStatus(family, output string, exitCode int) bool {
+	return family == "mpich" && exitCode == 1 &&
+		strings.Contains(output, FinalizeLeftLine) && strings.Contains(output, HydraProvisionalStatus)
+}
 
 // finalizeBoundFrom reads FinalizeBoundEnv's value v.
 func finalizeBoundFrom(v string) (time.Duration, error) {

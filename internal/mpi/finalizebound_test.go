@@ -50,3 +50,24 @@ func TestFinalizeBoundInFamily(t *testing.T) {
 		}
 	}
 }
+
+// Hydra's status 1 for a rank the finalize bound ended is recognised only
+// under MPICH, with exit status 1, and with both its lines in the output.
+func TestHydraFinalizeStatus(t *testing.T) {
+	both := "gpucomm: rank 2: " + FinalizeLeftLine + " 5s after every rank passed the barrier\n" + HydraProvisionalStatus + "\n"
+	for _, c := range []struct {
+		name, family, output string
+		code                 int
+		want                 bool
+	}{
+		{"MPICH, status 1, both lines", "mpich", both, 1, true},
+		{"Open MPI", "openmpi", both, 1, false},
+		{"status 2", "mpich", both, 2, false},
+		{"no finalize line", "mpich", HydraProvisionalStatus + "\n", 1, false},
+		{"no Hydra line", "mpich", "gpucomm: rank 2: MPI_Finalize had not returned 5s\n", 1, false},
+	} {
+		if got := HydraFinalizeStatus(c.family, c.output, c.code); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}

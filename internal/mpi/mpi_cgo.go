@@ -340,9 +340,9 @@ func finalizeWithin(bound time.Duration) error {
 		}
 	}
 	finalizeLeft = true
-	fmt.Fprintf(os.Stderr, "gpucomm: rank %d: MPI_Finalize had not returned %v after every rank passed the barrier before it (%s); "+
+	fmt.Fprintf(os.Stderr, "gpucomm: rank %d: %s %v after every rank passed the barrier before it (%s); "+
 		"left running (%s, for the MPICH 4.0.2 + UCX finalize hang), the program goes on to end with its own exit status\n",
-		world.rank, bound, how, FinalizeBoundEnv)
+		world.rank, FinalizeLeftLine, bound, how, FinalizeBoundEnv)
 	return nil
 }
 

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpucomm/gpucomm/internal/mpi"
 )
 
 // Environment variables of the harness.
@@ -210,14 +212,6 @@ func (n *Nodes) Launch(t testing.TB, family string, perNode int, limit time.Dura
 	return n.LaunchUntil(t, family, perNode, limit, nil, env, argv...)
 }
 
-// finalizeLeftLine starts what internal/mpi prints when its finalize bound
-// ends a rank with MPI_Finalize unfinished; hydraProvisionalStatus is what
-// MPICH 4.0.2's mpiexec prints when a rank's reported status is 1.
-const (
-	finalizeLeftLine       = "MPI_Finalize had not returned"
-	hydraProvisionalStatus = "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Hangup (signal 1)"
-)
-
 // FinalizeGrace is how long LaunchUntil lets a job run once its output says
 // that its work is done.
 const FinalizeGrace = 20 * time.Second
@@ -294,8 +288,7 @@ func (n *Nodes) LaunchUntil(t testing.TB, family string, perNode int, limit time
 	case j.Lingered:
 		j.Err = fmt.Errorf("still running %v after its output said it was done, ended: %w", finalizeGrace, err)
 		t.Logf("%s: the job was still running %v after its work was done, and was ended (a rank left in MPI_Finalize, as Debian's MPICH 4.0.2 + UCX does now and then); its output decides", family, finalizeGrace)
-	case family == MPICH && done != nil && done(j.Output) && errors.As(err, &exit) && exit.ExitCode() == 1 &&
-		strings.Contains(j.Output, finalizeLeftLine) && strings.Contains(j.Output, hydraProvisionalStatus):
+	case done != nil && done(j.Output) && errors.As(err, &exit) && mpi.HydraFinalizeStatus(family, j.Output, exit.ExitCode()):
 		// A rank the finalize bound ended closed its PMI connection
 		// before PMI's finalize: Hydra 4.0.2's proxy gives it status 1
 		// until it reaps it, and keeps the 1 when it reads the close

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpucomm/gpucomm/internal/mpi"
 )
 
 // Each node is its own host: its hostname, its /etc/hosts naming every
@@ -231,9 +233,9 @@ func TestLaunchUntilEndsAJobThatLingersAfterItsWork(t *testing.T) {
 				script string
 				judged bool
 			}{
-				{"echo work done; echo 'gpucomm: rank 0: " + finalizeLeftLine + " 5s'; echo '" + hydraProvisionalStatus + "'; exit 1", true},
-				{"echo work done; echo '" + hydraProvisionalStatus + "'; exit 1", false},
-				{"echo work done; echo 'gpucomm: rank 0: " + finalizeLeftLine + " 5s'; echo '" + hydraProvisionalStatus + "'; exit 2", false},
+				{"echo work done; echo 'gpucomm: rank 0: " + mpi.FinalizeLeftLine + " 5s'; echo '" + mpi.HydraProvisionalStatus + "'; exit 1", true},
+				{"echo work done; echo '" + mpi.HydraProvisionalStatus + "'; exit 1", false},
+				{"echo work done; echo 'gpucomm: rank 0: " + mpi.FinalizeLeftLine + " 5s'; echo '" + mpi.HydraProvisionalStatus + "'; exit 2", false},
 			} {
 				j = nodes.LaunchUntil(t, family, 1, time.Minute, done, nil, "sh", "-c", c.script)
 				if j.Err == nil || j.Lingered != c.judged {

@@ -41,27 +41,3 @@ func TestWatchLauncher(t *testing.T) {
 		}
 	}
 }
-
-// Hydra's status 1 for a rank the finalize bound ended is recognised only
-// under MPICH, with exit status 1, and with both its lines in the output.
-func TestHydraFinalizeStatus(t *testing.T) {
-	exitWith := func(code string) error { return exec.Command("sh", "-c", "exit "+code).Run() }
-	both := "gpucomm: rank 2: MPI_Finalize had not returned 5s after every rank passed the barrier\n" +
-		"YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Hangup (signal 1)\n"
-	for _, c := range []struct {
-		name, family, output string
-		err                  error
-		want                 bool
-	}{
-		{"MPICH, status 1, both lines", "mpich", both, exitWith("1"), true},
-		{"Open MPI", "openmpi", both, exitWith("1"), false},
-		{"status 2", "mpich", both, exitWith("2"), false},
-		{"no finalize line", "mpich", "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Hangup (signal 1)\n", exitWith("1"), false},
-		{"no Hydra line", "mpich", "gpucomm: rank 2: MPI_Finalize had not returned 5s\n", exitWith("1"), false},
-		{"not an exit", "mpich", both, exec.ErrNotFound, false},
-	} {
-		if got := hydraFinalizeStatus(c.family, Job{Output: c.output, Err: c.err}); got != c.want {
-			t.Errorf("%s: %v, want %v", c.name, got, c.want)
-		}
-	}
-}
