@@ -111,16 +111,24 @@ func Reduce(s *devmem.Stream, typ, op string, dsts, srcs []devmem.Buffer, n, by 
 		return invalid("Reduce", "%d sources and %d destinations (1 to %d of each)", len(srcs), len(dsts), MaxReduceRanks)
 	}
 	bytes := n * foldSize(typ)
-	args := make([]arg, 0, len(srcs)+len(dsts))
-	for q, b := range srcs {
-		args = append(args, arg{fmt.Sprintf("source %d", q), b, bytes})
-	}
-	for q, b := range dsts {
-		args = append(args, arg{fmt.Sprintf("destination %d", q), b, bytes})
-	}
-	dev, err := target("Reduce", s, args...)
-	if err != nil || n == 0 {
+	dev, err := target("Reduce", s, arg{"source 0", srcs[0], bytes})
+	if err != nil {
 		return err
+	}
+	// The rest on the first's device; a buffer's index is formatted only
+	// for an error (this runs on every reduction of the IPC path).
+	for _, side := range []struct {
+		what string
+		bufs []devmem.Buffer
+	}{{"source", srcs}, {"destination", dsts}} {
+		for q, b := range side.bufs {
+			if err := b.Check("kernels: Reduce", dev, bytes); err != nil {
+				return fmt.Errorf("%s %d: %w", side.what, q, err)
+			}
+		}
+	}
+	if n == 0 {
+		return nil
 	}
 	return runDevice(dev, s, reduceLaunch(typ, op, dsts, srcs, n, by))
 }

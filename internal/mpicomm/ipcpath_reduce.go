@@ -143,9 +143,8 @@ func part(count, size, q, unit int) (lo, hi int) {
 
 // agreeFailed is an Allreduce(max) of whether any rank failed: a barrier.
 func (c *Comm) agreeFailed(o *op, failed bool) (bool, error) {
-	v := []int64{b2i(failed)}
-	err := c.block(o, func() error { return mpi.AllreduceInt64s(c.coll, v, mpi.Max) })
-	return v[0] != 0, err
+	anyFailed, _, err := c.agreeRun(o, failed, false)
+	return anyFailed, err
 }
 
 // exchange publishes this rank's share and returns every rank's, or
@@ -296,7 +295,8 @@ var fusedRanks = kernels.MaxReduceRanks
 var reduceFault func(rank int) error
 
 // agreeRun is an Allreduce(max) of whether any rank failed its part and
-// whether any cannot run the host-staged reduction instead: a barrier.
+// whether any cannot run the host-staged reduction instead (agreeFailed's
+// too, with the second false): a barrier.
 func (c *Comm) agreeRun(o *op, failed, noStage bool) (anyFailed, anyNoStage bool, err error) {
 	v := []int64{b2i(failed), b2i(noStage)}
 	err = c.block(o, func() error { return mpi.AllreduceInt64s(c.coll, v, mpi.Max) })
