@@ -70,13 +70,7 @@ func TestRankIPCReallocated(t *testing.T) {
 	dev := c1.Device()
 	p, r := c1.Size(), c1.Rank()
 	sum := func(seed, n int) []float64 {
-		want := make([]float64, n)
-		for q := range p {
-			for i, v := range mpitest.Values(q*7919+seed, n) {
-				want[i] += v
-			}
-		}
-		return want
+		return mpitest.ValuesSum(p, n, func(q int) int { return q*7919 + seed })
 	}
 	reduce := func(c comm.Communicator, what string, x devmem.Slice[float64], seed, n int) {
 		t.Helper()

@@ -294,13 +294,7 @@ func ipcReductionOutputs(t *testing.T, c comm.Communicator, mc *mpicomm.Comm) {
 		return y
 	}
 	sum := func(seed, count int) []float64 {
-		want := make([]float64, count)
-		for q := range p {
-			for i, v := range mpitest.Values(q*31+seed, count) {
-				want[i] += v
-			}
-		}
-		return want
+		return mpitest.ValuesSum(p, count, func(q int) int { return q*31 + seed })
 	}
 	const root = 1
 	for _, tc := range []struct {

@@ -177,14 +177,8 @@ func TestRankIPCReductionFault(t *testing.T) {
 	p, r := c.Size(), c.Rank()
 	var err error
 	const n = 1001
-	sum := func(seed int) []float64 {
-		want := make([]float64, n)
-		for q := range p {
-			for i, v := range mpitest.Values(q*13+seed, n) {
-				want[i] += v
-			}
-		}
-		return want
+	sum := func(seed, count int) []float64 {
+		return mpitest.ValuesSum(p, count, func(q int) int { return q*13 + seed })
 	}
 	failOnce := func() {
 		fired := false
@@ -225,12 +219,7 @@ func TestRankIPCReductionFault(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v out of place, rank 1's part failing: %v, want the host-staged result", op, err)
 		}
-		want := make([]float64, count)
-		for q := range p {
-			for i, v := range mpitest.Values(q*13+int(op), count) {
-				want[i] += v
-			}
-		}
+		want := sum(int(op), count)
 		switch op {
 		case driver.OpAllReduce:
 			mpitest.Expect(t, "AllReduce after rank 1's part failed", y, want)
@@ -277,7 +266,7 @@ func TestRankIPCReductionFault(t *testing.T) {
 	if err := comm.AllReduce(c, x, y, comm.Sum, nil); err != nil {
 		t.Fatal(err)
 	}
-	mpitest.Expect(t, "AllReduce after the failures", y, sum(7))
+	mpitest.Expect(t, "AllReduce after the failures", y, sum(7, n))
 	if d := c.IPCCollectives() - ipc0; d != 1 {
 		t.Errorf("the AllReduce after the failures: %d through the IPC path, want 1", d)
 	}

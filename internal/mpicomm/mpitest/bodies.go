@@ -88,6 +88,18 @@ func Values(seed, count int) []float64 {
 	return v
 }
 
+// ValuesSum is the element-wise sum, in rank order, of Values(seed(q),
+// count) over ranks q < p: what a Sum of every rank's Values gives.
+func ValuesSum(p, count int, seed func(q int) int) []float64 {
+	sum := make([]float64, count)
+	for q := range p {
+		for i, v := range Values(seed(q), count) {
+			sum[i] += v
+		}
+	}
+	return sum
+}
+
 // NodeShared fills one node-shared buffer from every process of the node:
 // each rank writes its own part, and after the barrier every rank (the
 // root first among them) finds every other rank's part in it.
