@@ -25,6 +25,18 @@ phase() { echo "== $* ($((SECONDS - start)) s so far)"; }
 phase "go test -race ./... (in-process backend, host device)"
 go test -race -count=1 ./...
 
+# Every kernel through the real NVRTC, which needs no GPU, where
+# GPUCOMM_NVRTC_DIR holds one (scripts/nvrtc-debian.sh fetches Debian's;
+# .ci/run does). Its own process: the library's directory on the loader's
+# path for this test alone, so that the suite above still meets a machine
+# without NVRTC.
+if [ -n "${GPUCOMM_NVRTC_DIR:-}" ]; then
+  phase "every kernel compiled by NVRTC from $GPUCOMM_NVRTC_DIR"
+  LD_LIBRARY_PATH="$GPUCOMM_NVRTC_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    GPUCOMM_NVRTC_LIB="$GPUCOMM_NVRTC_DIR/libnvrtc.so.11.2" \
+    go test -count=1 -run 'TestEveryKernelCompilesWithNVRTC' -v ./kernels | grep -E '^(---|ok|FAIL|PASS)|nvrtc_compile'
+fi
+
 # Packages whose behaviour depends on the MPI build tag.
 mpi_pkgs=$(go list -tags mpi -f '{{if or .CgoFiles .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' \
   ./internal/mpi/... ./internal/mpicomm/... ./comm/mpi/... ./comm/cudaaware/... ./comm/nccl/... ./bench/... ./devmem/... ./cmd/... 2>/dev/null || true)

@@ -57,7 +57,7 @@ why, and which way reductions and Broadcast go.`
 // trace.go adds the flight recorder's.
 var knobs = []string{"GPUCOMM_BACKEND", "GPUCOMM_DEVICE", "GPUCOMM_TIMEOUT", "GPUCOMM_DEBUG", "GPUCOMM_CHUNK_BYTES", "GPUCOMM_NODE_BYTES", "GPUCOMM_STAGE_REDUCE_BYTES",
 	"GPUCOMM_CUDA_AWARE", "GPUCOMM_MPI_THREAD_LEVEL", "GPUCOMM_MPI_FINALIZE_BOUND", "GPUCOMM_IPC", "GPUCOMM_TRACE_PIPELINE", "GPUCOMM_CACHE_DIR",
-	"GPUCOMM_CUDA_LIB", "GPUCOMM_NVRTC_LIB", "GPUCOMM_NCCL_LIB", "GPUCOMM_GPU_TESTS", "GPUCOMM_MPIRUN",
+	"GPUCOMM_CUDA_LIB", "GPUCOMM_NVRTC_LIB", "GPUCOMM_NVRTC_DIR", "GPUCOMM_NCCL_LIB", "GPUCOMM_GPU_TESTS", "GPUCOMM_MPIRUN",
 	"GPUCOMM_NODE_IPC", "GPUCOMM_MULTINODE", "GPUCOMM_MULTINODE_DIR", "GPUCOMM_MULTINODE_SCRIPTS", "GPUCOMM_MULTINODE_PER_NODE",
 	"GPUCOMM_MULTINODE_LAUNCHER_ARGS", "GPUCOMM_MULTINODE_ENV", "GPUCOMM_MULTINODE_MPIRUN", "GPUCOMM_MULTINODE_MPIEXEC",
 	"GPUCOMM_MULTINODE_SHM_SIZE", "GPUCOMM_MULTINODE_REQUIRED"}
@@ -106,6 +106,7 @@ var otherKnobs = map[string]struct {
 	"GPUCOMM_CACHE_DIR":      {"compiled kernels cached under the user cache directory", "compiled kernels cached in %s", "", nil},
 	"GPUCOMM_CUDA_LIB":       {"libcuda.so.1 from the loader's path", "the CUDA driver loaded from %s", "", nil},
 	"GPUCOMM_NVRTC_LIB":      {"libnvrtc from the loader's path", "NVRTC loaded from %s", "", nil},
+	"GPUCOMM_NVRTC_DIR":      {"test.sh compiles no kernel with NVRTC", "test.sh compiles every kernel with the NVRTC in %s (scripts/nvrtc-debian.sh)", "", nil},
 	"GPUCOMM_NCCL_LIB":       {"libnccl.so.2 from the loader's path", "NCCL loaded from %s", "", nil},
 	"GPUCOMM_GPU_TESTS":      {"tests skip what needs a GPU", "tests that need a GPU run when this is 1 (now %s)", "", nil},
 	"GPUCOMM_MPIRUN":         {"MPI tests launch with the mpirun beside their libmpi, else the family's on PATH", "MPI tests launch their ranks with %s", "", nil},
