@@ -101,7 +101,7 @@ func cpuKernels(t *testing.T) string {
 	if cxx == "" {
 		t.Skip("no C++ compiler ($CXX, g++, clang++) to build reduce.cu for the CPU")
 	}
-	src, err := os.ReadFile("reduce.cu")
+	src, err := kernels.Sources.ReadFile("reduce.cu") // embedded: the test binary may run far from its sources (the GPU machine)
 	if err != nil {
 		t.Fatal(err)
 	}
