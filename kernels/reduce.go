@@ -148,9 +148,9 @@ func ReduceReady(dev *devmem.Device, typ, op string) error {
 }
 
 // reduceVectors reports whether reduce_<typ>_* has the 16-byte path (the
-// VEC argument of its REDUCES line in reduce.cu): all but the 16-bit
-// floats, whose conversions bound them.
-func reduceVectors(typ string) bool { return typ != "f16" && typ != "bf16" }
+// VEC argument of its REDUCES line in reduce.cu): every type, the 16-bit
+// floats too since their conversions are the GPU's own instructions.
+func reduceVectors(typ string) bool { return slices.Contains(FoldTypes, typ) }
 
 // reduceLaunch is reduce_<typ>_<op>(rank_ptrs p, int nsrc, int ndst, long
 // long n, long long by) of the REDUCE macro of reduce.cu; the table is

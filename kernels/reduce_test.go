@@ -214,8 +214,15 @@ func TestReduceGridFollowsTheAlignment(t *testing.T) {
 			t.Errorf("%s: %d blocks, want %d", tc.name, got, tc.blocks)
 		}
 	}
-	// float16 has no 16-byte path: a thread an element, aligned or not.
-	if got := reduceLaunch("f16", "sum", []devmem.Buffer{at(0)}, []devmem.Buffer{at(1 << 14)}, n, 0).grid[0]; got != 4096/flatThreads {
-		t.Errorf("float16, aligned: %d blocks, want %d", got, 4096/flatThreads)
+	// float16, 8 elements in 16 bytes: a thread for 8 aligned, for one
+	// off by a byte pair.
+	for _, tc := range []struct {
+		name   string
+		src    devmem.Buffer
+		blocks uint32
+	}{{"aligned", at(0), 512 / flatThreads}, {"off", at(2), 4096 / flatThreads}} {
+		if got := reduceLaunch("f16", "sum", []devmem.Buffer{tc.src}, []devmem.Buffer{at(1 << 14)}, n, 0).grid[0]; got != tc.blocks {
+			t.Errorf("float16, %s: %d blocks, want %d", tc.name, got, tc.blocks)
+		}
 	}
 }
