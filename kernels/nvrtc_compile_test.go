@@ -11,8 +11,9 @@ import (
 )
 
 // TestEveryKernelCompilesWithNVRTC builds every embedded source with the
-// real NVRTC, for Hopper (sm_90, the GPU machine's) and Ampere (sm_80), as
-// a launch on such a GPU would, and checks that each kernel a launcher in
+// real NVRTC, for Hopper (sm_90, the GPU machine's), Ampere (sm_80) and
+// Turing (sm_75, where bfloat16's rounding is the written-out one), as a
+// launch on such a GPU would, and checks that each kernel a launcher in
 // this package calls is an entry of the result. NVRTC needs no GPU: CI
 // fetches Debian's (scripts/nvrtc-debian.sh) and test.sh runs this test
 // with GPUCOMM_NVRTC_LIB naming it, so a source NVRTC refuses fails on the
@@ -58,7 +59,7 @@ func TestEveryKernelCompilesWithNVRTC(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, arch := range [][2]int{{9, 0}, {8, 0}} {
+		for _, arch := range [][2]int{{9, 0}, {8, 0}, {7, 5}} { // Hopper, Ampere, and Turing (bfloat16 rounding written out)
 			ptx, cubin, _, err := nvrtcCompiler{}.Compile(string(src), f.Name(), nvrtcOptions(arch[0], arch[1]))
 			if err != nil { // err carries NVRTC's log
 				t.Errorf("%s for sm_%d%d: %v", f.Name(), arch[0], arch[1], err)

@@ -9,7 +9,7 @@
 // the GPU the 16-bit conversions are the hardware's (PTX cvt, rounding to
 // nearest even, subnormals kept), elsewhere (the CPU build of this file that
 // kernels' tests make) they are written out, as in comm/driver/types.go, with
-// the same results but for a NaN's payload.
+// the same results but for a NaN's sign and payload.
 
 typedef signed char i8;
 typedef unsigned char u8;
@@ -18,13 +18,11 @@ typedef unsigned int u32;
 typedef long long i64;
 typedef unsigned long long u64;
 
-__device__ static float half_to_f32(unsigned short h)
+// The written-out conversions (soft_*), which the CPU build runs and the
+// GPU test TestHalfConversionsOnAGPUMatchTheWrittenOutOnes holds the GPU's
+// own against, over every input.
+__device__ static float soft_half_to_f32(unsigned short h)
 {
-#ifdef __CUDA_ARCH__
-    float f;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
-#else
     unsigned int sign = (unsigned int)(h >> 15) << 31;
     unsigned int exp = (h >> 10) & 0x1f;
     unsigned int man = h & 0x3ff;
@@ -37,16 +35,10 @@ __device__ static float half_to_f32(unsigned short h)
     // much from 113.
     unsigned int shift = (unsigned int)__clz((int)man) - 21;
     return __uint_as_float(sign | ((113 - shift) << 23) | (((man << shift) & 0x3ff) << 13));
-#endif
 }
 
-__device__ static unsigned short f32_to_half(float f)
+__device__ static unsigned short soft_f32_to_half(float f)
 {
-#ifdef __CUDA_ARCH__
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
-    return h;
-#else
     unsigned int b = __float_as_uint(f);
     unsigned short sign = (unsigned short)((b >> 16) & 0x8000);
     int exp = (int)((b >> 23) & 0xff);
@@ -68,10 +60,43 @@ __device__ static unsigned short f32_to_half(float f)
     unsigned int rem = man & 0x1fff;
     if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
     return sign | (unsigned short)h;
-#endif
 }
 
 __device__ static float bf16_to_f32(unsigned short b) { return __uint_as_float((unsigned int)b << 16); }
+
+__device__ static unsigned short soft_f32_to_bf16(float f)
+{
+    unsigned int u = __float_as_uint(f);
+    if ((u & 0x7fffffff) > 0x7f800000) return (unsigned short)((u >> 16) | 0x40);
+    u += 0x7fff + ((u >> 16) & 1);
+    return (unsigned short)(u >> 16);
+}
+
+// The conversions the kernels use: the GPU's own instructions (rounding to
+// nearest even, subnormals kept, as the written-out ones), bfloat16's
+// rounding from sm_80 (before it, written out); the written-out ones on the
+// CPU.
+__device__ static float half_to_f32(unsigned short h)
+{
+#ifdef __CUDA_ARCH__
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+#else
+    return soft_half_to_f32(h);
+#endif
+}
+
+__device__ static unsigned short f32_to_half(float f)
+{
+#ifdef __CUDA_ARCH__
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+#else
+    return soft_f32_to_half(f);
+#endif
+}
 
 __device__ static unsigned short f32_to_bf16(float f)
 {
@@ -80,10 +105,7 @@ __device__ static unsigned short f32_to_bf16(float f)
     asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
     return h;
 #else
-    unsigned int u = __float_as_uint(f);
-    if ((u & 0x7fffffff) > 0x7f800000) return (unsigned short)((u >> 16) | 0x40);
-    u += 0x7fff + ((u >> 16) & 1);
-    return (unsigned short)(u >> 16);
+    return soft_f32_to_bf16(f);
 #endif
 }
 

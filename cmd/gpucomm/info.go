@@ -106,7 +106,7 @@ var otherKnobs = map[string]struct {
 	"GPUCOMM_CACHE_DIR":      {"compiled kernels cached under the user cache directory", "compiled kernels cached in %s", "", nil},
 	"GPUCOMM_CUDA_LIB":       {"libcuda.so.1 from the loader's path", "the CUDA driver loaded from %s", "", nil},
 	"GPUCOMM_NVRTC_LIB":      {"libnvrtc from the loader's path", "NVRTC loaded from %s", "", nil},
-	"GPUCOMM_NVRTC_DIR":      {"test.sh compiles no kernel with NVRTC", "test.sh compiles every kernel with the NVRTC in %s (scripts/nvrtc-debian.sh)", "", nil},
+	"GPUCOMM_NVRTC_DIR":      {"test.sh has no NVRTC phase (its race phase still compiles every kernel where an NVRTC is on the loader's path)", "test.sh compiles every kernel with the NVRTC in %s (scripts/nvrtc-debian.sh)", "", nil},
 	"GPUCOMM_NCCL_LIB":       {"libnccl.so.2 from the loader's path", "NCCL loaded from %s", "", nil},
 	"GPUCOMM_GPU_TESTS":      {"tests skip what needs a GPU", "tests that need a GPU run when this is 1 (now %s)", "", nil},
 	"GPUCOMM_MPIRUN":         {"MPI tests launch with the mpirun beside their libmpi, else the family's on PATH", "MPI tests launch their ranks with %s", "", nil},
