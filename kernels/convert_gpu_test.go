@@ -66,17 +66,7 @@ func TestHalfConversionsOnAGPUMatchTheWrittenOutOnes(t *testing.T) {
 		compile(9, 0)
 		t.Skipf("built for sm_90; no GPU (%d, %v)", n, err)
 	}
-	gpu, err := cuda.DeviceGet(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, err := cuda.PrimaryCtxRetain(gpu)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.PrimaryCtxRelease(gpu)
-	major, _ := cuda.DeviceAttribute(gpu, cuda.AttrComputeCapabilityMajor)
-	minor, _ := cuda.DeviceAttribute(gpu, cuda.AttrComputeCapabilityMinor)
+	ctx, major, minor := firstGPU(t)
 	image := compile(major, minor)
 	out := make([]byte, 6*8)
 	err = cuda.WithContext(ctx, func() error {

@@ -28,17 +28,7 @@ func TestCompiledKernelsMatchTheGoReferenceOnAGPU(t *testing.T) {
 	if _, _, err := (nvrtcCompiler{}).Version(); err != nil {
 		t.Skipf("no NVRTC: %v", err)
 	}
-	gpu, err := cuda.DeviceGet(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, err := cuda.PrimaryCtxRetain(gpu)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cuda.PrimaryCtxRelease(gpu)
-	major, _ := cuda.DeviceAttribute(gpu, cuda.AttrComputeCapabilityMajor)
-	minor, _ := cuda.DeviceAttribute(gpu, cuda.AttrComputeCapabilityMinor)
+	ctx, major, minor := firstGPU(t)
 
 	d := devmem.NewHostDevice()
 	rng := rand.New(rand.NewPCG(11, 12))
@@ -172,6 +162,23 @@ func TestCompiledKernelsMatchTheGoReferenceOnAGPU(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// firstGPU retains the first GPU's primary context until t ends and gives
+// its compute capability.
+func firstGPU(t *testing.T) (ctx cuda.Context, major, minor int) {
+	t.Helper()
+	gpu, err := cuda.DeviceGet(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctx, err = cuda.PrimaryCtxRetain(gpu); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cuda.PrimaryCtxRelease(gpu) })
+	major, _ = cuda.DeviceAttribute(gpu, cuda.AttrComputeCapabilityMajor)
+	minor, _ = cuda.DeviceAttribute(gpu, cuda.AttrComputeCapabilityMinor)
+	return ctx, major, minor
 }
 
 // compareOnGPU copies the plan's buffers to the GPU, launches its kernel,
