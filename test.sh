@@ -33,10 +33,9 @@ go test -race -count=1 ./...
 # path for this test alone, so that the suite above still meets a machine
 # without NVRTC. The test must have run and passed, not been left out.
 if [ -n "${GPUCOMM_NVRTC_DIR:-}" ]; then
-  nvrtc_dir=$GPUCOMM_NVRTC_DIR
-  phase "every kernel compiled by NVRTC from $nvrtc_dir"
-  out=$(LD_LIBRARY_PATH="$nvrtc_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-    GPUCOMM_NVRTC_LIB="$nvrtc_dir/libnvrtc.so.11.2" \
+  phase "every kernel compiled by NVRTC from $GPUCOMM_NVRTC_DIR"
+  out=$(LD_LIBRARY_PATH="$GPUCOMM_NVRTC_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    GPUCOMM_NVRTC_LIB="$GPUCOMM_NVRTC_DIR/libnvrtc.so.11.2" \
     go test -count=1 -run '^TestEveryKernelCompilesWithNVRTC$' -v ./kernels 2>&1) || { echo "$out"; exit 1; }
   echo "$out"
   grep -q -- '--- PASS: TestEveryKernelCompilesWithNVRTC' <<<"$out" || { echo "TestEveryKernelCompilesWithNVRTC did not pass"; exit 1; }

@@ -26,62 +26,52 @@ func TestEveryKernelCompilesWithNVRTC(t *testing.T) {
 		}
 		t.Skipf("no NVRTC (scripts/nvrtc-debian.sh fetches one): %v", err)
 	}
-	// Each file's kernels: those its source names outright, and those the
-	// fold, divide and reduce launchers ask of reduce.cu's macros.
-	want := map[string][]string{}
-	named := regexp.MustCompile(`extern "C" __global__ void (\w+)\(`)
+	// The kernels: those the sources name outright (kernelParams, each in
+	// one file), and those the fold, divide and reduce launchers ask of
+	// their file (reduce.cu's macros).
+	var named []string
+	for name := range kernelParams(t) {
+		named = append(named, name)
+	}
+	sort.Strings(named)
+	_, a, b := hostPair(t)
+	var launched []launch
+	for _, typ := range FoldTypes {
+		launched = append(launched, divideLaunch(typ, a, 8, 2))
+		for _, op := range FoldOps {
+			launched = append(launched, foldLaunch(typ, op, a, b, 8), reduceLaunch(typ, op, []devmem.Buffer{a}, []devmem.Buffer{b}, 8, 0))
+		}
+	}
 	files, err := sources.ReadDir(".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range files {
-		src, err := sources.ReadFile(f.Name())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range named.FindAllStringSubmatch(string(src), -1) {
-			want[f.Name()] = append(want[f.Name()], m[1])
-		}
-	}
-	_, a, b := hostPair(t)
-	for _, typ := range FoldTypes {
-		ls := []launch{divideLaunch(typ, a, 8, 2)}
-		for _, op := range FoldOps {
-			ls = append(ls, foldLaunch(typ, op, a, b, 8), reduceLaunch(typ, op, []devmem.Buffer{a}, []devmem.Buffer{b}, 8, 0))
-		}
-		for _, l := range ls {
-			want[l.file] = append(want[l.file], l.kernel)
-		}
-	}
 	entry := regexp.MustCompile(`(?m)^\.(?:visible )?\.entry (\w+)\(`)
-	for _, f := range files {
-		src, err := sources.ReadFile(f.Name())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, arch := range [][2]int{{9, 0}, {8, 0}, {7, 5}} { // Hopper, Ampere, and Turing (bfloat16 rounding written out)
-			ptx, cubin, _, err := nvrtcCompiler{}.Compile(string(src), f.Name(), nvrtcOptions(arch[0], arch[1]))
+	for _, arch := range [][2]int{{9, 0}, {8, 0}, {7, 5}} { // Hopper, Ampere, and Turing (bfloat16 rounding written out)
+		byFile, all := map[string]map[string]bool{}, map[string]bool{}
+		for _, f := range files {
+			src, err := sources.ReadFile(f.Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ptx, _, _, err := nvrtcCompiler{}.Compile(string(src), f.Name(), nvrtcOptions(arch[0], arch[1]))
 			if err != nil { // err carries NVRTC's log
 				t.Errorf("%s for sm_%d%d: %v", f.Name(), arch[0], arch[1], err)
 				continue
 			}
-			if len(cubin) == 0 && len(ptx) == 0 {
-				t.Errorf("%s for sm_%d%d: neither PTX nor a cubin", f.Name(), arch[0], arch[1])
-				continue
-			}
-			entries := map[string]bool{}
+			byFile[f.Name()] = map[string]bool{}
 			for _, m := range entry.FindAllStringSubmatch(string(ptx), -1) {
-				entries[m[1]] = true
+				byFile[f.Name()][m[1]], all[m[1]] = true, true
 			}
-			names := want[f.Name()]
-			sort.Strings(names)
-			for _, k := range names {
-				if !entries[k] {
-					t.Errorf("%s for sm_%d%d: no entry %s among the %d NVRTC made", f.Name(), arch[0], arch[1], k, len(entries))
-				}
+		}
+		for _, k := range named {
+			if !all[k] {
+				t.Errorf("sm_%d%d: no source gave an entry %s (%d entries in all)", arch[0], arch[1], k, len(all))
 			}
-			if len(names) == 0 {
-				t.Errorf("%s: no launcher calls a kernel of it", f.Name())
+		}
+		for _, l := range launched {
+			if !byFile[l.file][l.kernel] {
+				t.Errorf("%s for sm_%d%d: no entry %s among the %d NVRTC made", l.file, arch[0], arch[1], l.kernel, len(byFile[l.file]))
 			}
 		}
 	}

@@ -147,11 +147,6 @@ func ReduceReady(dev *devmem.Device, typ, op string) error {
 	return err
 }
 
-// reduceVectors reports whether reduce_<typ>_* has the 16-byte path (the
-// VEC argument of its REDUCES line in reduce.cu): every type, the 16-bit
-// floats too since their conversions are the GPU's own instructions.
-func reduceVectors(typ string) bool { return slices.Contains(FoldTypes, typ) }
-
 // reduceLaunch is reduce_<typ>_<op>(rank_ptrs p, int nsrc, int ndst, long
 // long n, long long by) of the REDUCE macro of reduce.cu; the table is
 // rank_ptrs' two arrays of MAX_RANKS pointers, unused slots zero.
@@ -164,13 +159,14 @@ func reduceLaunch(typ, op string, dsts, srcs []devmem.Buffer, n, by int) launch 
 		table[MaxReduceRanks+q] = uint64(b.Addr())
 	}
 	// A thread for each 16 bytes where the kernel takes its aligned path
-	// (every address on 16 bytes, as it checks), else one an element.
+	// (every address on 16 bytes, as it checks; every type has it, VEC 1 in
+	// reduce.cu), else one an element.
 	var bits uint64
 	for _, v := range table {
 		bits |= v
 	}
 	threads := n
-	if bits&15 == 0 && reduceVectors(typ) {
+	if bits&15 == 0 {
 		threads = ceilDiv(n, 16/foldSize(typ))
 	}
 	return launch{file: "reduce.cu", kernel: "reduce_" + typ + "_" + op,
