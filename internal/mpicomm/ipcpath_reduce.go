@@ -82,6 +82,41 @@ func (s ipcShare) bytes() []byte {
 	return b
 }
 
+// shareLen is a share's length on the wire (gatherShares): one byte that
+// says how many handles follow (0, 1 or 2), then room for two.
+const shareLen = 1 + 2*devmem.HandleSize
+
+// gatherShares gathers every rank's share (its bytes(), nil for none) in
+// one MPI_Allgather of shareLen bytes a rank, where AllgatherBytes takes
+// two collectives (the lengths, then the bytes): the IPC path's
+// collectives pay for each of their small MPI calls (issue 22).
+func (c *Comm) gatherShares(o *op, share []byte) ([][]byte, error) {
+	if len(share)%devmem.HandleSize != 0 || len(share) > 2*devmem.HandleSize {
+		return nil, fmt.Errorf("a share of %d bytes", len(share))
+	}
+	wire := make([]uint8, shareLen)
+	wire[0] = uint8(len(share) / devmem.HandleSize)
+	copy(wire[1:], share)
+	var all []uint8
+	if err := c.block(o, func() error {
+		var err error
+		all, err = mpi.AllgatherValues(c.coll, wire)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	out := make([][]byte, c.size)
+	for q := range out {
+		rec := all[q*shareLen : (q+1)*shareLen]
+		n := int(rec[0])
+		if n > 2 {
+			return nil, fmt.Errorf("rank %d's share names %d handles", q, n)
+		}
+		out[q] = rec[1 : 1+n*devmem.HandleSize : 1+n*devmem.HandleSize]
+	}
+	return out, nil
+}
+
 func parseShare(raw []byte) (ipcShare, error) {
 	var s ipcShare
 	switch len(raw) {
@@ -150,12 +185,8 @@ func (c *Comm) agreeFailed(o *op, failed bool) (bool, error) {
 // exchange publishes this rank's share and returns every rank's, or
 // ok false when some rank has none.
 func (c *Comm) exchange(o *op, mine ipcShare) ([]ipcShare, bool, error) {
-	var all [][]byte
-	if err := c.block(o, func() error {
-		var err error
-		all, err = mpi.AllgatherBytes(c.coll, mine.bytes())
-		return err
-	}); err != nil {
+	all, err := c.gatherShares(o, mine.bytes())
+	if err != nil {
 		return nil, false, err
 	}
 	shares := make([]ipcShare, len(all))
@@ -468,13 +499,7 @@ func (c *Comm) publishSend(o *op, publish bool, bytes int) ([][]byte, error) {
 			b = ipcShare{ok: true, send: h}.bytes()
 		}
 	}
-	var all [][]byte
-	err := c.block(o, func() error {
-		var err error
-		all, err = mpi.AllgatherBytes(c.coll, b)
-		return err
-	})
-	return all, err
+	return c.gatherShares(o, b)
 }
 
 // ipcBroadcast copies the root's buffer into every rank's.
