@@ -26,6 +26,11 @@ import (
 //     H200, a legacy IPC handle of memory since freed still opens (cuMemFree
 //     keeps an exported allocation's file), so only gpucomm's own checks
 //     stand between such a handle and a use after free;
+//   - an interprocess event (cuEventCreate with CU_EVENT_INTERPROCESS) keeps
+//     its record numbers in a shared memfd page that its handle names, so
+//     that an opened event, in this process or another, waits (spinning) for
+//     the record latest when its wait was queued; a handle that names no
+//     such page is CUDA_ERROR_INVALID_VALUE;
 //   - VMM (cuMemCreate, cuMemMap, ...): physical allocations are memfds,
 //     exported as descriptors; a mapping is usable only after
 //     cuMemSetAccess, cuIpcGetMemHandle refuses VMM memory, and the memory
@@ -94,12 +99,17 @@ static int ondev(CUdeviceptr p, size_t n, int dev) {
 }
 static int pinned(const void* p, size_t n) { return find((uintptr_t)p, n, PINNED | REGISTERED) != NULL; }
 
-enum { OP_COPY = 1, OP_SET, OP_EVENT, OP_ADD1 };
+enum { OP_COPY = 1, OP_SET, OP_EVENT, OP_ADD1, OP_WAIT_SHARED };
 struct Event;
+// An interprocess event's page, shared by every process that opened it:
+// the number of its latest record and of the latest one reached, and an id
+// that names the event across processes.
+typedef struct { uint64_t id, recorded, reached; } EventShared;
 typedef struct Op {
 	int kind;
 	void* dst; const void* src; size_t n; int v;
 	struct Event* ev;
+	EventShared* sh; uint64_t seq; // OP_EVENT of an interprocess event, OP_WAIT_SHARED
 	unsigned long long threads;
 	void* tofree;
 	struct Op* next;
@@ -107,30 +117,41 @@ typedef struct Op {
 #define STREAM_MAGIC 0x5354524d
 #define EVENT_MAGIC 0x4556454e
 typedef struct Stream { int magic, dev, live, blocking; Op* head; Op** tail; } Stream;
-typedef struct Event { int magic, dev, live, flags, recorded, done; double t; Stream* on; } Event;
+typedef struct Event { int magic, dev, live, flags, recorded, done; double t; Stream* on; EventShared* sh; int fd, opened; } Event;
 static Stream legacy[NDEV];
 #define MAXS 1024
 static Stream* streams[MAXS];
 
 static double now(void) { struct timespec ts; clock_gettime(CLOCK_MONOTONIC, &ts); return ts.tv_sec + ts.tv_nsec * 1e-9; }
 
+static void waitShared(EventShared* sh, uint64_t seq);
+
+// flush runs s's work in order, taking each op off the queue before it
+// runs, since a wait for an interprocess event may flush other streams.
 static void flush(Stream* s) {
-	for (Op* o = s->head; o;) {
+	Op* o;
+	while ((o = s->head)) {
+		s->head = o->next;
+		if (!s->head) s->tail = &s->head;
 		switch (o->kind) {
 		case OP_COPY: memmove(o->dst, o->src, o->n); break;
 		case OP_SET: memset(o->dst, o->v, o->n); break;
-		case OP_EVENT: o->ev->done = 1; o->ev->t = now(); break;
+		case OP_EVENT:
+			o->ev->done = 1;
+			o->ev->t = now();
+			if (o->sh) {
+				uint64_t r = __atomic_load_n(&o->sh->reached, __ATOMIC_ACQUIRE);
+				while (r < o->seq && !__atomic_compare_exchange_n(&o->sh->reached, &r, o->seq, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {}
+			}
+			break;
 		case OP_ADD1:
 			for (unsigned long long i = 0; i < o->threads && i < o->n; i++) ((float*)o->dst)[i] += 1.0f;
 			break;
+		case OP_WAIT_SHARED: waitShared(o->sh, o->seq); break;
 		}
 		free(o->tofree);
-		Op* next = o->next;
 		free(o);
-		o = next;
 	}
-	s->head = NULL;
-	s->tail = &s->head;
 }
 static void flushdev(int dev, int blockingOnly) {
 	for (int i = 0; i < MAXS; i++)
@@ -533,20 +554,52 @@ CUresult cuStreamQuery(void* h) {
 	STREAM(h, s);
 	RET(s->head ? R_NOT_READY : 0);
 }
+// A wait for an interprocess event is stream work: it waits, when its
+// stream runs, for the record that was latest when it was queued.
 CUresult cuStreamWaitEvent(void* h, void* e, unsigned flags) {
 	LOCK;
 	STREAM(h, s);
 	Event* ev = e;
 	if (!ev || ev->magic != EVENT_MAGIC || !ev->live) RET(R_INVALID_HANDLE);
+	if (ev->sh) {
+		uint64_t want = __atomic_load_n(&ev->sh->recorded, __ATOMIC_ACQUIRE);
+		if (__atomic_load_n(&ev->sh->reached, __ATOMIC_ACQUIRE) < want) push(s, (Op){.kind = OP_WAIT_SHARED, .sh = ev->sh, .seq = want});
+		RET(0);
+	}
 	if (ev->recorded && !ev->done) flush(ev->on);
 	RET(0);
 }
 
+// waitShared runs the streams of this process that hold a record of the
+// event up to seq, then waits until another process has run it too (with
+// the lock held: this process waits, as its GPU would). A record that never
+// comes ends the wait after a minute, leaving the data it guarded stale.
+static void flushIfRecords(Stream* s, EventShared* sh, uint64_t seq) {
+	for (Op* o = s ? s->head : NULL; o; o = o->next) {
+		if (o->kind == OP_EVENT && o->sh && o->sh->id == sh->id && o->seq <= seq) { flush(s); return; }
+	}
+}
+static void waitShared(EventShared* sh, uint64_t seq) {
+	for (int i = 0; i < MAXS; i++) flushIfRecords(streams[i], sh, seq);
+	for (int d = 0; d < NDEV; d++) flushIfRecords(&legacy[d], sh, seq);
+	for (double end = now() + 60; __atomic_load_n(&sh->reached, __ATOMIC_ACQUIRE) < seq && now() < end;) usleep(100);
+}
+static uint64_t eventIds;
 CUresult cuEventCreate(void** e, unsigned flags) {
 	LOCK;
 	NEED_CTX;
+	if ((flags & 4) && !(flags & 2)) RET(R_INVALID_VALUE); // interprocess needs CU_EVENT_DISABLE_TIMING
 	Event* ev = calloc(1, sizeof *ev);
-	*ev = (Event){.magic = EVENT_MAGIC, .dev = cur->dev, .live = 1, .flags = flags};
+	*ev = (Event){.magic = EVENT_MAGIC, .dev = cur->dev, .live = 1, .flags = flags, .fd = -1};
+	if (flags & 4) {
+		int fd = memfd_create("fakecuda-event", MFD_CLOEXEC);
+		void* m = MAP_FAILED;
+		if (fd >= 0 && ftruncate(fd, 4096) == 0) m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (m == MAP_FAILED) { if (fd >= 0) close(fd); free(ev); RET(R_OUT_OF_MEMORY); }
+		ev->sh = m;
+		ev->sh->id = (uint64_t)getpid() << 32 | ++eventIds;
+		ev->fd = fd;
+	}
 	*e = ev;
 	RET(0);
 }
@@ -566,18 +619,25 @@ CUresult cuEventRecord(void* e, void* h) {
 	ev->recorded = 1;
 	ev->done = 0;
 	ev->on = s;
-	push(s, (Op){.kind = OP_EVENT, .ev = ev});
+	Op o = {.kind = OP_EVENT, .ev = ev};
+	if (ev->sh) {
+		o.sh = ev->sh;
+		o.seq = __atomic_add_fetch(&ev->sh->recorded, 1, __ATOMIC_ACQ_REL);
+	}
+	push(s, o);
 	RET(0);
 }
 CUresult cuEventSynchronize(void* e) {
 	LOCK;
 	EVENT(e, ev);
-	if (ev->recorded && !ev->done) flush(ev->on);
+	if (ev->sh) waitShared(ev->sh, __atomic_load_n(&ev->sh->recorded, __ATOMIC_ACQUIRE));
+	else if (ev->recorded && !ev->done) flush(ev->on);
 	RET(0);
 }
 CUresult cuEventQuery(void* e) {
 	LOCK;
 	EVENT(e, ev);
+	if (ev->sh) RET(__atomic_load_n(&ev->sh->reached, __ATOMIC_ACQUIRE) >= __atomic_load_n(&ev->sh->recorded, __ATOMIC_ACQUIRE) ? 0 : R_NOT_READY);
 	RET(!ev->recorded || ev->done ? 0 : R_NOT_READY);
 }
 CUresult cuEventElapsedTime_v2(float* ms, void* a, void* b) {
@@ -589,10 +649,53 @@ CUresult cuEventElapsedTime_v2(float* ms, void* a, void* b) {
 	*ms = (float)((end->t - start->t) * 1e3);
 	RET(0);
 }
+// An interprocess event's page stays mapped: a wait queued for it may
+// still read it. Its descriptor goes, so that its handle opens no more.
 CUresult cuEventDestroy_v2(void* e) {
 	LOCK;
 	EVENT(e, ev);
 	ev->live = 0;
+	if (ev->fd >= 0) { close(ev->fd); ev->fd = -1; }
+	RET(0);
+}
+
+// An event's handle: the magic, the exporter's pid, its descriptor of the
+// event's page, and the event's id, which the page must hold.
+static const char ipcEventMagic[8] = "FAKEEVT";
+CUresult cuIpcGetEventHandle(IpcHandle* h, void* e) {
+	LOCK;
+	EVENT(e, ev);
+	if (!ev->sh || ev->opened) RET(R_INVALID_VALUE);
+	memset(h, 0, sizeof *h);
+	memcpy(h->b, ipcEventMagic, 8);
+	int32_t pid = getpid(), fd = ev->fd;
+	memcpy(h->b + 8, &pid, 4);
+	memcpy(h->b + 12, &fd, 4);
+	memcpy(h->b + 16, &ev->sh->id, 8);
+	RET(0);
+}
+CUresult cuIpcOpenEventHandle(void** e, IpcHandle h) {
+	LOCK;
+	NEED_CTX;
+	if (memcmp(h.b, ipcEventMagic, 8) != 0) RET(R_INVALID_VALUE);
+	int32_t pid, fd;
+	uint64_t id;
+	memcpy(&pid, h.b + 8, 4);
+	memcpy(&fd, h.b + 12, 4);
+	memcpy(&id, h.b + 16, 8);
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/fd/%d", pid, fd);
+	int f = open(path, O_RDWR | O_CLOEXEC);
+	if (f < 0) RET(R_INVALID_VALUE);
+	struct stat st;
+	void* m = MAP_FAILED;
+	if (fstat(f, &st) == 0 && st.st_size == 4096) m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+	close(f);
+	if (m == MAP_FAILED) RET(R_INVALID_VALUE);
+	if (((EventShared*)m)->id != id) { munmap(m, 4096); RET(R_INVALID_VALUE); }
+	Event* ev = calloc(1, sizeof *ev);
+	*ev = (Event){.magic = EVENT_MAGIC, .dev = cur->dev, .live = 1, .flags = 6, .sh = m, .fd = -1, .opened = 1};
+	*e = ev;
 	RET(0);
 }
 

@@ -21,6 +21,18 @@ func (s *Stream) handle() uintptr {
 	return 0
 }
 
+// eventHandle is the CUevent under e, or 0 for a nil event or an event of
+// a host device (internal/devhook.EventHandle).
+func (e *Event) eventHandle() uintptr {
+	if e == nil {
+		return 0
+	}
+	if ce, ok := e.impl.(*cudaEvent); ok {
+		return uintptr(ce.h)
+	}
+	return 0
+}
+
 // context is the primary CUcontext of a GPU device, or 0 for a host device
 // (internal/devhook.Context).
 func (d *Device) context() uintptr {

@@ -7,6 +7,8 @@ package devmem
 
 func (s *Stream) handle() uintptr { return 0 }
 
+func (e *Event) eventHandle() uintptr { return 0 }
+
 func (d *Device) context() uintptr { return 0 }
 
 func (s *Stream) enqueue(fn func(handle uintptr) error) error {

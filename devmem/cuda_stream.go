@@ -207,6 +207,26 @@ func (s *cudaStream) waitEvent(e eventImpl) error {
 	return nil
 }
 
+// task queues fn behind the host work on the stream, as an item that does
+// not wait for the stream's GPU work first (a host function's before does),
+// always for the drain goroutine or a Synchronize to run: fn may block for
+// long (in MPI), and its caller must not. fn issues work on h itself, so
+// issued counts it once fn returns, as enqueueNow does: a Synchronize or
+// Query that comes later then looks at h instead of taking it for idle.
+// Work queued on the stream after the task waits behind it on the host,
+// and so reaches CUDA after whatever fn issued.
+func (s *cudaStream) task(fn func(ctx, handle uintptr) error) error {
+	ctx, h := uintptr(s.c.ctx), uintptr(s.h)
+	s.mu.Lock()
+	s.pushLocked(work{run: func() error {
+		err := safely(func() error { return fn(ctx, h) })
+		s.issued.Add(1)
+		return err
+	}})
+	s.mu.Unlock()
+	return nil
+}
+
 func (s *cudaStream) destroy() error {
 	qerr := s.flush()
 	s.c.streamsMu.Lock()
@@ -222,20 +242,33 @@ func (s *cudaStream) destroy() error {
 	return qerr
 }
 
-// cudaEvent is a CUDA event with timing enabled, so that Elapsed works.
-// Its records are numbered when Record is called; issuedUpTo is the
-// highest number handed to CUDA. A record queued behind host work is
-// issued later, and waiting for the event waits for the latest record
-// as of the wait.
+// cudaEvent is a CUDA event: NewEvent's with timing enabled, so that
+// Elapsed works, or an interprocess one (kind). Its records are numbered
+// when Record is called; issuedUpTo is the highest number handed to CUDA.
+// A record queued behind host work is issued later, and waiting for the
+// event waits for the latest record as of the wait. An event opened from
+// another process is never recorded here, so it has no record pending:
+// waits for it are issued at once, or behind the stream's host work.
 type cudaEvent struct {
-	c *cudaDriver
-	h cuda.Event
+	c    *cudaDriver
+	h    cuda.Event
+	kind eventKind
 
 	mu         sync.Mutex
 	cond       *sync.Cond
 	records    uint64
 	issuedUpTo uint64
+	exported   *IPCEventHandle // an eventIPC's handle, once ExportIPC asked for it
 }
+
+// eventKind says where a cudaEvent comes from.
+type eventKind uint8
+
+const (
+	eventTimed  eventKind = iota // NewEvent
+	eventIPC                     // NewIPCEvent: interprocess, so no timing
+	eventOpened                  // OpenIPCEvent: another process's eventIPC
+)
 
 func (c *cudaDriver) newEvent() (eventImpl, error) {
 	var h cuda.Event
@@ -247,9 +280,88 @@ func (c *cudaDriver) newEvent() (eventImpl, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devmem: new event on %v: %w", c.dev, err)
 	}
-	e := &cudaEvent{c: c, h: h}
+	return c.wrapEvent(h, eventTimed), nil
+}
+
+func (c *cudaDriver) wrapEvent(h cuda.Event, kind eventKind) *cudaEvent {
+	e := &cudaEvent{c: c, h: h, kind: kind}
 	e.cond = sync.NewCond(&e.mu)
-	return e, nil
+	return e
+}
+
+// newIPCEvent makes an event another process can open. CUDA refuses timing
+// on interprocess events.
+func (c *cudaDriver) newIPCEvent() (eventImpl, error) {
+	var h cuda.Event
+	err := c.do(func() error {
+		var err error
+		h, err = cuda.EventCreate(cuda.EventDisableTiming | cuda.EventInterprocess)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("devmem: new interprocess event on %v: %w", c.dev, err)
+	}
+	return c.wrapEvent(h, eventIPC), nil
+}
+
+// openIPCEvent opens another process's event in the device's context.
+// CUDA documents no code for a handle it cannot open, so any refusal of
+// cuIpcOpenEventHandle's is the handle's, short of those that say the
+// driver or the machine cannot (notTheHandlesFault).
+func (c *cudaDriver) openIPCEvent(h IPCEventHandle) (eventImpl, error) {
+	var ev cuda.Event
+	err := c.do(func() error {
+		var err error
+		ev, err = cuda.IpcOpenEventHandle(cuda.IpcEventHandle(h))
+		return err
+	})
+	if err == nil {
+		return c.wrapEvent(ev, eventOpened), nil
+	}
+	var ce *cuda.Error
+	if !errors.As(err, &ce) || ce.Call != "cuIpcOpenEventHandle" || notTheHandlesFault[ce.Code] {
+		return nil, fmt.Errorf("devmem: OpenIPCEvent on %v: %w", c.dev, err)
+	}
+	return nil, fmt.Errorf("devmem: OpenIPCEvent on %v: the handle names no event this process can open: %w: %w", c.dev, ErrInvalidArgument, err)
+}
+
+// notTheHandlesFault are the codes of a failed cuIpcOpenEventHandle that are
+// not the handle's fault.
+var notTheHandlesFault = map[int]bool{
+	cuda.CUDA_ERROR_OUT_OF_MEMORY:          true,
+	cuda.CUDA_ERROR_NOT_INITIALIZED:        true,
+	cuda.CUDA_ERROR_DEINITIALIZED:          true,
+	cuda.CUDA_ERROR_CONTEXT_IS_DESTROYED:   true,
+	cuda.CUDA_ERROR_NOT_SUPPORTED:          true, // no CUDA IPC here (WSL, say)
+	cuda.CUDA_ERROR_SYSTEM_DRIVER_MISMATCH: true,
+}
+
+// exportIPC returns an eventIPC's handle, asked of CUDA once.
+func (e *cudaEvent) exportIPC() (IPCEventHandle, error) {
+	if e.kind != eventIPC {
+		what := "NewEvent"
+		if e.kind == eventOpened {
+			what = "OpenIPCEvent"
+		}
+		return IPCEventHandle{}, fmt.Errorf("devmem: ExportIPC of an event of %s on %v: only NewIPCEvent's export: %w", what, e.c.dev, ErrInvalidArgument)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.exported != nil {
+		return *e.exported, nil
+	}
+	var h cuda.IpcEventHandle
+	err := e.c.do(func() error {
+		var err error
+		h, err = cuda.IpcGetEventHandle(e.h)
+		return err
+	})
+	if err != nil {
+		return IPCEventHandle{}, fmt.Errorf("devmem: ExportIPC of an event of %v: %w", e.c.dev, err)
+	}
+	x := IPCEventHandle(h)
+	e.exported = &x
+	return x, nil
 }
 
 // recordCalled numbers a new record of e.
@@ -294,6 +406,9 @@ func (e *cudaEvent) awaitIssued(seq uint64) {
 // (that work is waited for before its call returns), so the point is
 // reached at once: "now", ordered after no other stream.
 func (e *cudaEvent) record(s streamImpl) error {
+	if e.kind == eventOpened {
+		return fmt.Errorf("devmem: Record of an event opened from another process on %v: only its exporter records it: %w", e.c.dev, ErrUnsupported)
+	}
 	var err error
 	if s == nil {
 		seq := e.recordCalled()
@@ -334,6 +449,10 @@ func (e *cudaEvent) query() (bool, error) {
 
 func (e *cudaEvent) elapsedSince(start eventImpl) (time.Duration, error) {
 	st := start.(*cudaEvent)
+	if e.kind != eventTimed || st.kind != eventTimed {
+		// CUDA would call it an invalid handle, as for an event never recorded.
+		return 0, fmt.Errorf("devmem: elapsed time of an interprocess event, which has no timing: %w", ErrInvalidArgument)
+	}
 	if e.pending() || st.pending() {
 		return 0, fmt.Errorf("devmem: elapsed time of an event not yet reached (its record is queued behind host work): %w", ErrInvalidArgument)
 	}

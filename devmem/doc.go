@@ -65,12 +65,18 @@
 // memory on a device: an OpenIPC refused with ErrAlreadyMapped calls every
 // such function and, when one closed some, opens once more.
 //
+// Work is ordered between the processes of a node on the GPU itself with
+// interprocess events: Device.NewIPCEvent makes one, Event.ExportIPC gives
+// its handle (CUDA's), and another process opens it with
+// Device.OpenIPCEvent and makes a stream wait for it with Stream.WaitEvent.
+// A host device has none.
+//
 // # What backends use besides
 //
 // gpucomm's own backends need more of a stream and a device than a user
-// does: deferred and polled host waits on a stream's queue, the raw
-// CUstream and CUcontext for libraries that queue GPU work themselves
-// (NCCL), and whether a buffer is VMM memory. They reach them through
+// does: deferred and polled host waits and tasks on a stream's queue, the
+// raw CUstream, CUevent and CUcontext for libraries that queue GPU work
+// themselves (NCCL), and whether a buffer is VMM memory. They reach them through
 // internal/devhook, which devmem fills at init; they are not part of this
 // API.
 //

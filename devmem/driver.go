@@ -23,6 +23,10 @@ type streamImpl interface {
 	query() (bool, error)
 	synchronize() error
 	waitEvent(e eventImpl) error
+	// task queues fn, given the device's context and the stream's handle
+	// (0 and 0 on the host driver), behind the stream's host work but not
+	// behind its GPU work (internal/devhook.Task).
+	task(fn func(ctx, handle uintptr) error) error
 	destroy() error
 }
 
@@ -56,4 +60,24 @@ type ipcDriver interface {
 	ipcOpen(drv [64]byte, fd int, need int) (*allocation, error)
 	// ipcClose unmaps what ipcOpen returned.
 	ipcClose(a *allocation) error
+}
+
+// ipcEventDriver is implemented by drivers whose events another process of
+// the node can wait for (the cuda driver, with CUDA's IPC events). It is
+// optional, found by type assertion, as ipcDriver is; NewIPCEvent and
+// OpenIPCEvent return ErrUnsupported on a device whose driver lacks it.
+type ipcEventDriver interface {
+	// newIPCEvent makes an event that ipcEvent.exportIPC can export.
+	newIPCEvent() (eventImpl, error)
+	// openIPCEvent opens the event another process exported as h (not the
+	// zero handle); a handle that names no such event is an error wrapping
+	// ErrInvalidArgument.
+	openIPCEvent(h IPCEventHandle) (eventImpl, error)
+}
+
+// ipcEvent is an eventImpl that may be exported: exportIPC returns its
+// handle, or an error wrapping ErrInvalidArgument for one that newIPCEvent
+// did not make.
+type ipcEvent interface {
+	exportIPC() (IPCEventHandle, error)
 }

@@ -7,13 +7,15 @@ import "github.com/gpucomm/gpucomm/internal/devhook/table"
 // devmem leaves its unexported methods in internal/devhook/table here, and
 // devhook, which imports devmem, takes them from there once, at its init.
 func init() {
-	table.Set(table.Funcs[*Stream, *Device, Buffer]{
+	table.Set(table.Funcs[*Stream, *Device, Buffer, *Event]{
 		HostWait:         (*Stream).hostWait,
 		HostCall:         (*Stream).hostCall,
 		HostFuncDeferred: (*Stream).hostFuncDeferred,
 		Enqueue:          (*Stream).enqueue,
 		EnqueueIn:        (*Stream).enqueueIn,
+		Task:             (*Stream).task,
 		StreamHandle:     (*Stream).handle,
+		EventHandle:      (*Event).eventHandle,
 		Context:          (*Device).context,
 		IsVMM:            Buffer.isVMM,
 		OnStaleViews:     onStaleViews,

@@ -163,6 +163,12 @@ func (s *hostStream) waitEvent(e eventImpl) error {
 	return s.hostFunc(func() error { <-m.done; return nil })
 }
 
+// task runs fn as a host function, with no handles: a host stream has no
+// GPU work for it to skip waiting for.
+func (s *hostStream) task(fn func(ctx, handle uintptr) error) error {
+	return s.hostFunc(func() error { return fn(0, 0) })
+}
+
 func (s *hostStream) destroy() error { return s.flush() }
 
 // hostEvent keeps the mark of its latest Record.

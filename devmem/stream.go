@@ -101,6 +101,22 @@ func (s *Stream) hostWait(wait func() error, poll func() (bool, error), deferred
 	return s.impl.hostWait(wait, poll, deferred)
 }
 
+// task queues fn on s's host queue, behind the host work queued before it
+// but not behind s's GPU work, to run on a goroutine other than the
+// caller's (internal/devhook.Task).
+func (s *Stream) task(fn func(ctx, handle uintptr) error) error {
+	switch {
+	case s == nil:
+		return fmt.Errorf("devmem: Task on a nil stream: %w", ErrInvalidArgument)
+	case fn == nil:
+		return fmt.Errorf("devmem: Task of a nil function: %w", ErrInvalidArgument)
+	}
+	if err := s.check(nil); err != nil {
+		return err
+	}
+	return s.impl.task(fn)
+}
+
 // Query reports whether all work queued on s so far is done, host work
 // included, without waiting. A nil stream has none.
 func (s *Stream) Query() (bool, error) {
@@ -181,7 +197,8 @@ func (e *Event) check(dev *Device) error {
 }
 
 // Record marks the point after all work queued on s so far. With a nil
-// stream the point is now.
+// stream the point is now. An event opened from another process
+// (OpenIPCEvent) is recorded by its exporter only: ErrUnsupported.
 func (e *Event) Record(s *Stream) error {
 	if err := e.check(nil); err != nil {
 		return err
@@ -212,7 +229,9 @@ func (e *Event) Done() (bool, error) {
 	return e.impl.query()
 }
 
-// Elapsed is the time between two recorded events, both reached.
+// Elapsed is the time between two recorded events, both reached. The
+// interprocess events (NewIPCEvent, OpenIPCEvent) have no timing: Elapsed
+// of one is an error wrapping ErrInvalidArgument.
 func Elapsed(start, end *Event) (time.Duration, error) {
 	if err := start.check(nil); err != nil {
 		return 0, err

@@ -14,16 +14,17 @@ const EnvLib = "GPUCOMM_CUDA_LIB"
 
 // Handles. The zero Stream is CUDA's legacy default stream.
 type (
-	Device       int32   // a device ordinal as the driver numbers it
-	DevicePtr    uint64  // a device address (CUdeviceptr)
-	Context      uintptr // CUcontext
-	Stream       uintptr // CUstream; its value is what NCCL takes as cudaStream_t
-	Event        uintptr // CUevent
-	Module       uintptr // CUmodule
-	Function     uintptr // CUfunction
-	IpcMemHandle [64]byte
-	UUID         [16]byte
-	MemHandle    uint64 // CUmemGenericAllocationHandle: a VMM allocation
+	Device         int32   // a device ordinal as the driver numbers it
+	DevicePtr      uint64  // a device address (CUdeviceptr)
+	Context        uintptr // CUcontext
+	Stream         uintptr // CUstream; its value is what NCCL takes as cudaStream_t
+	Event          uintptr // CUevent
+	Module         uintptr // CUmodule
+	Function       uintptr // CUfunction
+	IpcMemHandle   [64]byte
+	IpcEventHandle [64]byte // CUipcEventHandle: an EventInterprocess event, for another process
+	UUID           [16]byte
+	MemHandle      uint64 // CUmemGenericAllocationHandle: a VMM allocation
 )
 
 // Dim3 is a grid or block shape for LaunchKernel.

@@ -21,6 +21,7 @@ import (
 // The handle types must hold what the driver hands out.
 var (
 	_ [64]byte = [C.sizeof_CUipcMemHandle]byte{}
+	_ [64]byte = [C.sizeof_CUipcEventHandle]byte{}
 	_ [16]byte = [C.sizeof_CUuuid]byte{}
 	_ [8]byte  = [C.sizeof_CUdeviceptr]byte{}
 	// cuda.h's VMM structs, which the driver reads by these sizes.
@@ -89,6 +90,10 @@ var symbols = []struct {
 	{C.F_cuIpcGetMemHandle, []string{"cuIpcGetMemHandle"}},
 	{C.F_cuIpcOpenMemHandle, []string{"cuIpcOpenMemHandle_v2"}},
 	{C.F_cuIpcCloseMemHandle, []string{"cuIpcCloseMemHandle"}},
+	// Every driver since CUDA 4.1 has these, so they are required as the
+	// rest: a library without them is not a usable libcuda.
+	{C.F_cuIpcGetEventHandle, []string{"cuIpcGetEventHandle"}},
+	{C.F_cuIpcOpenEventHandle, []string{"cuIpcOpenEventHandle"}},
 	{C.F_cuModuleLoadData, []string{"cuModuleLoadData"}},
 	{C.F_cuModuleGetFunction, []string{"cuModuleGetFunction"}},
 	{C.F_cuModuleUnload, []string{"cuModuleUnload"}},
@@ -831,6 +836,30 @@ func IpcCloseMemHandle(p DevicePtr) error {
 		return err
 	}
 	return result("cuIpcCloseMemHandle", C.gc_cuIpcCloseMemHandle(C.CUdeviceptr(p)))
+}
+
+// IpcGetEventHandle returns a handle another process of the node can open
+// to wait for e, which must have been created in the current context with
+// EventInterprocess|EventDisableTiming.
+func IpcGetEventHandle(e Event) (IpcEventHandle, error) {
+	var h IpcEventHandle
+	if err := ready(); err != nil {
+		return h, err
+	}
+	r := C.gc_cuIpcGetEventHandle(unsafe.Pointer(&h), C.uintptr_t(e))
+	return h, result("cuIpcGetEventHandle", r)
+}
+
+// IpcOpenEventHandle opens another process's event in the current context.
+// The event it returns behaves as a local one created with
+// EventDisableTiming; EventDestroy releases it.
+func IpcOpenEventHandle(h IpcEventHandle) (Event, error) {
+	if err := ready(); err != nil {
+		return 0, err
+	}
+	var e C.uintptr_t
+	r := C.gc_cuIpcOpenEventHandle(&e, unsafe.Pointer(&h))
+	return Event(e), result("cuIpcOpenEventHandle", r)
 }
 
 // ModuleLoadData loads a cubin or PTX image into the current context. A NUL

@@ -87,6 +87,8 @@ func EventDestroy(e Event) error                                                
 func IpcGetMemHandle(p DevicePtr) (IpcMemHandle, error)                         { return IpcMemHandle{}, errNoCgo }
 func IpcOpenMemHandle(h IpcMemHandle, flags uint32) (DevicePtr, error)          { return 0, errNoCgo }
 func IpcCloseMemHandle(p DevicePtr) error                                       { return errNoCgo }
+func IpcGetEventHandle(e Event) (IpcEventHandle, error)                         { return IpcEventHandle{}, errNoCgo }
+func IpcOpenEventHandle(h IpcEventHandle) (Event, error)                        { return 0, errNoCgo }
 func ModuleLoadData(image []byte) (Module, error)                               { return 0, errNoCgo }
 func ModuleGetFunction(m Module, name string) (Function, error)                 { return 0, errNoCgo }
 func ModuleUnload(m Module) error                                               { return errNoCgo }

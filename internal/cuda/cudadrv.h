@@ -17,6 +17,7 @@ typedef struct gpucomm_CUevent* CUevent;
 typedef struct gpucomm_CUmodule* CUmodule;
 typedef struct gpucomm_CUfunction* CUfunction;
 typedef struct { char reserved[64]; } CUipcMemHandle;
+typedef struct { char reserved[64]; } CUipcEventHandle;
 typedef struct { char bytes[16]; } CUuuid;
 
 // Virtual memory management (CUDA 10.2+), as cuda.h declares it: a physical
@@ -63,6 +64,7 @@ enum {
 	F_cuEventCreate, F_cuEventRecord, F_cuEventSynchronize, F_cuEventQuery,
 	F_cuEventElapsedTime, F_cuEventDestroy,
 	F_cuIpcGetMemHandle, F_cuIpcOpenMemHandle, F_cuIpcCloseMemHandle,
+	F_cuIpcGetEventHandle, F_cuIpcOpenEventHandle,
 	F_cuModuleLoadData, F_cuModuleGetFunction, F_cuModuleUnload, F_cuLaunchKernel,
 	// Optional: a driver without them loads, and VMM calls say so.
 	F_cuMemGetAllocationGranularity, F_cuMemCreate, F_cuMemRelease,
@@ -248,6 +250,16 @@ static CUresult gc_cuIpcOpenMemHandle(CUdeviceptr* p, const void* h, unsigned fl
 	return CU(cuIpcOpenMemHandle, (CUdeviceptr*, CUipcMemHandle, unsigned))(p, v, flags);
 }
 static CUresult gc_cuIpcCloseMemHandle(CUdeviceptr p) { return CU(cuIpcCloseMemHandle, (CUdeviceptr))(p); }
+static CUresult gc_cuIpcGetEventHandle(void* h, uintptr_t e) { return CU(cuIpcGetEventHandle, (CUipcEventHandle*, CUevent))((CUipcEventHandle*)h, H(CUevent, e)); }
+// By value too, as the memory handle.
+static CUresult gc_cuIpcOpenEventHandle(uintptr_t* e, const void* h) {
+	CUipcEventHandle v;
+	for (int i = 0; i < 64; i++) v.reserved[i] = ((const char*)h)[i];
+	CUevent ev = NULL;
+	CUresult r = CU(cuIpcOpenEventHandle, (CUevent*, CUipcEventHandle))(&ev, v);
+	*e = (uintptr_t)ev;
+	return r;
+}
 
 static CUresult gc_cuModuleLoadData(uintptr_t* m, const void* image) {
 	CUmodule h = NULL;

@@ -96,6 +96,18 @@ CUresult cuIpcOpenMemHandle_v2(CUdeviceptr* p, Handle h, unsigned flags) {
 	*p = 0xabc0 + flags;
 	return 0;
 }
+// The event handle of event 0x77 holds i*5+7 in byte i, so that only one
+// that crossed by value with all 64 bytes intact opens (as event 0x79).
+CUresult cuIpcGetEventHandle(Handle* h, void* e) {
+	if (e != (void*)0x77) return 400;
+	for (int i = 0; i < 64; i++) h->b[i] = (unsigned char)(i * 5 + 7);
+	return 0;
+}
+CUresult cuIpcOpenEventHandle(void** e, Handle h) {
+	for (int i = 0; i < 64; i++) if (h.b[i] != (unsigned char)(i * 5 + 7)) return 1;
+	*e = (void*)0x79;
+	return 0;
+}
 CUresult cuModuleLoadData(void** m, const void* image) {
 	if (strcmp((const char*)image, "// ptx") != 0) return 218;
 	*m = (void*)0x77;
@@ -229,6 +241,23 @@ func TestLoadNamesTheFirstMissingSymbol(t *testing.T) {
 	}
 }
 
+// The IPC event calls are required: a library without one is refused,
+// named, as any other missing symbol.
+func TestLoadRefusesADriverWithoutIPCEvents(t *testing.T) {
+	for _, call := range []string{"cuIpcGetEventHandle", "cuIpcOpenEventHandle"} {
+		src := strings.Replace(fakeDriver, "CUresult "+call+"(", "CUresult not_"+call+"(", 1)
+		libcuda.Use(t, buildFake(t, src, call))
+		err := Load()
+		if !errors.Is(err, errs.ErrLibraryNotFound) || !strings.Contains(err.Error(), "has no "+call+";") {
+			t.Errorf("Load of a driver without %s = %v, want ErrLibraryNotFound naming it", call, err)
+		}
+	}
+	libcuda.Use(t, buildFake(t, fakeDriver))
+	if err := Load(); err != nil {
+		t.Fatalf("Load of the complete fake: %v", err)
+	}
+}
+
 func TestLoadReportsCuInitFailure(t *testing.T) {
 	src := strings.Replace(fakeDriver, "return flags == 0 ? 0 : 1;", "return 100;", 1)
 	libcuda.Use(t, buildFake(t, src))
@@ -318,6 +347,18 @@ func TestCallsCarryArgumentsAndResults(t *testing.T) {
 	h[5]++
 	if _, err := IpcOpenMemHandle(h, 0); !IsCode(err, CUDA_ERROR_INVALID_HANDLE) {
 		t.Errorf("IpcOpenMemHandle(corrupt) = %v, want CUDA_ERROR_INVALID_HANDLE", err)
+	}
+
+	eh, err := IpcGetEventHandle(0x77)
+	check("IpcGetEventHandle[63]", eh[63], byte((63*5+7)&0xff), err)
+	ev, err := IpcOpenEventHandle(eh)
+	check("IpcOpenEventHandle", ev, Event(0x79), err)
+	if _, err := IpcGetEventHandle(0x78); !IsCode(err, CUDA_ERROR_INVALID_HANDLE) || !strings.Contains(err.Error(), "cuIpcGetEventHandle") {
+		t.Errorf("IpcGetEventHandle(not interprocess) = %v, want cuIpcGetEventHandle's CUDA_ERROR_INVALID_HANDLE", err)
+	}
+	eh[63]++
+	if ev, err := IpcOpenEventHandle(eh); !IsCode(err, CUDA_ERROR_INVALID_VALUE) || !errors.Is(err, errs.ErrInvalidArgument) {
+		t.Errorf("IpcOpenEventHandle(corrupt) = %#x, %v; want CUDA_ERROR_INVALID_VALUE", ev, err)
 	}
 
 	m, err := ModuleLoadData([]byte("// ptx"))

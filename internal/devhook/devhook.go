@@ -1,20 +1,20 @@
 // Package devhook gives gpucomm's own backends the parts of a devmem
 // stream and device that a user of devmem does not need: the host-work
-// queue's deferred and polled waits (the MPI backends), the raw CUstream
-// and CUcontext and a call at the stream's place in line (NCCL and other
-// libraries that queue GPU work themselves), and whether a buffer is VMM
-// memory (which a CUDA-aware MPI must not be handed). devmem's exported
-// API keeps what a user needs (HostFunc, WaitEvent, Synchronize, Query,
-// Destroy, events).
+// queue's deferred and polled waits and its tasks (the MPI backends), the
+// raw CUstream, CUevent and CUcontext and a call at the stream's place in
+// line (NCCL and other libraries that queue GPU work themselves), and
+// whether a buffer is VMM memory (which a CUDA-aware MPI must not be
+// handed). devmem's exported API keeps what a user needs (HostFunc,
+// WaitEvent, Synchronize, Query, Destroy, events).
 //
 // How it reaches devmem: devmem cannot import a package that imports
 // devmem, so devmem fills internal/devhook/table, which imports nothing of
-// gpucomm, with its unexported methods in its init, as method values
-// typed over its own *Stream, *Device and Buffer (table.Funcs is generic,
+// gpucomm, with its unexported methods in its init, as method values typed
+// over its own *Stream, *Device, Buffer and *Event (table.Funcs is generic,
 // so both sides are checked by the compiler). devhook imports devmem, so
-// devmem's init has run before devhook's, which takes the functions once.
-// A call here is one indirect call into the devmem method: no lookup, no
-// type assertion and no allocation on the stream-ordered hot path:
+// devmem's init has run before devhook's, which takes the functions once. A
+// call here is one indirect call into the devmem method: no lookup, no type
+// assertion and no allocation on the stream-ordered hot path:
 // BenchmarkStreamHostCost here makes the calls of devmem's
 // BenchmarkCUDAStreamHostCost and BenchmarkHostStreamHostCost, under the
 // same case names, through devhook.
@@ -30,8 +30,8 @@ import (
 
 var funcs = load()
 
-func load() table.Funcs[*devmem.Stream, *devmem.Device, devmem.Buffer] {
-	f, ok := table.Get[*devmem.Stream, *devmem.Device, devmem.Buffer]()
+func load() table.Funcs[*devmem.Stream, *devmem.Device, devmem.Buffer, *devmem.Event] {
+	f, ok := table.Get[*devmem.Stream, *devmem.Device, devmem.Buffer, *devmem.Event]()
 	if !ok {
 		// devmem's init fills the table before any importer of devmem
 		// starts; TestDevmemFilledEveryHook checks it.
@@ -102,10 +102,39 @@ func EnqueueIn(s *devmem.Stream, fn func(ctx, handle uintptr) error) error {
 	return funcs.EnqueueIn(s, fn)
 }
 
+// Task queues fn on s's host-work queue, for work that runs on the host and
+// issues GPU work on the stream itself, such as a transfer through MPI that
+// ends with a wait for an IPC event: unlike HostFunc and HostCall, fn does
+// not wait for the GPU work queued on s before it (only for the host work:
+// fn runs after every host function, call, wait and task queued on s before
+// it; the GPU work may still be running, and what fn issues on the stream
+// comes after it in CUDA's order), and it always runs on a goroutine other
+// than the caller's, even on an idle stream, so that Task returns at once
+// however long fn blocks (in MPI, say). fn gets the device's primary
+// context and s's CUstream, and issues its work with internal/cuda's In
+// calls; that work is stream work of s: it comes before any work queued on
+// s after Task was called (which waits on the host for fn to return), and
+// Synchronize and Query wait for and look at it. fn's error, or a panic in
+// fn made an error, is returned by the next Synchronize of s. On a stream
+// of a host device fn gets 0 and 0 and runs as a host function would, in
+// order. A nil s or fn is an error wrapping devmem.ErrInvalidArgument, and
+// fn does not run; other errors are those of HostFunc.
+func Task(s *devmem.Stream, fn func(ctx, handle uintptr) error) error {
+	return funcs.Task(s, fn)
+}
+
 // StreamHandle is the CUstream under s, or 0 for a nil stream or a stream
 // of a host device (or a build without cgo). It stays valid until s is
 // destroyed.
 func StreamHandle(s *devmem.Stream) uintptr { return funcs.StreamHandle(s) }
+
+// EventHandle is the CUevent under e (an interprocess event's, opened or
+// not, included), or 0 for a nil event or an event of a host device (or a
+// build without cgo). It stays valid until e is destroyed. CUDA calls on it
+// go to CUDA directly: a record made there is not one that devmem's own
+// waits for e know of (they hold back, on the host, only for e's Records
+// still queued behind host work).
+func EventHandle(e *devmem.Event) uintptr { return funcs.EventHandle(e) }
 
 // Context is the primary CUcontext of a GPU device, or 0 for a host device
 // (or a build without cgo). Devices are never closed, so it stays valid for

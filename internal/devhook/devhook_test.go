@@ -3,6 +3,7 @@ package devhook
 import (
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,10 +18,10 @@ import (
 // the host device and that devhook reaches the right devmem method.
 
 func TestDevmemFilledEveryHook(t *testing.T) {
-	if _, ok := table.Get[*devmem.Stream, *devmem.Device, devmem.Buffer](); !ok {
+	if _, ok := table.Get[*devmem.Stream, *devmem.Device, devmem.Buffer, *devmem.Event](); !ok {
 		t.Fatal("devmem left internal/devhook/table incomplete")
 	}
-	if _, ok := table.Get[int, int, int](); ok {
+	if _, ok := table.Get[int, int, int, int](); ok {
 		t.Fatal("table.Get answered for types devmem did not register")
 	}
 }
@@ -109,6 +110,7 @@ func TestBadArgumentsQueueNothing(t *testing.T) {
 		"HostWait":         func() error { return HostWait(gone, mark, never, true) },
 		"HostFuncDeferred": func() error { return HostFuncDeferred(gone, mark) },
 		"Enqueue":          func() error { return Enqueue(gone, func(uintptr) error { return mark() }) },
+		"Task":             func() error { return Task(gone, func(uintptr, uintptr) error { return mark() }) },
 	} {
 		if err := call(); !errors.Is(err, devmem.ErrInvalidArgument) {
 			t.Errorf("%s on a destroyed stream = %v, want ErrInvalidArgument", name, err)
@@ -144,6 +146,61 @@ func TestHandlesOfAHostDeviceAreZero(t *testing.T) {
 	}
 	if c := Context(nil); c != 0 {
 		t.Errorf("Context(nil) = %#x, want 0", c)
+	}
+	e, err := d.NewEvent()
+	must(t, err)
+	defer e.Destroy()
+	if h := EventHandle(e); h != 0 {
+		t.Errorf("EventHandle of a host event = %#x, want 0", h)
+	}
+	if h := EventHandle(nil); h != 0 {
+		t.Errorf("EventHandle(nil) = %#x, want 0", h)
+	}
+}
+
+// Task on a host stream: in line with the host work before and after it,
+// never on the caller's goroutine (the caller returns while fn blocks), with
+// no handles; its error and its panic come back from Synchronize; a nil
+// stream is refused and fn does not run.
+func TestTaskOnAHostDevice(t *testing.T) {
+	s := newStream(t)
+	var l log
+	must(t, s.HostFunc(slowly(l.add("before"))))
+	var ctx, handle uintptr = 1, 1
+	boom := errors.New("boom")
+	must(t, Task(s, func(c, h uintptr) error { ctx, handle = c, h; l.add("task")(); return boom }))
+	must(t, s.HostFunc(l.add("after")))
+	if err := s.Synchronize(); !errors.Is(err, boom) {
+		t.Errorf("Synchronize = %v, want the task's error", err)
+	}
+	if want := []string{"before", "task", "after"}; !slices.Equal(l.got(), want) || ctx != 0 || handle != 0 {
+		t.Errorf("ran %q with handles %#x, %#x; want %q with 0, 0", l.got(), ctx, handle, want)
+	}
+
+	// On the idle stream: Task returns while fn waits for a channel that
+	// is closed only after it has (a watchdog ends a Task that did not).
+	release := make(chan struct{})
+	started := make(chan struct{})
+	watchdog := time.AfterFunc(10*time.Second, func() { close(release) })
+	must(t, Task(s, func(uintptr, uintptr) error { close(started); <-release; return nil }))
+	if !watchdog.Stop() {
+		t.Fatal("Task returned only once the watchdog released its function")
+	}
+	select {
+	case <-started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a task on an idle stream never started without a Synchronize")
+	}
+	close(release)
+	must(t, s.Synchronize())
+
+	must(t, Task(s, func(uintptr, uintptr) error { panic("task panic") }))
+	if err := s.Synchronize(); err == nil || !strings.Contains(err.Error(), "task panic") {
+		t.Errorf("Synchronize after a task that panicked = %v, want the panic as an error", err)
+	}
+	ran := false
+	if err := Task(nil, func(uintptr, uintptr) error { ran = true; return nil }); !errors.Is(err, devmem.ErrInvalidArgument) || ran {
+		t.Errorf("Task on a nil stream = %v (fn ran: %v), want ErrInvalidArgument and nothing run", err, ran)
 	}
 }
 

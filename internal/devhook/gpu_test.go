@@ -73,3 +73,33 @@ func TestOnGPUIsVMMOfSharedMemory(t *testing.T) {
 		t.Errorf("IsVMM of VMM memory = %v, of a slice of it %v; want true", IsVMM(shared), IsVMM(part))
 	}
 }
+
+// TestOnGPUTaskAndEventHandle: a task gets the device's context and the
+// stream's handle, after the host work before it, and the work it issues
+// there is the stream's (a Synchronize waits for it); EventHandle is each
+// event's own CUevent, an interprocess one's too.
+func TestOnGPUTaskAndEventHandle(t *testing.T) {
+	d := needGPU(t)
+	s, err := d.NewStream()
+	must(t, err)
+	defer func() { must(t, s.Destroy()) }()
+	var hostDone atomic.Bool
+	must(t, s.HostFunc(func() error { time.Sleep(5 * time.Millisecond); hostDone.Store(true); return nil }))
+	var gotCtx, gotH uintptr
+	var afterHost bool
+	must(t, Task(s, func(ctx, h uintptr) error { gotCtx, gotH, afterHost = ctx, h, hostDone.Load(); return nil }))
+	must(t, s.Synchronize())
+	if gotCtx != Context(d) || gotH != StreamHandle(s) || !afterHost {
+		t.Errorf("Task got context %#x and stream %#x (after the host work: %v), want %#x and %#x after it", gotCtx, gotH, afterHost, Context(d), StreamHandle(s))
+	}
+	e1, err := d.NewEvent()
+	must(t, err)
+	defer func() { must(t, e1.Destroy()) }()
+	e2, err := d.NewIPCEvent()
+	must(t, err)
+	defer func() { must(t, e2.Destroy()) }()
+	h1, h2 := EventHandle(e1), EventHandle(e2)
+	if h1 == 0 || h2 == 0 || h1 == h2 {
+		t.Errorf("EventHandle of two events = %#x and %#x, want two CUevents", h1, h2)
+	}
+}
