@@ -58,7 +58,7 @@ why, and which way reductions and Broadcast go.`
 var knobs = []string{"GPUCOMM_BACKEND", "GPUCOMM_DEVICE", "GPUCOMM_TIMEOUT", "GPUCOMM_DEBUG", "GPUCOMM_CHUNK_BYTES", "GPUCOMM_NODE_BYTES", "GPUCOMM_STAGE_REDUCE_BYTES",
 	"GPUCOMM_CUDA_AWARE", "GPUCOMM_MPI_THREAD_LEVEL", "GPUCOMM_MPI_FINALIZE_BOUND", "GPUCOMM_IPC", "GPUCOMM_TRACE_PIPELINE", "GPUCOMM_CACHE_DIR",
 	"GPUCOMM_CUDA_LIB", "GPUCOMM_NVRTC_LIB", "GPUCOMM_NVRTC_DIR", "GPUCOMM_NCCL_LIB", "GPUCOMM_GPU_TESTS", "GPUCOMM_MPIRUN",
-	"GPUCOMM_NODE_IPC", "GPUCOMM_MULTINODE", "GPUCOMM_MULTINODE_DIR", "GPUCOMM_MULTINODE_SCRIPTS", "GPUCOMM_MULTINODE_PER_NODE",
+	"GPUCOMM_NODE_IPC", "GPUCOMM_NODE_IPC_EVENTS", "GPUCOMM_MULTINODE", "GPUCOMM_MULTINODE_DIR", "GPUCOMM_MULTINODE_SCRIPTS", "GPUCOMM_MULTINODE_PER_NODE",
 	"GPUCOMM_MULTINODE_LAUNCHER_ARGS", "GPUCOMM_MULTINODE_ENV", "GPUCOMM_MULTINODE_MPIRUN", "GPUCOMM_MULTINODE_MPIEXEC",
 	"GPUCOMM_MULTINODE_SHM_SIZE", "GPUCOMM_MULTINODE_REQUIRED"}
 
@@ -83,6 +83,11 @@ var otherKnobs = map[string]struct {
 		}},
 	"GPUCOMM_NODE_IPC": {"mpi: messages of GPUCOMM_NODE_BYTES or more between ranks of a node whose devices reach each other move in one device copy through CUDA IPC (shared memory on the host device)",
 		"mpi's IPC path between the ranks of a node: %s (off: this rank's pairs use the shared pinned ring instead)",
+		"on or off", func(v string) bool {
+			return slices.Contains([]string{"", "on", "1", "true", "off", "0", "false"}, strings.ToLower(strings.TrimSpace(v)))
+		}},
+	"GPUCOMM_NODE_IPC_EVENTS": {"mpi: reductions on a stream through the IPC path, on a GPU, are ordered on the GPU with IPC events in communicators of 2 ranks, on the host in larger ones",
+		"mpi's reductions on a stream through the IPC path, on a GPU: %s (on: ordered on the GPU with IPC events, no host wait; off: on the host)",
 		"on or off", func(v string) bool {
 			return slices.Contains([]string{"", "on", "1", "true", "off", "0", "false"}, strings.ToLower(strings.TrimSpace(v)))
 		}},

@@ -244,6 +244,11 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 			nodeMin = 0
 		}
 		ipcOn, envErr := ipcWanted()
+		if envErr == nil {
+			// Read here, where a bad value fails every rank's Open
+			// together; setUpOrder reads it again, valid by then.
+			_, envErr = ipcEventsWanted(c.size)
+		}
 		if envErr != nil && localErr == nil {
 			localErr = envErr
 		}
@@ -314,6 +319,11 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 			return c, err
 		}
 		c.ipcAll = !got.ipcPartial
+		if c.ipcAll {
+			if err := c.setUpOrder(); err != nil {
+				return c, err
+			}
+		}
 	}
 	c.eng.Pool = pipeline.NewPool(c.dev, c.policy().PoolBase())
 	c.timeout = o.Timeout

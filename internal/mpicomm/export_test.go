@@ -12,3 +12,7 @@ func SetFusedRanks(n int) int {
 	fusedRanks = n
 	return was
 }
+
+// IPCEventsWanted is ipcEventsWanted: whether a communicator of size ranks
+// wants the IPC events, as IPCEventsEnv says.
+func IPCEventsWanted(size int) (bool, error) { return ipcEventsWanted(size) }

@@ -104,6 +104,7 @@ type ipcPath struct {
 	scratchWas        int            // the size of the last scratch
 	why               string         // why this rank reaches no one, when it does not
 	peerWhy           map[int]string // by rank: why the pair has no IPC path, as the probe found
+	order             *ipcOrder      // stream-ordered reductions ordered on the GPU (ipcpath_ordered.go); nil: on the host
 }
 
 // ipcFor reports whether a message of bytes bytes to or from peer takes the
@@ -150,6 +151,12 @@ func (c *Comm) IPCAll() bool { return c.ipcAll }
 func (c *Comm) IPCCache() ipccache.Stats {
 	if c.ipc.cache == nil {
 		return ipccache.Stats{}
+	}
+	if c.ipc.order != nil {
+		// What GPU-ordered reductions hold for their kernels goes once
+		// they are done: after a Synchronize of their streams, nothing is
+		// counted in use.
+		c.ipc.order.reap(false)
 	}
 	return c.ipc.cache.Stats()
 }
@@ -300,6 +307,11 @@ func (c *Comm) setUpIPC(reach []bool) error {
 // closeIPC releases the path's cells, cache, streams and communicators.
 func (c *Comm) closeIPC() error {
 	var errs []error
+	if c.ipc.order != nil {
+		// Before the cache: the kernels still queued use what it holds.
+		errs = append(errs, c.ipc.order.destroy())
+		c.ipc.order = nil
+	}
 	c.ipc.cellMu.Lock()
 	for _, b := range c.ipc.all {
 		errs = append(errs, b.Free())

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/comm/driver"
+	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 	"github.com/gpucomm/gpucomm/internal/mpicomm"
 	"github.com/gpucomm/gpucomm/internal/mpicomm/mpitest"
@@ -29,16 +30,77 @@ func TestIPCReductionsUnderLauncher(t *testing.T) {
 	if !mpi.Built() {
 		t.Skip("MPI is not built in: -tags mpi or mpich")
 	}
-	const pattern = "^TestRankIPCReduction(s|Fault)$"
+	const pattern = "^TestRankIPC(Reductions|ReductionFault|OrderedChain)$"
 	for _, np := range []int{2, 3} {
 		mpitest.ExpectPass(t, np, mpitest.RunRanks(t, np, pattern, 2*time.Minute, "GPUCOMM_DEVICE=host"))
 	}
+	// On a stream: host-ordered on the host device, whatever the events.
+	mpitest.ExpectPass(t, 2, mpitest.RunRanks(t, 2, pattern, 2*time.Minute, "GPUCOMM_DEVICE=host", onStreamEnv+"=1"))
 	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
 		return
 	}
 	for _, np := range []int{2, 4} {
-		mpitest.ExpectPass(t, np, mpitest.RunRanks(t, np, pattern, 3*time.Minute, "GPUCOMM_DEVICE=cuda"))
+		mpitest.ExpectPass(t, np, mpitest.RunRanks(t, np, pattern, 3*time.Minute, "GPUCOMM_DEVICE=cuda", mpicomm.IPCEventsEnv+"=off"))
+		// The same calls on a stream, ordered on the GPU with IPC events.
+		mpitest.ExpectPass(t, np, mpitest.RunRanks(t, np, pattern, 3*time.Minute, "GPUCOMM_DEVICE=cuda",
+			mpicomm.IPCEventsEnv+"=on", onStreamEnv+"=1"))
 	}
+}
+
+// onStreamEnv makes the rank tests of this file issue their reductions on
+// a stream and wait for it, where they otherwise pass none; with the IPC
+// events on (mpicomm.IPCEventsEnv), on a GPU, the reductions are then
+// ordered on the GPU, which the tests check they were.
+const onStreamEnv = "GPUCOMM_TEST_IPC_ON_STREAM"
+
+// caller issues a test's reductions: on no stream, or (onStreamEnv) on a
+// stream of its own, waited for before the call's error is returned, so
+// that a failure the stream reports counts as the call's.
+type caller struct {
+	s       *devmem.Stream
+	c       *mpicomm.Comm
+	ordered bool // the reductions must be ordered on the GPU
+}
+
+func newCaller(t *testing.T, c *mpicomm.Comm) *caller {
+	t.Helper()
+	if os.Getenv(onStreamEnv) != "1" {
+		return &caller{c: c}
+	}
+	s, err := c.Device().NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Destroy() })
+	on, _ := c.IPCOrdered()
+	wantOn := os.Getenv(mpicomm.IPCEventsEnv) == "on" && c.Device().Kind() == devmem.CUDA
+	if on != wantOn {
+		t.Fatalf("IPC events on: %v, want %v", on, wantOn)
+	}
+	return &caller{s: s, c: c, ordered: on}
+}
+
+// do runs f on the caller's stream (nil: none) and returns its error or
+// the stream's; on a stream, it checks that a reduction the path counted
+// was ordered on the GPU where that is on (fused: one kernel a rank).
+func (k *caller) do(t *testing.T, fused bool, f func(s *devmem.Stream) error) error {
+	t.Helper()
+	_, before := k.c.IPCOrdered()
+	ipc0 := k.c.IPCCollectives()
+	err := f(k.s)
+	if k.s != nil {
+		err = errors.Join(err, k.s.Synchronize())
+	}
+	_, after := k.c.IPCOrdered()
+	counted := k.c.IPCCollectives() - ipc0
+	want := int64(0)
+	if k.ordered && fused {
+		want = counted
+	}
+	if after-before != want {
+		t.Errorf("%d reductions ordered on the GPU of %d through the IPC path, want %d", after-before, counted, want)
+	}
+	return err
 }
 
 // openIPC opens a communicator of the launched ranks on GPUCOMM_DEVICE
@@ -77,6 +139,7 @@ func TestRankIPCReductions(t *testing.T) {
 	dev := c.Device()
 	p, r := c.Size(), c.Rank()
 	const k = 347 // elements a rank's block (ReduceScatter) and, times the ranks, the array
+	kc := newCaller(t, c)
 	was := mpicomm.SetFusedRanks(0)
 	t.Cleanup(func() { mpicomm.SetFusedRanks(was) })
 	for _, fused := range []int{was, 1} {
@@ -125,15 +188,15 @@ func TestRankIPCReductions(t *testing.T) {
 					}
 				}
 				ipc0 := c.IPCCollectives()
-				var err error
-				switch tc.op {
-				case driver.OpAllReduce:
-					err = comm.AllReduce(c, x, out, tc.red, nil)
-				case driver.OpReduce:
-					err = comm.Reduce(c, x, out, tc.red, 1, nil)
-				case driver.OpReduceScatter:
-					err = comm.ReduceScatter(c, x, out, tc.red, nil)
-				}
+				err := kc.do(t, fused >= p, func(s *devmem.Stream) error {
+					switch tc.op {
+					case driver.OpAllReduce:
+						return comm.AllReduce(c, x, out, tc.red, s)
+					case driver.OpReduce:
+						return comm.Reduce(c, x, out, tc.red, 1, s)
+					}
+					return comm.ReduceScatter(c, x, out, tc.red, s)
+				})
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}
@@ -176,6 +239,7 @@ func TestRankIPCReductionFault(t *testing.T) {
 	dev := c.Device()
 	p, r := c.Size(), c.Rank()
 	var err error
+	kc := newCaller(t, c)
 	const n = 1001
 	sum := func(seed, count int) []float64 {
 		return mpitest.ValuesSum(p, count, func(q int) int { return q*13 + seed })
@@ -202,20 +266,21 @@ func TestRankIPCReductionFault(t *testing.T) {
 		y := mpitest.Poisoned(t, dev, min(count, n))
 		ipc0, staged0 := c.IPCCollectives(), stagedOf(c)
 		failOnce()
-		switch op {
-		case driver.OpAllReduce:
-			err = comm.AllReduce(c, x, y, comm.Sum, nil)
-		case driver.OpReduce:
-			// The non-roots hand their send as the recv they do not have:
-			// not in place, as no output of theirs is written.
-			out := y
-			if r != 0 {
-				out = x
+		err = kc.do(t, true, func(s *devmem.Stream) error {
+			switch op {
+			case driver.OpAllReduce:
+				return comm.AllReduce(c, x, y, comm.Sum, s)
+			case driver.OpReduce:
+				// The non-roots hand their send as the recv they do not
+				// have: not in place, as no output of theirs is written.
+				out := y
+				if r != 0 {
+					out = x
+				}
+				return comm.Reduce(c, x, out, comm.Sum, 0, s)
 			}
-			err = comm.Reduce(c, x, out, comm.Sum, 0, nil)
-		case driver.OpReduceScatter:
-			err = comm.ReduceScatter(c, x, y, comm.Sum, nil)
-		}
+			return comm.ReduceScatter(c, x, y, comm.Sum, s)
+		})
 		if err != nil {
 			t.Fatalf("%v out of place, rank 1's part failing: %v, want the host-staged result", op, err)
 		}
@@ -242,11 +307,12 @@ func TestRankIPCReductionFault(t *testing.T) {
 	x := mpitest.Upload(t, dev, mpitest.Values(r*13+1, n))
 	y := mpitest.Poisoned(t, dev, n)
 	failOnce()
-	if r == p-1 {
-		err = comm.AllReduce(c, x, x, comm.Sum, nil)
-	} else {
-		err = comm.AllReduce(c, x, y, comm.Sum, nil)
-	}
+	err = kc.do(t, true, func(s *devmem.Stream) error {
+		if r == p-1 {
+			return comm.AllReduce(c, x, x, comm.Sum, s)
+		}
+		return comm.AllReduce(c, x, y, comm.Sum, s)
+	})
 	switch {
 	case err == nil:
 		t.Errorf("AllReduce in place on rank %d with rank 1's part failing: no error", p-1)
@@ -263,7 +329,7 @@ func TestRankIPCReductionFault(t *testing.T) {
 	x = mpitest.Upload(t, dev, mpitest.Values(r*13+7, n))
 	y = mpitest.Poisoned(t, dev, n)
 	ipc0 := c.IPCCollectives()
-	if err := comm.AllReduce(c, x, y, comm.Sum, nil); err != nil {
+	if err := kc.do(t, true, func(s *devmem.Stream) error { return comm.AllReduce(c, x, y, comm.Sum, s) }); err != nil {
 		t.Fatal(err)
 	}
 	mpitest.Expect(t, "AllReduce after the failures", y, sum(7, n))

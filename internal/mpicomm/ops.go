@@ -247,7 +247,13 @@ func (c *Comm) passTurn(seq uint64) {
 // the ticket is passed on so that later collectives fail instead of
 // waiting.
 func (c *Comm) enqueue(call driver.Call, seq uint64, fn func(before error) error, ran *atomic.Bool) error {
-	err := devhook.HostCall(call.Stream, fn)
+	return c.queued(call, seq, devhook.HostCall(call.Stream, fn), ran)
+}
+
+// queued is enqueue's end, given what queueing the call on its stream
+// returned: a call that could not be queued (and so never ran) breaks the
+// communicator and, holding a ticket, passes its turn.
+func (c *Comm) queued(call driver.Call, seq uint64, err error, ran *atomic.Bool) error {
 	if err != nil && !ran.Load() {
 		c.setBroken(fmt.Errorf("%v could not be queued on its stream (%v); this rank is out of step with the others", call.Operation, err))
 		if seq > 0 {
@@ -585,6 +591,9 @@ func (c *Comm) takeTags(ps []comm.P2P, tags []int, turns []nodepath.Turn) ([]int
 // either runs call as a collective through direct (device pointers to MPI)
 // when the call goes direct, else through staged.
 func (c *Comm) either(call driver.Call, fl driver.Flight, direct, staged func(*Comm, *op) error) error {
+	if c.orderedReduction(call) {
+		return c.collectiveOrdered(call, fl, stagedBody(call))
+	}
 	if c.direct(call) {
 		if hasVMM(call.Send, call.Recv) {
 			return c.collective(call, fl, func(c *Comm, o *op) error { return c.bounced(o, direct) })

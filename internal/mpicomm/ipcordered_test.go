@@ -1,0 +1,148 @@
+package mpicomm_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
+	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/mpi"
+	"github.com/gpucomm/gpucomm/internal/mpicomm"
+	"github.com/gpucomm/gpucomm/internal/mpicomm/mpitest"
+)
+
+// TestRankIPCOrderedChain: stream-ordered AllReduces back to back on one
+// stream, each rank's send buffer rewritten on the stream before each call
+// and rank 0's stream held back by a chain of large copies before each, every
+// output checked after one Synchronize. A kernel that read a send buffer
+// before its rank's stream had written it (a missing wait for that rank's
+// place), or a stream that rewrote its send buffer before every peer's
+// kernel had read it (a missing wait for the peers' kernels), gives wrong
+// sums; so does an output read back before every rank wrote its part. Once
+// the stream is done, no reference to a peer's buffer is left in use. It
+// runs wherever TestIPCReductionsUnderLauncher runs its rank tests: on the
+// host device (host-ordered), and on a GPU with and without the events.
+func TestRankIPCOrderedChain(t *testing.T) {
+	mpitest.RankOnly(t)
+	c := openIPC(t)
+	dev := c.Device()
+	p, r := c.Size(), c.Rank()
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	const n = 1 << 20 // float64s: 8 MiB a buffer
+	const rounds = 12
+	seed := func(q, k int) int { return q*31 + k }
+	srcs := make([]devmem.Slice[float64], rounds)
+	outs := make([]devmem.Slice[float64], rounds)
+	for k := range rounds {
+		srcs[k] = mpitest.Upload(t, dev, mpitest.Values(seed(r, k), n))
+		outs[k] = mpitest.Poisoned(t, dev, n)
+	}
+	x := mpitest.Poisoned(t, dev, n)
+	slowA, slowB := mpitest.Poisoned(t, dev, 4*n), mpitest.Poisoned(t, dev, 4*n)
+	_, ordered0 := c.IPCOrdered()
+	ipc0 := c.IPCCollectives()
+	for k := range rounds {
+		if r == 0 {
+			for range 6 {
+				if err := devmem.Copy(slowB.Buffer(), slowA.Buffer(), s); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if err := devmem.Copy(x.Buffer(), srcs[k].Buffer(), s); err != nil {
+			t.Fatal(err)
+		}
+		if err := comm.AllReduce(c, x, outs[k], comm.Sum, s); err != nil {
+			t.Fatalf("round %d: %v", k, err)
+		}
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	for k := range rounds {
+		mpitest.Expect(t, fmt.Sprintf("AllReduce of round %d", k), outs[k], mpitest.ValuesSum(p, n, func(q int) int { return seed(q, k) }))
+	}
+	if d := c.IPCCollectives() - ipc0; d != rounds {
+		t.Errorf("%d AllReduces through the IPC path, want %d", d, rounds)
+	}
+	on, ordered := c.IPCOrdered()
+	want := int64(0)
+	if on {
+		want = rounds
+	}
+	if d := ordered - ordered0; d != want {
+		t.Errorf("%d AllReduces ordered on the GPU (events on: %v), want %d", d, on, want)
+	}
+	if st := c.IPCCache(); st.InUse != 0 {
+		t.Errorf("%d opened buffers still in use after the stream is done", st.InUse)
+	}
+	for _, b := range append(append(srcs, outs...), x, slowA, slowB) {
+		b.Free()
+	}
+}
+
+// TestIPCEventsEnvAndItsDefault: unset, the events are on for a
+// communicator of two ranks only; "on" and "off" (and their synonyms) say
+// so whatever the size; anything else is ErrInvalidArgument.
+func TestIPCEventsEnvAndItsDefault(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		size int
+		want bool
+		bad  bool
+	}{{"", 2, true, false}, {"", 3, false, false}, {"", 4, false, false}, {"on", 4, true, false}, {"1", 8, true, false},
+		{" ON ", 3, true, false}, {"off", 2, false, false}, {"false", 2, false, false}, {"sometimes", 2, false, true}} {
+		t.Setenv(mpicomm.IPCEventsEnv, tc.v)
+		got, err := mpicomm.IPCEventsWanted(tc.size)
+		if tc.bad {
+			if !errors.Is(err, comm.ErrInvalidArgument) {
+				t.Errorf("%q: error %v, want ErrInvalidArgument", tc.v, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%q with %d ranks: %v, %v; want %v", tc.v, tc.size, got, err, tc.want)
+		}
+	}
+}
+
+// TestIPCEventsBadValueUnderLauncher: a bad GPUCOMM_NODE_IPC_EVENTS on one
+// rank fails every rank's Open together (no rank left waiting in a
+// collective the others never enter).
+func TestIPCEventsBadValueUnderLauncher(t *testing.T) {
+	if !mpi.Built() {
+		t.Skip("MPI is not built in: -tags mpi or mpich")
+	}
+	mpitest.ExpectPass(t, 2, mpitest.RunRanks(t, 2, "^TestRankIPCEventsBadValue$", time.Minute, "GPUCOMM_DEVICE=host"))
+}
+
+func TestRankIPCEventsBadValue(t *testing.T) {
+	mpitest.RankOnly(t)
+	w := mpi.World()
+	if w.Rank() == 1 {
+		t.Setenv(mpicomm.IPCEventsEnv, "sometimes")
+	}
+	c, err := mpicomm.Open(mpicomm.Config{Backend: "mpi", Mode: mpicomm.Staged, Options: driver.Options{Device: "host", NodeBytes: 1}})
+	if err == nil {
+		c.Close()
+		t.Fatal("Open succeeded with a bad GPUCOMM_NODE_IPC_EVENTS on rank 1")
+	}
+	want := comm.ErrUnsupported // another rank failed to set up
+	if w.Rank() == 1 {
+		want = comm.ErrInvalidArgument
+	}
+	if !errors.Is(err, want) {
+		t.Errorf("Open: %v, want an error wrapping %v", err, want)
+	}
+	if w.Rank() == 1 && !strings.Contains(err.Error(), mpicomm.IPCEventsEnv) {
+		t.Errorf("Open: %v does not name %s", err, mpicomm.IPCEventsEnv)
+	}
+}

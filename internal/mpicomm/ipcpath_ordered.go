@@ -1,0 +1,452 @@
+package mpicomm
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
+	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/cuda"
+	"github.com/gpucomm/gpucomm/internal/devhook"
+	"github.com/gpucomm/gpucomm/internal/ipccache"
+	"github.com/gpucomm/gpucomm/internal/mpi"
+	"github.com/gpucomm/gpucomm/kernels"
+)
+
+// Stream-ordered reductions through the IPC path, ordered on the GPU with
+// IPC events (issue 22.1): a reduction on a stream, on a GPU, where every
+// rank's part is one kernels.Reduce (at most fusedRanks ranks), no longer
+// waits on the host for its stream's earlier work nor for its kernel.
+//
+// Each rank has two interprocess events, made and exchanged at Open:
+// ready, recorded on the caller's stream where the call stands, and done,
+// recorded after its kernel. The call is a task on the caller's stream
+// (devhook.Task), run in stream order but without waiting for the GPU:
+//
+//  1. record ready on the caller's stream;
+//  2. gather the shares (the handles of the buffers, as the host-ordered
+//     path does); once every rank has sent its share, every rank's ready
+//     is recorded;
+//  3. open what this rank reads and writes, and agree that all could;
+//  4. on the path's kernel stream, wait for every rank's ready (no rank's
+//     send buffer is read before its stream's earlier work is done), run
+//     the kernel, record done;
+//  5. agree that every launch went through; once all have, every rank's
+//     done is recorded;
+//  6. make the caller's stream wait for every rank's done: later work on
+//     it neither reads this rank's outputs before every rank has written
+//     its part nor overwrites its send buffer before every rank has read
+//     it.
+//
+// An event is recorded again only once every rank has issued its waits for
+// its previous record: ready's next record comes after step 5's agreement,
+// which no rank passes before it has issued step 4's waits; done's next
+// record after the next call's step 2, which no rank enters before it has
+// issued step 6's waits of this one. A wait is for the record latest when
+// the wait is issued, so these agreements are what orders them.
+//
+// Where a step fails before anything is written (3), or a launch fails (5),
+// the ranks fall back together to the host-staged reduction after waiting
+// on the host for their streams and kernels, as the host-ordered path
+// does. A fault of the kernel itself, which the GPU reports later, is
+// returned by the stream's next Synchronize, as for any kernel.
+//
+// The handles a kernel reads and writes through stay referenced until the
+// path's kernel stream is found idle (reap), so that the cache never
+// unmaps memory a queued kernel still uses.
+
+// IPCEventsEnv turns the events on ("on") or off ("off") on the rank that
+// sets it. The ranks agree at Open: the events are used only where every
+// rank wants them, else stream-ordered reductions wait on the host.
+const IPCEventsEnv = "GPUCOMM_NODE_IPC_EVENTS"
+
+// ipcEventsDefaultRanks is the communicator size at which the events are on
+// when IPCEventsEnv is unset: on the H200 under MPS (2026-12-05,
+// docs/PERFORMANCE.md) they took 2 ranks' reductions of 16 and 64 MiB from
+// 121 to 106 µs (64 MiB AllReduce) and from 64-74 to 48-53 µs (16 MiB),
+// while with 4 ranks they were no faster at 64 MiB and 15-30% slower at 4
+// and 16 MiB (each rank's stream then waits on four other processes'
+// events twice a call).
+const ipcEventsDefaultRanks = 2
+
+// ipcEventsWanted reads IPCEventsEnv for a communicator of size ranks.
+func ipcEventsWanted(size int) (bool, error) {
+	switch v := strings.ToLower(strings.TrimSpace(os.Getenv(IPCEventsEnv))); v {
+	case "":
+		return size == ipcEventsDefaultRanks, nil
+	case "on", "1", "true":
+		return true, nil
+	case "off", "0", "false":
+		return false, nil
+	default:
+		return false, fmt.Errorf("%s=%q: want on or off: %w", IPCEventsEnv, v, comm.ErrInvalidArgument)
+	}
+}
+
+// ipcOrder is a Comm's state for stream-ordered reductions on the GPU.
+type ipcOrder struct {
+	ready, done []*devmem.Event // by rank: this rank's own, and the peers' opened
+	s           *devmem.Stream  // the kernels' stream
+
+	mu   sync.Mutex
+	held []*ipccache.Ref // what queued kernels may still use
+
+	reductions atomic.Int64 // reductions ordered on the GPU
+}
+
+// maxHeld bounds the references kept for queued kernels: past it, a call
+// waits for the kernel stream before it lets them go.
+const maxHeld = 256
+
+// setUpOrder makes and exchanges the events, when the reductions can use
+// them: every rank of c calls it where ipcAll holds (a collective). It
+// leaves c.ipc.order nil where any rank cannot or does not want them.
+func (c *Comm) setUpOrder() error {
+	want, err := ipcEventsWanted(c.size) // checked at Open: valid on every rank
+	if err != nil {
+		want = false
+	}
+	var mine []byte
+	var ready, done *devmem.Event
+	var kernelStream *devmem.Stream
+	cleanup := func() {
+		for _, e := range []*devmem.Event{ready, done} {
+			if e != nil {
+				e.Destroy()
+			}
+		}
+		if kernelStream != nil {
+			kernelStream.Destroy()
+		}
+	}
+	if want && c.dev.Kind() == devmem.CUDA && c.size <= fusedRanks {
+		mine, ready, done, kernelStream = c.makeOrderEvents()
+	}
+	all, err := mpi.AllgatherBytes(c.coll, mine)
+	if err != nil {
+		cleanup()
+		return err
+	}
+	for _, raw := range all {
+		if len(raw) != 2*len(devmem.IPCEventHandle{}) {
+			cleanup()
+			return nil // some rank offers none: host-ordered everywhere
+		}
+	}
+	o := &ipcOrder{ready: make([]*devmem.Event, c.size), done: make([]*devmem.Event, c.size), s: kernelStream}
+	o.ready[c.rank], o.done[c.rank] = ready, done
+	var openErr error
+	for q, raw := range all {
+		if q == c.rank {
+			continue
+		}
+		for i, into := range []*[]*devmem.Event{&o.ready, &o.done} {
+			var h devmem.IPCEventHandle
+			copy(h[:], raw[i*len(h):])
+			e, err := c.dev.OpenIPCEvent(h)
+			if err != nil {
+				openErr = errors.Join(openErr, fmt.Errorf("rank %d's event: %w", q, err))
+				continue
+			}
+			(*into)[q] = e
+		}
+	}
+	v := []int64{b2i(openErr != nil)}
+	if err := mpi.AllreduceInt64s(c.coll, v, mpi.Max); err != nil {
+		o.destroy()
+		return errors.Join(openErr, err)
+	}
+	if v[0] != 0 {
+		o.destroy() // a rank could not open them: host-ordered everywhere
+		return nil
+	}
+	c.ipc.order = o
+	return nil
+}
+
+// makeOrderEvents makes this rank's two events and the kernel stream, and
+// returns the events' handles; nothing (and nil bytes) where it cannot.
+func (c *Comm) makeOrderEvents() ([]byte, *devmem.Event, *devmem.Event, *devmem.Stream) {
+	var made []*devmem.Event
+	fail := func() ([]byte, *devmem.Event, *devmem.Event, *devmem.Stream) {
+		for _, e := range made {
+			e.Destroy()
+		}
+		return nil, nil, nil, nil
+	}
+	var handles []byte
+	for range 2 {
+		e, err := c.dev.NewIPCEvent()
+		if err != nil {
+			return fail()
+		}
+		made = append(made, e)
+		h, err := e.ExportIPC()
+		if err != nil {
+			return fail()
+		}
+		handles = append(handles, h[:]...)
+	}
+	s, err := c.dev.NewStream()
+	if err != nil {
+		return fail()
+	}
+	return handles, made[0], made[1], s
+}
+
+// destroy waits for the kernel stream, lets go of what it held and destroys
+// the events and the stream.
+func (o *ipcOrder) destroy() error {
+	var errs []error
+	if o.s != nil {
+		errs = append(errs, o.reap(true))
+		errs = append(errs, o.s.Destroy())
+	}
+	for _, es := range [][]*devmem.Event{o.ready, o.done} {
+		for _, e := range es {
+			if e != nil {
+				errs = append(errs, e.Destroy())
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// reap lets go of the references held for queued kernels once the kernel
+// stream is idle, or (wait) after waiting for it.
+func (o *ipcOrder) reap(wait bool) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.held) == 0 {
+		return nil
+	}
+	var err error
+	if wait {
+		err = o.s.Synchronize()
+	} else if idle, qerr := o.s.Query(); qerr != nil || !idle {
+		return qerr
+	}
+	err = errors.Join(err, release(o.held))
+	clear(o.held)
+	o.held = o.held[:0]
+	return err
+}
+
+// hold keeps refs until the kernels queued so far are done.
+func (o *ipcOrder) hold(refs []*ipccache.Ref) error {
+	o.mu.Lock()
+	o.held = append(o.held, refs...)
+	over := len(o.held) > maxHeld
+	o.mu.Unlock()
+	if over {
+		return o.reap(true)
+	}
+	return o.reap(false)
+}
+
+// IPCOrdered reports whether this communicator's stream-ordered reductions
+// through the IPC path are ordered on the GPU with IPC events (on), and
+// how many have been.
+func (c *Comm) IPCOrdered() (on bool, reductions int64) {
+	if c.ipc.order == nil {
+		return false, 0
+	}
+	return true, c.ipc.order.reductions.Load()
+}
+
+// orderedReduction reports whether call goes through the GPU-ordered IPC
+// path: a reduction on a stream that would take the IPC path (ipcCollective)
+// where the events are set up.
+func (c *Comm) orderedReduction(call driver.Call) bool {
+	if c.ipc.order == nil || call.Stream == nil || c.direct(call) {
+		return false
+	}
+	switch call.Operation {
+	case driver.OpAllReduce, driver.OpReduce, driver.OpReduceScatter:
+		return c.ipcCollective(call)
+	}
+	return false
+}
+
+// collectiveOrdered queues a GPU-ordered reduction on its stream as a task
+// that does not wait for the stream's GPU work, in ticket order with the
+// other collectives.
+func (c *Comm) collectiveOrdered(call driver.Call, fl driver.Flight, staged func(*Comm, *op) error) error {
+	seq := c.tickets.Add(1)
+	var ran atomic.Bool
+	err := devhook.Task(call.Stream, func(ctx, h uintptr) error {
+		ran.Store(true)
+		fl.Started()
+		err := c.runTicket(call, seq, func(c *Comm, o *op) error {
+			return c.ipcReduceOrdered(o, cuda.Context(ctx), cuda.Stream(h), staged)
+		})
+		fl.Ended(err)
+		return err
+	})
+	return c.queued(call, seq, err, &ran)
+}
+
+// ipcReduceOrdered is ipcReduce ordered on the GPU (see the top of this
+// file); ctx and h are the caller's stream's context and CUstream.
+func (c *Comm) ipcReduceOrdered(o *op, ctx cuda.Context, h cuda.Stream, staged func(*Comm, *op) error) (err error) {
+	ord := c.ipc.order
+	call := o.call
+	if c.size > fusedRanks {
+		// More ranks than one kernel takes (fusedRanks is lowered by
+		// tests): the host-ordered path's folds and copies, after waiting
+		// for the stream, as a host call would have. Every rank decides
+		// alike, and no rank has recorded anything.
+		if err := cuda.StreamSynchronizeIn(ctx, h); err != nil {
+			return fmt.Errorf("%v: waiting for the stream: %w", call.Operation, err)
+		}
+		return c.ipcReduce(o, staged)
+	}
+	// stagedAfterAll waits on the host for the caller's stream (and so for
+	// its earlier work, the peers' ready records it waits on being issued)
+	// and for this rank's kernels, then runs the host-staged reduction.
+	stagedAfterAll := func() error {
+		c.ipc.staged.Add(1)
+		if err := cuda.StreamSynchronizeIn(ctx, h); err != nil {
+			return fmt.Errorf("%v: waiting for the stream before the host-staged reduction: %w", call.Operation, err)
+		}
+		if err := ord.s.Synchronize(); err != nil {
+			return err
+		}
+		return staged(c, o)
+	}
+	// Where the record fails, the peers' waits would take an older one:
+	// this rank still takes part in every agreement, and fails the first,
+	// so that no kernel reads its buffers.
+	recErr := cuda.EventRecordIn(ctx, cuda.Event(devhook.EventHandle(ord.ready[c.rank])), h)
+	es := call.DType.Size()
+	count := call.Count
+	sendBytes := count * es
+	lo, hi := part(count, c.size, c.rank, max(1, 16/es))
+	if call.Operation == driver.OpReduceScatter {
+		sendBytes *= c.size
+		lo, hi = c.rank*count, (c.rank+1)*count
+	}
+	mine := ipcShare{}
+	if sh, err := c.exportRange(call.Send, sendBytes); err == nil {
+		mine = ipcShare{ok: true, send: sh}
+		if peersWrite(call, c.rank) {
+			mine.recv, err = c.exportRange(call.Recv, count*es)
+			mine.ok, mine.hasRecv = err == nil, err == nil
+		}
+	}
+	shares, ok, err := c.exchange(o, mine)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return stagedAfterAll()
+	}
+	var refs []*ipccache.Ref
+	kept := false
+	defer func() {
+		if !kept {
+			err = errors.Join(err, release(refs))
+		}
+	}()
+	r, prepErr := c.nodePart(shares, call, lo, hi, &refs)
+	if recErr != nil {
+		prepErr = fmt.Errorf("recording the stream's place: %w", recErr)
+	}
+	failed, err := c.agreeFailed(o, prepErr != nil)
+	if err != nil {
+		return err
+	}
+	if failed {
+		return stagedAfterAll()
+	}
+	// Step 4: every rank's ready, the kernel, this rank's done. done is
+	// recorded even where the launch failed, so that no peer waits for an
+	// older record than this call's.
+	var runErr error
+	for q := range c.size {
+		if runErr = ord.s.WaitEvent(ord.ready[q]); runErr != nil {
+			break
+		}
+	}
+	if runErr == nil && reduceFault != nil {
+		runErr = reduceFault(c.rank)
+	}
+	if runErr == nil && r.n > 0 {
+		typ, opName, ferr := foldNames(call)
+		if runErr = ferr; runErr == nil {
+			by := 0
+			if call.Op == comm.Avg {
+				by = c.size
+			}
+			runErr = kernels.Reduce(ord.s, typ, opName, r.dsts, r.srcs, r.n, by)
+		}
+	}
+	if rerr := ord.done[c.rank].Record(ord.s); rerr != nil {
+		runErr = errors.Join(runErr, rerr)
+	}
+	written := call.Operation != driver.OpReduce || c.rank == call.Root
+	noStage := written && !call.Recv.IsZero() && call.Recv.Overlaps(call.Send)
+	if runErr != nil && ord.s.Synchronize() != nil {
+		noStage = true // a device that failed: the staged reduction's copies would too
+	}
+	anyFailed, anyNoStage, err := c.agreeRun(o, runErr != nil, noStage)
+	if err != nil {
+		// The kernel may be queued: the references go once it is done
+		// (it waits only for records every rank issued before step 2).
+		return errors.Join(runErr, err, ord.s.Synchronize())
+	}
+	if anyFailed {
+		// Every rank's kernel, where it ran, is done before any output is
+		// written again.
+		var waitErr error
+		for q := range c.size {
+			waitErr = errors.Join(waitErr, ord.s.WaitEvent(ord.done[q]))
+		}
+		waitErr = errors.Join(waitErr, ord.s.Synchronize())
+		if !anyNoStage {
+			// As the ranks agreed, even where the wait failed (the staged
+			// reduction then fails too, with its own error).
+			return errors.Join(waitErr, stagedAfterAll())
+		}
+		runErr = errors.Join(runErr, waitErr)
+		if runErr == nil {
+			runErr = errPeerPart
+		}
+		return fmt.Errorf("%v through the IPC path: a rank's part failed, and the host-staged reduction cannot run instead (a send buffer reduced in place, or a device that failed): %w", call.Operation, runErr)
+	}
+	// Step 6: later work on the caller's stream waits for every rank's
+	// kernel.
+	for q := range c.size {
+		if err := cuda.StreamWaitEventIn(ctx, h, cuda.Event(devhook.EventHandle(ord.done[q]))); err != nil {
+			// Then this rank waits on the host for every kernel, which
+			// keeps its stream's later work off the outputs as well.
+			for q := range c.size {
+				err = errors.Join(err, ord.s.WaitEvent(ord.done[q]))
+			}
+			if serr := ord.s.Synchronize(); serr != nil {
+				return errors.Join(err, serr)
+			}
+			break
+		}
+	}
+	kept = true
+	ord.reductions.Add(1)
+	c.ipc.collectives.Add(1)
+	return ord.hold(refs)
+}
+
+// stagedBody is the host-staged body of a reduction.
+func stagedBody(call driver.Call) func(*Comm, *op) error {
+	switch call.Operation {
+	case driver.OpReduce:
+		return (*Comm).stagedReduce
+	case driver.OpReduceScatter:
+		return (*Comm).stagedReduceScatter
+	}
+	return (*Comm).stagedAllReduce
+}
