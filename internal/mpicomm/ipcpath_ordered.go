@@ -69,7 +69,7 @@ const IPCEventsEnv = "GPUCOMM_NODE_IPC_EVENTS"
 // when IPCEventsEnv is unset: on the H200 under MPS (2026-12-05,
 // docs/PERFORMANCE.md) they took 2 ranks' reductions of 16 and 64 MiB from
 // 121 to 106 µs (64 MiB AllReduce) and from 64-74 to 48-53 µs (16 MiB),
-// while with 4 ranks they were no faster at 64 MiB and 15-30% slower at 4
+// while with 4 ranks they were no faster at 64 MiB and 15-35% slower at 4
 // and 16 MiB (each rank's stream then waits on four other processes'
 // events twice a call).
 const ipcEventsDefaultRanks = 2
