@@ -315,14 +315,16 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	}
 	if c.nodeMin > 0 && got.ipc {
 		// Some pair has the IPC path: every rank makes its communicators.
-		if err := c.setUpIPC(reach); err != nil {
-			return c, err
-		}
+		ipcErr := c.setUpIPC(reach)
 		c.ipcAll = !got.ipcPartial
 		if c.ipcAll {
-			if err := c.setUpOrder(); err != nil {
-				return c, err
+			// Collective: a rank whose setUpIPC failed takes part too.
+			if err := c.setUpOrder(ipcErr == nil); err != nil {
+				return c, errors.Join(ipcErr, err)
 			}
+		}
+		if ipcErr != nil {
+			return c, ipcErr
 		}
 	}
 	c.eng.Pool = pipeline.NewPool(c.dev, c.policy().PoolBase())

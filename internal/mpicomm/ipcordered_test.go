@@ -146,3 +146,76 @@ func TestRankIPCEventsBadValue(t *testing.T) {
 		t.Errorf("Open: %v does not name %s", err, mpicomm.IPCEventsEnv)
 	}
 }
+
+// TestRankIPCMixedStreams: rank 0 passes a stream (its send buffer written
+// on it, behind a chain of large copies) where the other ranks pass none,
+// a legal mix (the stream is no part of a collective's signature). The
+// ranks on no stream take the host-ordered path, which reads rank 0's send
+// buffer once the ranks agree and returns, done, after the last agreement;
+// so rank 0, ordered on the GPU where the events are on, orders its part on
+// the host in such a call: every output right on every rank, each checked
+// as soon as its call is done (at once on no stream), and none counted as
+// ordered on the GPU.
+func TestRankIPCMixedStreams(t *testing.T) {
+	mpitest.RankOnly(t)
+	c := openIPC(t)
+	dev := c.Device()
+	p, r := c.Size(), c.Rank()
+	var s *devmem.Stream
+	if r == 0 {
+		var err error
+		if s, err = dev.NewStream(); err != nil {
+			t.Fatal(err)
+		}
+		defer s.Destroy()
+	}
+	const n = 1 << 20
+	const rounds = 6
+	seed := func(q, k int) int { return q*37 + k }
+	x := mpitest.Poisoned(t, dev, n)
+	srcs := make([]devmem.Slice[float64], rounds)
+	outs := make([]devmem.Slice[float64], rounds)
+	for k := range rounds {
+		srcs[k] = mpitest.Upload(t, dev, mpitest.Values(seed(r, k), n))
+		outs[k] = mpitest.Poisoned(t, dev, n)
+	}
+	slowA, slowB := mpitest.Poisoned(t, dev, 4*n), mpitest.Poisoned(t, dev, 4*n)
+	_, ordered0 := c.IPCOrdered()
+	for k := range rounds {
+		if r == 0 {
+			for range 6 {
+				if err := devmem.Copy(slowB.Buffer(), slowA.Buffer(), s); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		// On no stream the copy is done when it returns, and so is the
+		// AllReduce: the next round's copy rewrites x at once.
+		if err := devmem.Copy(x.Buffer(), srcs[k].Buffer(), s); err != nil {
+			t.Fatal(err)
+		}
+		if err := comm.AllReduce(c, x, outs[k], comm.Sum, s); err != nil {
+			t.Fatalf("round %d: %v", k, err)
+		}
+		if s == nil {
+			mpitest.Expect(t, fmt.Sprintf("AllReduce of round %d, on no stream", k), outs[k], mpitest.ValuesSum(p, n, func(q int) int { return seed(q, k) }))
+		}
+	}
+	if s != nil {
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		for k := range rounds {
+			mpitest.Expect(t, fmt.Sprintf("AllReduce of round %d, on a stream", k), outs[k], mpitest.ValuesSum(p, n, func(q int) int { return seed(q, k) }))
+		}
+	}
+	if _, ordered := c.IPCOrdered(); ordered != ordered0 {
+		t.Errorf("%d AllReduces ordered on the GPU where a rank passed no stream, want 0", ordered-ordered0)
+	}
+	if st := c.IPCCache(); st.InUse != 0 {
+		t.Errorf("%d opened buffers still in use after every call is done", st.InUse)
+	}
+	for _, b := range append(append(srcs, outs...), x, slowA, slowB) {
+		b.Free()
+	}
+}

@@ -152,11 +152,11 @@ func (c *Comm) IPCCache() ipccache.Stats {
 	if c.ipc.cache == nil {
 		return ipccache.Stats{}
 	}
-	if c.ipc.order != nil {
+	if ord := c.ipc.order; ord != nil {
 		// What GPU-ordered reductions hold for their kernels goes once
 		// they are done: after a Synchronize of their streams, nothing is
 		// counted in use.
-		c.ipc.order.reap(false)
+		ord.reap(false)
 	}
 	return c.ipc.cache.Stats()
 }

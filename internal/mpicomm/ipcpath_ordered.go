@@ -92,23 +92,35 @@ func ipcEventsWanted(size int) (bool, error) {
 type ipcOrder struct {
 	ready, done []*devmem.Event // by rank: this rank's own, and the peers' opened
 	s           *devmem.Stream  // the kernels' stream
+	dev         *devmem.Device
 
 	mu   sync.Mutex
-	held []*ipccache.Ref // what queued kernels may still use
+	held []heldCall      // calls whose kernels may still run, oldest first
+	free []*devmem.Event // their events once let go, for reuse
 
 	reductions atomic.Int64 // reductions ordered on the GPU
 }
 
-// maxHeld bounds the references kept for queued kernels: past it, a call
-// waits for the kernel stream before it lets them go.
-const maxHeld = 256
+// heldCall is what one call's kernel may still use: the peers' buffers it
+// opened, let go once done (recorded on the kernel stream after the
+// kernel) is.
+type heldCall struct {
+	done *devmem.Event
+	refs []*ipccache.Ref
+}
+
+// maxHeld bounds the calls whose references are kept for queued kernels:
+// past it, a call waits for the oldest kernel before it lets it go.
+const maxHeld = 64
 
 // setUpOrder makes and exchanges the events, when the reductions can use
-// them: every rank of c calls it where ipcAll holds (a collective). It
-// leaves c.ipc.order nil where any rank cannot or does not want them.
-func (c *Comm) setUpOrder() error {
+// them: every rank of c calls it where ipcAll holds (a collective), even
+// one whose setUpIPC failed (ok false: it offers none), so that no rank is
+// left waiting in it. It leaves c.ipc.order nil where any rank cannot or
+// does not want them.
+func (c *Comm) setUpOrder(ok bool) error {
 	want, err := ipcEventsWanted(c.size) // checked at Open: valid on every rank
-	if err != nil {
+	if err != nil || !ok {
 		want = false
 	}
 	var mine []byte
@@ -138,7 +150,7 @@ func (c *Comm) setUpOrder() error {
 			return nil // some rank offers none: host-ordered everywhere
 		}
 	}
-	o := &ipcOrder{ready: make([]*devmem.Event, c.size), done: make([]*devmem.Event, c.size), s: kernelStream}
+	o := &ipcOrder{ready: make([]*devmem.Event, c.size), done: make([]*devmem.Event, c.size), s: kernelStream, dev: c.dev}
 	o.ready[c.rank], o.done[c.rank] = ready, done
 	var openErr error
 	for q, raw := range all {
@@ -204,10 +216,13 @@ func (c *Comm) makeOrderEvents() ([]byte, *devmem.Event, *devmem.Event, *devmem.
 func (o *ipcOrder) destroy() error {
 	var errs []error
 	if o.s != nil {
-		errs = append(errs, o.reap(true))
-		errs = append(errs, o.s.Destroy())
+		errs = append(errs, o.s.Synchronize(), o.reap(true), o.s.Destroy())
 	}
-	for _, es := range [][]*devmem.Event{o.ready, o.done} {
+	o.mu.Lock()
+	free := o.free
+	o.free = nil
+	o.mu.Unlock()
+	for _, es := range [][]*devmem.Event{o.ready, o.done, free} {
 		for _, e := range es {
 			if e != nil {
 				errs = append(errs, e.Destroy())
@@ -217,36 +232,57 @@ func (o *ipcOrder) destroy() error {
 	return errors.Join(errs...)
 }
 
-// reap lets go of the references held for queued kernels once the kernel
-// stream is idle, or (wait) after waiting for it.
+// reap lets go of the references of every call whose kernel is done, or
+// (wait) of every call, after waiting for its kernel.
 func (o *ipcOrder) reap(wait bool) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if len(o.held) == 0 {
-		return nil
-	}
-	var err error
-	if wait {
-		err = o.s.Synchronize()
-	} else if idle, qerr := o.s.Query(); qerr != nil || !idle {
-		return qerr
-	}
-	err = errors.Join(err, release(o.held))
-	clear(o.held)
-	o.held = o.held[:0]
-	return err
+	return o.reapLocked(wait, len(o.held))
 }
 
-// hold keeps refs until the kernels queued so far are done.
+// reapLocked lets go of the oldest calls whose kernels are done, and waits
+// for the first n of them.
+func (o *ipcOrder) reapLocked(wait bool, n int) error {
+	var errs []error
+	for len(o.held) > 0 {
+		h := o.held[0]
+		if wait && n > 0 {
+			// Let go even where the wait failed: a device that failed
+			// runs nothing more on these mappings.
+			errs = append(errs, h.done.Synchronize())
+			n--
+		} else if done, err := h.done.Done(); err != nil || !done {
+			errs = append(errs, err)
+			break
+		}
+		errs = append(errs, release(h.refs))
+		o.free = append(o.free, h.done)
+		o.held[0] = heldCall{}
+		o.held = o.held[1:]
+	}
+	return errors.Join(errs...)
+}
+
+// hold keeps refs until the kernel queued last on the kernel stream is
+// done, and lets go of the calls before it whose kernels are.
 func (o *ipcOrder) hold(refs []*ipccache.Ref) error {
 	o.mu.Lock()
-	o.held = append(o.held, refs...)
-	over := len(o.held) > maxHeld
-	o.mu.Unlock()
-	if over {
-		return o.reap(true)
+	defer o.mu.Unlock()
+	var ev *devmem.Event
+	if n := len(o.free); n > 0 {
+		ev, o.free = o.free[n-1], o.free[:n-1]
+	} else {
+		var err error
+		if ev, err = o.dev.NewEvent(); err != nil {
+			return errors.Join(err, o.s.Synchronize(), release(refs))
+		}
 	}
-	return o.reap(false)
+	if err := ev.Record(o.s); err != nil {
+		o.free = append(o.free, ev)
+		return errors.Join(err, o.s.Synchronize(), release(refs))
+	}
+	o.held = append(o.held, heldCall{done: ev, refs: refs})
+	return o.reapLocked(true, len(o.held)-maxHeld)
 }
 
 // IPCOrdered reports whether this communicator's stream-ordered reductions
@@ -293,28 +329,50 @@ func (c *Comm) collectiveOrdered(call driver.Call, fl driver.Flight, staged func
 
 // ipcReduceOrdered is ipcReduce ordered on the GPU (see the top of this
 // file); ctx and h are the caller's stream's context and CUstream.
+//
+// Unlike a host call, the task does not learn whether the stream's earlier
+// GPU work failed: a fault there is the stream's, reported by its next
+// Synchronize, and the kernel runs (or fails to launch, on a context a
+// fault ended, which the ranks then agree on) as any kernel queued after
+// it would.
 func (c *Comm) ipcReduceOrdered(o *op, ctx cuda.Context, h cuda.Stream, staged func(*Comm, *op) error) (err error) {
 	ord := c.ipc.order
 	call := o.call
+	// waitStream waits on the host for the caller's stream; where it fails,
+	// this rank would leave the collectives the others go on to, so the
+	// communicator breaks.
+	waitStream := func(why string) error {
+		if err := cuda.StreamSynchronizeIn(ctx, h); err != nil {
+			err = fmt.Errorf("%v: waiting for the stream %s: %w", call.Operation, why, err)
+			c.setBroken(err)
+			return err
+		}
+		return nil
+	}
 	if c.size > fusedRanks {
 		// More ranks than one kernel takes (fusedRanks is lowered by
 		// tests): the host-ordered path's folds and copies, after waiting
 		// for the stream, as a host call would have. Every rank decides
 		// alike, and no rank has recorded anything.
-		if err := cuda.StreamSynchronizeIn(ctx, h); err != nil {
-			return fmt.Errorf("%v: waiting for the stream: %w", call.Operation, err)
+		if err := waitStream("before the host-ordered reduction"); err != nil {
+			return err
 		}
 		return c.ipcReduce(o, staged)
 	}
+	// What earlier calls' kernels held and are done with goes first, so
+	// that the cache may close a mapping of memory a peer has freed.
+	ord.reap(false)
 	// stagedAfterAll waits on the host for the caller's stream (and so for
 	// its earlier work, the peers' ready records it waits on being issued)
-	// and for this rank's kernels, then runs the host-staged reduction.
+	// and for this rank's kernels, then runs the host-staged reduction, as
+	// every rank does.
 	stagedAfterAll := func() error {
 		c.ipc.staged.Add(1)
-		if err := cuda.StreamSynchronizeIn(ctx, h); err != nil {
-			return fmt.Errorf("%v: waiting for the stream before the host-staged reduction: %w", call.Operation, err)
+		if err := waitStream("before the host-staged reduction"); err != nil {
+			return err
 		}
-		if err := ord.s.Synchronize(); err != nil {
+		if err := errors.Join(ord.s.Synchronize(), ord.reap(true)); err != nil {
+			c.setBroken(fmt.Errorf("%v: waiting for the IPC path's kernels before the host-staged reduction: %w", call.Operation, err))
 			return err
 		}
 		return staged(c, o)
@@ -339,12 +397,24 @@ func (c *Comm) ipcReduceOrdered(o *op, ctx cuda.Context, h cuda.Stream, staged f
 			mine.ok, mine.hasRecv = err == nil, err == nil
 		}
 	}
-	shares, ok, err := c.exchange(o, mine)
+	shares, ok, allOrdered, err := c.exchangeOrdered(o, mine, true)
 	if err != nil {
 		return err
 	}
 	if !ok {
 		return stagedAfterAll()
+	}
+	// A rank that passed no stream runs the host-ordered path (ipcReduce):
+	// it reads this rank's send buffer once the next agreement is passed,
+	// and returns, done, after the last. With such a rank this one orders
+	// its part on the host as that path does: its stream's earlier work
+	// done before the next agreement, its kernel before the last.
+	onHost := !allOrdered
+	var prepErr error
+	if onHost {
+		if err := cuda.StreamSynchronizeIn(ctx, h); err != nil {
+			prepErr = fmt.Errorf("waiting for the stream: %w", err)
+		}
 	}
 	var refs []*ipccache.Ref
 	kept := false
@@ -353,9 +423,10 @@ func (c *Comm) ipcReduceOrdered(o *op, ctx cuda.Context, h cuda.Stream, staged f
 			err = errors.Join(err, release(refs))
 		}
 	}()
-	r, prepErr := c.nodePart(shares, call, lo, hi, &refs)
+	r, partErr := c.nodePart(shares, call, lo, hi, &refs)
+	prepErr = errors.Join(prepErr, partErr)
 	if recErr != nil {
-		prepErr = fmt.Errorf("recording the stream's place: %w", recErr)
+		prepErr = errors.Join(prepErr, fmt.Errorf("recording the stream's place: %w", recErr))
 	}
 	failed, err := c.agreeFailed(o, prepErr != nil)
 	if err != nil {
@@ -366,7 +437,8 @@ func (c *Comm) ipcReduceOrdered(o *op, ctx cuda.Context, h cuda.Stream, staged f
 	}
 	// Step 4: every rank's ready, the kernel, this rank's done. done is
 	// recorded even where the launch failed, so that no peer waits for an
-	// older record than this call's.
+	// older record than this call's. (A host-ordered peer recorded no
+	// ready: the wait takes its last record, long done.)
 	var runErr error
 	for q := range c.size {
 		if runErr = ord.s.WaitEvent(ord.ready[q]); runErr != nil {
@@ -389,16 +461,37 @@ func (c *Comm) ipcReduceOrdered(o *op, ctx cuda.Context, h cuda.Stream, staged f
 	if rerr := ord.done[c.rank].Record(ord.s); rerr != nil {
 		runErr = errors.Join(runErr, rerr)
 	}
+	if onHost && runErr == nil {
+		runErr = ord.s.Synchronize()
+	}
 	written := call.Operation != driver.OpReduce || c.rank == call.Root
 	noStage := written && !call.Recv.IsZero() && call.Recv.Overlaps(call.Send)
 	if runErr != nil && ord.s.Synchronize() != nil {
 		noStage = true // a device that failed: the staged reduction's copies would too
 	}
+	// streamAfterKernels is step 6: later work on the caller's stream waits
+	// for every rank's kernel. Where a wait cannot be queued, this rank
+	// waits on the host for every kernel instead, which keeps its stream's
+	// later work off the outputs as well.
+	streamAfterKernels := func() error {
+		for q := range c.size {
+			if err := cuda.StreamWaitEventIn(ctx, h, cuda.Event(devhook.EventHandle(ord.done[q]))); err != nil {
+				for q := range c.size {
+					err = errors.Join(err, ord.s.WaitEvent(ord.done[q]))
+				}
+				return errors.Join(err, ord.s.Synchronize())
+			}
+		}
+		return nil
+	}
 	anyFailed, anyNoStage, err := c.agreeRun(o, runErr != nil, noStage)
 	if err != nil {
-		// The kernel may be queued: the references go once it is done
-		// (it waits only for records every rank issued before step 2).
-		return errors.Join(runErr, err, ord.s.Synchronize())
+		// A timeout or MPI's failure: the peers that reached the agreement
+		// have recorded their done, and this rank's stream still waits for
+		// their kernels (a peer that did not may still read this rank's
+		// send buffer: the communicator is broken by then). The references
+		// go once this rank's kernel is done.
+		return errors.Join(runErr, err, streamAfterKernels(), ord.s.Synchronize())
 	}
 	if anyFailed {
 		// Every rank's kernel, where it ran, is done before any output is
@@ -419,23 +512,13 @@ func (c *Comm) ipcReduceOrdered(o *op, ctx cuda.Context, h cuda.Stream, staged f
 		}
 		return fmt.Errorf("%v through the IPC path: a rank's part failed, and the host-staged reduction cannot run instead (a send buffer reduced in place, or a device that failed): %w", call.Operation, runErr)
 	}
-	// Step 6: later work on the caller's stream waits for every rank's
-	// kernel.
-	for q := range c.size {
-		if err := cuda.StreamWaitEventIn(ctx, h, cuda.Event(devhook.EventHandle(ord.done[q]))); err != nil {
-			// Then this rank waits on the host for every kernel, which
-			// keeps its stream's later work off the outputs as well.
-			for q := range c.size {
-				err = errors.Join(err, ord.s.WaitEvent(ord.done[q]))
-			}
-			if serr := ord.s.Synchronize(); serr != nil {
-				return errors.Join(err, serr)
-			}
-			break
-		}
+	if err := streamAfterKernels(); err != nil {
+		return err
 	}
 	kept = true
-	ord.reductions.Add(1)
+	if !onHost {
+		ord.reductions.Add(1)
+	}
 	c.ipc.collectives.Add(1)
 	return ord.hold(refs)
 }

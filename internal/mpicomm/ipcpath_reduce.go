@@ -83,19 +83,29 @@ func (s ipcShare) bytes() []byte {
 }
 
 // shareLen is a share's length on the wire (gatherShares): one byte that
-// says how many handles follow (0, 1 or 2), then room for two.
+// says how many handles follow (0, 1 or 2) and whether the rank orders its
+// part on the GPU (shareOrdered), then room for two handles.
 const shareLen = 1 + 2*devmem.HandleSize
+
+// shareOrdered marks the share of a rank whose reduction is ordered on the
+// GPU (ipcpath_ordered.go): it has not waited for its stream.
+const shareOrdered = 0x80
 
 // gatherShares gathers every rank's share (its bytes(), nil for none) in
 // one MPI_Allgather of shareLen bytes a rank, where AllgatherBytes takes
 // two collectives (the lengths, then the bytes): the IPC path's
-// collectives pay for each of their small MPI calls (issue 22).
-func (c *Comm) gatherShares(o *op, share []byte) ([][]byte, error) {
+// collectives pay for each of their small MPI calls (issue 22). ordered
+// says whether this rank orders its part on the GPU; allOrdered whether
+// every rank does.
+func (c *Comm) gatherShares(o *op, share []byte, ordered bool) (shares [][]byte, allOrdered bool, err error) {
 	if len(share)%devmem.HandleSize != 0 || len(share) > 2*devmem.HandleSize {
-		return nil, fmt.Errorf("a share of %d bytes", len(share))
+		return nil, false, fmt.Errorf("a share of %d bytes", len(share))
 	}
 	wire := make([]uint8, shareLen)
 	wire[0] = uint8(len(share) / devmem.HandleSize)
+	if ordered {
+		wire[0] |= shareOrdered
+	}
 	copy(wire[1:], share)
 	var all []uint8
 	if err := c.block(o, func() error {
@@ -103,18 +113,20 @@ func (c *Comm) gatherShares(o *op, share []byte) ([][]byte, error) {
 		all, err = mpi.AllgatherValues(c.coll, wire)
 		return err
 	}); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	out := make([][]byte, c.size)
+	allOrdered = true
 	for q := range out {
 		rec := all[q*shareLen : (q+1)*shareLen]
-		n := int(rec[0])
+		allOrdered = allOrdered && rec[0]&shareOrdered != 0
+		n := int(rec[0] &^ shareOrdered)
 		if n > 2 {
-			return nil, fmt.Errorf("rank %d's share names %d handles", q, n)
+			return nil, false, fmt.Errorf("rank %d's share names %d handles", q, n)
 		}
 		out[q] = rec[1 : 1+n*devmem.HandleSize : 1+n*devmem.HandleSize]
 	}
-	return out, nil
+	return out, allOrdered, nil
 }
 
 func parseShare(raw []byte) (ipcShare, error) {
@@ -185,9 +197,16 @@ func (c *Comm) agreeFailed(o *op, failed bool) (bool, error) {
 // exchange publishes this rank's share and returns every rank's, or
 // ok false when some rank has none.
 func (c *Comm) exchange(o *op, mine ipcShare) ([]ipcShare, bool, error) {
-	all, err := c.gatherShares(o, mine.bytes())
+	shares, ok, _, err := c.exchangeOrdered(o, mine, false)
+	return shares, ok, err
+}
+
+// exchangeOrdered is exchange for a rank that says whether it orders its
+// part on the GPU (ordered), and learns whether every rank does.
+func (c *Comm) exchangeOrdered(o *op, mine ipcShare, ordered bool) ([]ipcShare, bool, bool, error) {
+	all, allOrdered, err := c.gatherShares(o, mine.bytes(), ordered)
 	if err != nil {
-		return nil, false, err
+		return nil, false, false, err
 	}
 	shares := make([]ipcShare, len(all))
 	ok := true
@@ -198,7 +217,7 @@ func (c *Comm) exchange(o *op, mine ipcShare) ([]ipcShare, bool, error) {
 		}
 		shares[q] = s
 	}
-	return shares, ok, nil
+	return shares, ok, allOrdered, nil
 }
 
 // openPeer opens h through the cache, or, for this rank's own handle, gives
@@ -499,7 +518,8 @@ func (c *Comm) publishSend(o *op, publish bool, bytes int) ([][]byte, error) {
 			b = ipcShare{ok: true, send: h}.bytes()
 		}
 	}
-	return c.gatherShares(o, b)
+	all, _, err := c.gatherShares(o, b, false)
+	return all, err
 }
 
 // ipcBroadcast copies the root's buffer into every rank's.

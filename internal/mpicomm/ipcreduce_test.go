@@ -30,7 +30,7 @@ func TestIPCReductionsUnderLauncher(t *testing.T) {
 	if !mpi.Built() {
 		t.Skip("MPI is not built in: -tags mpi or mpich")
 	}
-	const pattern = "^TestRankIPC(Reductions|ReductionFault|OrderedChain)$"
+	const pattern = "^TestRankIPC(Reductions|ReductionFault|OrderedChain|MixedStreams)$"
 	for _, np := range []int{2, 3} {
 		mpitest.ExpectPass(t, np, mpitest.RunRanks(t, np, pattern, 2*time.Minute, "GPUCOMM_DEVICE=host"))
 	}
