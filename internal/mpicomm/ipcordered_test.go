@@ -36,39 +36,18 @@ func TestRankIPCOrderedChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Destroy()
-	const n = 1 << 20 // float64s: 8 MiB a buffer
 	const rounds = 12
-	seed := func(q, k int) int { return q*31 + k }
-	srcs := make([]devmem.Slice[float64], rounds)
-	outs := make([]devmem.Slice[float64], rounds)
-	for k := range rounds {
-		srcs[k] = mpitest.Upload(t, dev, mpitest.Values(seed(r, k), n))
-		outs[k] = mpitest.Poisoned(t, dev, n)
-	}
-	x := mpitest.Poisoned(t, dev, n)
-	slowA, slowB := mpitest.Poisoned(t, dev, 4*n), mpitest.Poisoned(t, dev, 4*n)
+	ch := newChain(t, dev, r, rounds, 31)
 	_, ordered0 := c.IPCOrdered()
 	ipc0 := c.IPCCollectives()
 	for k := range rounds {
-		if r == 0 {
-			for range 6 {
-				if err := devmem.Copy(slowB.Buffer(), slowA.Buffer(), s); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		if err := devmem.Copy(x.Buffer(), srcs[k].Buffer(), s); err != nil {
-			t.Fatal(err)
-		}
-		if err := comm.AllReduce(c, x, outs[k], comm.Sum, s); err != nil {
-			t.Fatalf("round %d: %v", k, err)
-		}
+		ch.round(t, c, s, k, r == 0)
 	}
 	if err := s.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
 	for k := range rounds {
-		mpitest.Expect(t, fmt.Sprintf("AllReduce of round %d", k), outs[k], mpitest.ValuesSum(p, n, func(q int) int { return seed(q, k) }))
+		mpitest.Expect(t, fmt.Sprintf("AllReduce of round %d", k), ch.outs[k], ch.want(p, k))
 	}
 	if d := c.IPCCollectives() - ipc0; d != rounds {
 		t.Errorf("%d AllReduces through the IPC path, want %d", d, rounds)
@@ -84,9 +63,7 @@ func TestRankIPCOrderedChain(t *testing.T) {
 	if st := c.IPCCache(); st.InUse != 0 {
 		t.Errorf("%d opened buffers still in use after the stream is done", st.InUse)
 	}
-	for _, b := range append(append(srcs, outs...), x, slowA, slowB) {
-		b.Free()
-	}
+	ch.free()
 }
 
 // TestIPCEventsEnvAndItsDefault: unset, the events are on for a
@@ -169,36 +146,15 @@ func TestRankIPCMixedStreams(t *testing.T) {
 		}
 		defer s.Destroy()
 	}
-	const n = 1 << 20
 	const rounds = 6
-	seed := func(q, k int) int { return q*37 + k }
-	x := mpitest.Poisoned(t, dev, n)
-	srcs := make([]devmem.Slice[float64], rounds)
-	outs := make([]devmem.Slice[float64], rounds)
-	for k := range rounds {
-		srcs[k] = mpitest.Upload(t, dev, mpitest.Values(seed(r, k), n))
-		outs[k] = mpitest.Poisoned(t, dev, n)
-	}
-	slowA, slowB := mpitest.Poisoned(t, dev, 4*n), mpitest.Poisoned(t, dev, 4*n)
+	ch := newChain(t, dev, r, rounds, 37)
 	_, ordered0 := c.IPCOrdered()
 	for k := range rounds {
-		if r == 0 {
-			for range 6 {
-				if err := devmem.Copy(slowB.Buffer(), slowA.Buffer(), s); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		// On no stream the copy is done when it returns, and so is the
-		// AllReduce: the next round's copy rewrites x at once.
-		if err := devmem.Copy(x.Buffer(), srcs[k].Buffer(), s); err != nil {
-			t.Fatal(err)
-		}
-		if err := comm.AllReduce(c, x, outs[k], comm.Sum, s); err != nil {
-			t.Fatalf("round %d: %v", k, err)
-		}
+		// On no stream the copies are done when they return, and so is the
+		// AllReduce: the next round's copy rewrites the send buffer at once.
+		ch.round(t, c, s, k, r == 0)
 		if s == nil {
-			mpitest.Expect(t, fmt.Sprintf("AllReduce of round %d, on no stream", k), outs[k], mpitest.ValuesSum(p, n, func(q int) int { return seed(q, k) }))
+			mpitest.Expect(t, fmt.Sprintf("AllReduce of round %d, on no stream", k), ch.outs[k], ch.want(p, k))
 		}
 	}
 	if s != nil {
@@ -206,7 +162,7 @@ func TestRankIPCMixedStreams(t *testing.T) {
 			t.Fatal(err)
 		}
 		for k := range rounds {
-			mpitest.Expect(t, fmt.Sprintf("AllReduce of round %d, on a stream", k), outs[k], mpitest.ValuesSum(p, n, func(q int) int { return seed(q, k) }))
+			mpitest.Expect(t, fmt.Sprintf("AllReduce of round %d, on a stream", k), ch.outs[k], ch.want(p, k))
 		}
 	}
 	if _, ordered := c.IPCOrdered(); ordered != ordered0 {
@@ -215,7 +171,57 @@ func TestRankIPCMixedStreams(t *testing.T) {
 	if st := c.IPCCache(); st.InUse != 0 {
 		t.Errorf("%d opened buffers still in use after every call is done", st.InUse)
 	}
-	for _, b := range append(append(srcs, outs...), x, slowA, slowB) {
+	ch.free()
+}
+
+// chain is a run of AllReduces of n float64s (8 MiB) whose send buffer x
+// is rewritten before each: srcs[k] is round k's input on this rank, outs[k]
+// its output (poisoned), and slowA and slowB a large pair whose copies hold
+// a rank's stream back.
+type chain struct {
+	x, slowA, slowB devmem.Slice[float64]
+	srcs, outs      []devmem.Slice[float64]
+	mul             int // rank q's input of round k is mpitest.Values(q*mul+k, n)
+}
+
+const chainN = 1 << 20
+
+func newChain(t *testing.T, dev *devmem.Device, r, rounds, mul int) *chain {
+	t.Helper()
+	ch := &chain{x: mpitest.Poisoned(t, dev, chainN), slowA: mpitest.Poisoned(t, dev, 4*chainN), slowB: mpitest.Poisoned(t, dev, 4*chainN), mul: mul}
+	for k := range rounds {
+		ch.srcs = append(ch.srcs, mpitest.Upload(t, dev, mpitest.Values(r*mul+k, chainN)))
+		ch.outs = append(ch.outs, mpitest.Poisoned(t, dev, chainN))
+	}
+	return ch
+}
+
+// round issues round k on s (nil: none): six copies of 32 MiB first where
+// holdBack, then the input copied into x, then the AllReduce into outs[k].
+func (ch *chain) round(t *testing.T, c *mpicomm.Comm, s *devmem.Stream, k int, holdBack bool) {
+	t.Helper()
+	if holdBack {
+		for range 6 {
+			if err := devmem.Copy(ch.slowB.Buffer(), ch.slowA.Buffer(), s); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := devmem.Copy(ch.x.Buffer(), ch.srcs[k].Buffer(), s); err != nil {
+		t.Fatal(err)
+	}
+	if err := comm.AllReduce(c, ch.x, ch.outs[k], comm.Sum, s); err != nil {
+		t.Fatalf("round %d: %v", k, err)
+	}
+}
+
+// want is round k's sum over p ranks.
+func (ch *chain) want(p, k int) []float64 {
+	return mpitest.ValuesSum(p, chainN, func(q int) int { return q*ch.mul + k })
+}
+
+func (ch *chain) free() {
+	for _, b := range append(append(ch.srcs, ch.outs...), ch.x, ch.slowA, ch.slowB) {
 		b.Free()
 	}
 }
