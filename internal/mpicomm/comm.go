@@ -316,15 +316,24 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 	if c.nodeMin > 0 && got.ipc {
 		// Some pair has the IPC path: every rank makes its communicators.
 		ipcErr := c.setUpIPC(reach)
-		c.ipcAll = !got.ipcPartial
-		if c.ipcAll {
-			// Collective: a rank whose setUpIPC failed takes part too.
-			if err := c.setUpOrder(ipcErr == nil); err != nil {
-				return c, errors.Join(ipcErr, err)
-			}
+		// Every rank learns whether any failed (its streams, its cache),
+		// so that none goes on to the collectives of Open that a failed
+		// rank would skip.
+		v := []int64{b2i(ipcErr != nil)}
+		if err := mpi.AllreduceInt64s(c.ctl, v, mpi.Max); err != nil {
+			return c, errors.Join(ipcErr, err)
 		}
 		if ipcErr != nil {
 			return c, ipcErr
+		}
+		if v[0] != 0 {
+			return c, fmt.Errorf("another rank failed to set up the node's IPC path: %w", comm.ErrUnsupported)
+		}
+		c.ipcAll = !got.ipcPartial
+		if c.ipcAll {
+			if err := c.setUpOrder(); err != nil {
+				return c, err
+			}
 		}
 	}
 	c.eng.Pool = pipeline.NewPool(c.dev, c.policy().PoolBase())

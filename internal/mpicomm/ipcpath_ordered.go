@@ -114,13 +114,11 @@ type heldCall struct {
 const maxHeld = 64
 
 // setUpOrder makes and exchanges the events, when the reductions can use
-// them: every rank of c calls it where ipcAll holds (a collective), even
-// one whose setUpIPC failed (ok false: it offers none), so that no rank is
-// left waiting in it. It leaves c.ipc.order nil where any rank cannot or
-// does not want them.
-func (c *Comm) setUpOrder(ok bool) error {
+// them: every rank of c calls it where ipcAll holds (a collective). It
+// leaves c.ipc.order nil where any rank cannot or does not want them.
+func (c *Comm) setUpOrder() error {
 	want, err := ipcEventsWanted(c.size) // checked at Open: valid on every rank
-	if err != nil || !ok {
+	if err != nil {
 		want = false
 	}
 	var mine []byte
@@ -263,36 +261,50 @@ func (o *ipcOrder) reapLocked(wait bool, n int) error {
 	return errors.Join(errs...)
 }
 
-// hold keeps refs until the kernel queued last on the kernel stream is
-// done, and lets go of the calls before it whose kernels are.
-func (o *ipcOrder) hold(refs []*ipccache.Ref) error {
+// callEvent is an event for a call's kernel (callDone): one let go before,
+// or a new one; nil where none can be made.
+func (o *ipcOrder) callEvent() *devmem.Event {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	var ev *devmem.Event
 	if n := len(o.free); n > 0 {
-		ev, o.free = o.free[n-1], o.free[:n-1]
-	} else {
-		var err error
-		if ev, err = o.dev.NewEvent(); err != nil {
-			return errors.Join(err, o.s.Synchronize(), release(refs))
-		}
+		ev := o.free[n-1]
+		o.free = o.free[:n-1]
+		return ev
 	}
-	if err := ev.Record(o.s); err != nil {
-		o.free = append(o.free, ev)
-		return errors.Join(err, o.s.Synchronize(), release(refs))
+	ev, err := o.dev.NewEvent()
+	if err != nil {
+		return nil
 	}
+	return ev
+}
+
+// hold keeps refs until ev, recorded on the kernel stream after the call's
+// kernel, is done, and lets go of the calls before it whose kernels are.
+// Without ev (none could be made or recorded) it waits for the kernel
+// stream and lets refs go now. Its errors are not the call's, which is
+// done on every rank by then: a failed wait is the device's, which the
+// stream's next Synchronize reports, and a failed release the cache's.
+func (o *ipcOrder) hold(ev *devmem.Event, refs []*ipccache.Ref) {
+	if ev == nil {
+		o.s.Synchronize()
+		release(refs)
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	o.held = append(o.held, heldCall{done: ev, refs: refs})
-	return o.reapLocked(true, len(o.held)-maxHeld)
+	o.reapLocked(true, len(o.held)-maxHeld)
 }
 
 // IPCOrdered reports whether this communicator's stream-ordered reductions
 // through the IPC path are ordered on the GPU with IPC events (on), and
 // how many have been.
 func (c *Comm) IPCOrdered() (on bool, reductions int64) {
-	if c.ipc.order == nil {
+	ord := c.ipc.order
+	if ord == nil {
 		return false, 0
 	}
-	return true, c.ipc.order.reductions.Load()
+	return true, ord.reductions.Load()
 }
 
 // orderedReduction reports whether call goes through the GPU-ordered IPC
@@ -371,10 +383,11 @@ func (c *Comm) ipcReduceOrdered(o *op, ctx cuda.Context, h cuda.Stream, staged f
 		if err := waitStream("before the host-staged reduction"); err != nil {
 			return err
 		}
-		if err := errors.Join(ord.s.Synchronize(), ord.reap(true)); err != nil {
+		if err := ord.s.Synchronize(); err != nil {
 			c.setBroken(fmt.Errorf("%v: waiting for the IPC path's kernels before the host-staged reduction: %w", call.Operation, err))
 			return err
 		}
+		ord.reap(true) // its errors are the cache's, not this call's
 		return staged(c, o)
 	}
 	// Where the record fails, the peers' waits would take an older one:
@@ -401,6 +414,11 @@ func (c *Comm) ipcReduceOrdered(o *op, ctx cuda.Context, h cuda.Stream, staged f
 	if err != nil {
 		return err
 	}
+	// Every peer is in this call now: one that freed memory after waiting
+	// for its device has waited for this rank's earlier kernels too, whose
+	// references go now, so that the cache may drop that memory's stale
+	// mapping before this call opens what took its place.
+	ord.reap(false)
 	if !ok {
 		return stagedAfterAll()
 	}
@@ -411,16 +429,25 @@ func (c *Comm) ipcReduceOrdered(o *op, ctx cuda.Context, h cuda.Stream, staged f
 	// done before the next agreement, its kernel before the last.
 	onHost := !allOrdered
 	var prepErr error
+	streamFailed := false
 	if onHost {
 		if err := cuda.StreamSynchronizeIn(ctx, h); err != nil {
-			prepErr = fmt.Errorf("waiting for the stream: %w", err)
+			prepErr, streamFailed = fmt.Errorf("waiting for the stream: %w", err), true
 		}
 	}
 	var refs []*ipccache.Ref
+	var callDone *devmem.Event
 	kept := false
 	defer func() {
-		if !kept {
-			err = errors.Join(err, release(refs))
+		if kept {
+			return
+		}
+		// Every path here that queued the kernel has waited for it.
+		err = errors.Join(err, release(refs))
+		if callDone != nil {
+			ord.mu.Lock()
+			ord.free = append(ord.free, callDone)
+			ord.mu.Unlock()
 		}
 	}()
 	r, partErr := c.nodePart(shares, call, lo, hi, &refs)
@@ -428,9 +455,18 @@ func (c *Comm) ipcReduceOrdered(o *op, ctx cuda.Context, h cuda.Stream, staged f
 	if recErr != nil {
 		prepErr = errors.Join(prepErr, fmt.Errorf("recording the stream's place: %w", recErr))
 	}
-	failed, err := c.agreeFailed(o, prepErr != nil)
+	// A stream that failed cannot take the host-staged reduction either:
+	// then every rank fails (agreeRun's second flag), none left waiting.
+	failed, noStage, err := c.agreeRun(o, prepErr != nil, streamFailed)
 	if err != nil {
 		return err
+	}
+	if failed && noStage {
+		var mine error
+		if streamFailed {
+			mine = prepErr
+		}
+		return c.unstageable(call, mine)
 	}
 	if failed {
 		return stagedAfterAll()
@@ -458,6 +494,15 @@ func (c *Comm) ipcReduceOrdered(o *op, ctx cuda.Context, h cuda.Stream, staged f
 			runErr = kernels.Reduce(ord.s, typ, opName, r.dsts, r.srcs, r.n, by)
 		}
 	}
+	// The call's own event, before done, so that when the caller's
+	// stream has passed its wait for done the references can go.
+	callDone = ord.callEvent()
+	if callDone != nil && callDone.Record(ord.s) != nil {
+		ord.mu.Lock()
+		ord.free = append(ord.free, callDone)
+		ord.mu.Unlock()
+		callDone = nil
+	}
 	if rerr := ord.done[c.rank].Record(ord.s); rerr != nil {
 		runErr = errors.Join(runErr, rerr)
 	}
@@ -465,7 +510,7 @@ func (c *Comm) ipcReduceOrdered(o *op, ctx cuda.Context, h cuda.Stream, staged f
 		runErr = ord.s.Synchronize()
 	}
 	written := call.Operation != driver.OpReduce || c.rank == call.Root
-	noStage := written && !call.Recv.IsZero() && call.Recv.Overlaps(call.Send)
+	noStage = written && !call.Recv.IsZero() && call.Recv.Overlaps(call.Send)
 	if runErr != nil && ord.s.Synchronize() != nil {
 		noStage = true // a device that failed: the staged reduction's copies would too
 	}
@@ -475,7 +520,8 @@ func (c *Comm) ipcReduceOrdered(o *op, ctx cuda.Context, h cuda.Stream, staged f
 	// later work off the outputs as well.
 	streamAfterKernels := func() error {
 		for q := range c.size {
-			if err := cuda.StreamWaitEventIn(ctx, h, cuda.Event(devhook.EventHandle(ord.done[q]))); err != nil {
+			if cuda.StreamWaitEventIn(ctx, h, cuda.Event(devhook.EventHandle(ord.done[q]))) != nil {
+				var err error
 				for q := range c.size {
 					err = errors.Join(err, ord.s.WaitEvent(ord.done[q]))
 				}
@@ -520,8 +566,24 @@ func (c *Comm) ipcReduceOrdered(o *op, ctx cuda.Context, h cuda.Stream, staged f
 		ord.reductions.Add(1)
 	}
 	c.ipc.collectives.Add(1)
-	return ord.hold(refs)
+	ord.hold(callDone, refs)
+	return nil
 }
+
+// unstageable is the error of every rank of a reduction through the IPC
+// path that can neither go on nor fall back to the host-staged reduction,
+// because some rank's stream failed before anything was written (err:
+// this rank's, nil where it was another's).
+func (c *Comm) unstageable(call driver.Call, err error) error {
+	if err == nil {
+		err = errPeerStream
+	}
+	return fmt.Errorf("%v through the IPC path: a rank's stream failed, and the host-staged reduction cannot run instead: %w", call.Operation, err)
+}
+
+// errPeerStream is unstageable's error on the ranks whose streams did not
+// fail.
+var errPeerStream = errors.New("another rank's stream failed")
 
 // stagedBody is the host-staged body of a reduction.
 func stagedBody(call driver.Call) func(*Comm, *op) error {

@@ -284,9 +284,15 @@ func (c *Comm) ipcReduce(o *op, staged func(*Comm, *op) error) (err error) {
 	// ranks agree: a failure sends every rank to the staged path, as
 	// nothing has been written yet.
 	r, prepErr := c.nodePart(shares, call, lo, hi, &refs)
-	failed, err := c.agreeFailed(o, prepErr != nil)
+	// The second flag is a GPU-ordered peer's stream that failed
+	// (ipcReduceOrdered, with this rank on no stream): then no rank can
+	// fall back either.
+	failed, noStage, err := c.agreeRun(o, prepErr != nil, false)
 	if err != nil {
 		return err
+	}
+	if failed && noStage {
+		return c.unstageable(call, nil)
 	}
 	if failed {
 		c.ipc.staged.Add(1)
@@ -309,7 +315,7 @@ func (c *Comm) ipcReduce(o *op, staged func(*Comm, *op) error) (err error) {
 	// the others waiting in MPI). A device that failed with a sticky error
 	// fails its stream's next synchronize as well.
 	written := call.Operation != driver.OpReduce || c.rank == call.Root // a Reduce's non-roots have no output
-	noStage := written && !call.Recv.IsZero() && call.Recv.Overlaps(call.Send)
+	noStage = written && !call.Recv.IsZero() && call.Recv.Overlaps(call.Send)
 	if runErr != nil && c.dev.Kind() == devmem.CUDA && c.ipc.copies.Synchronize() != nil {
 		noStage = true
 	}
