@@ -394,22 +394,7 @@ func (c *Comm) ipcReduceOrdered(o *op, ctx cuda.Context, h cuda.Stream, staged f
 	// this rank still takes part in every agreement, and fails the first,
 	// so that no kernel reads its buffers.
 	recErr := cuda.EventRecordIn(ctx, cuda.Event(devhook.EventHandle(ord.ready[c.rank])), h)
-	es := call.DType.Size()
-	count := call.Count
-	sendBytes := count * es
-	lo, hi := part(count, c.size, c.rank, max(1, 16/es))
-	if call.Operation == driver.OpReduceScatter {
-		sendBytes *= c.size
-		lo, hi = c.rank*count, (c.rank+1)*count
-	}
-	mine := ipcShare{}
-	if sh, err := c.exportRange(call.Send, sendBytes); err == nil {
-		mine = ipcShare{ok: true, send: sh}
-		if peersWrite(call, c.rank) {
-			mine.recv, err = c.exportRange(call.Recv, count*es)
-			mine.ok, mine.hasRecv = err == nil, err == nil
-		}
-	}
+	mine, lo, hi := c.reduceShare(call)
 	shares, ok, allOrdered, err := c.exchangeOrdered(o, mine, true)
 	if err != nil {
 		return err

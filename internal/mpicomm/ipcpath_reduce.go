@@ -249,20 +249,20 @@ func peersWrite(call driver.Call, q int) bool {
 	return call.Operation == driver.OpAllReduce || call.Operation == driver.OpReduce && q == call.Root
 }
 
-// ipcReduce runs AllReduce, Reduce or ReduceScatter through the IPC path;
-// staged is the host-staged body every rank runs instead when any rank
-// cannot.
-func (c *Comm) ipcReduce(o *op, staged func(*Comm, *op) error) (err error) {
-	call := o.call
+// reduceShare is what this rank publishes for a reduction through the IPC
+// path (its send buffer's handle, and its receive buffer's where peers
+// write it; none where either cannot be exported), and the elements [lo,
+// hi) of the send buffers it reduces: the rank-th of near-equal parts cut on
+// 16 bytes (AllReduce, Reduce), or block rank (ReduceScatter).
+func (c *Comm) reduceShare(call driver.Call) (mine ipcShare, lo, hi int) {
 	es := call.DType.Size()
 	count := call.Count
 	sendBytes := count * es
-	lo, hi := part(count, c.size, c.rank, max(1, 16/es)) // in elements of send
+	lo, hi = part(count, c.size, c.rank, max(1, 16/es)) // in elements of send
 	if call.Operation == driver.OpReduceScatter {
 		sendBytes *= c.size
 		lo, hi = c.rank*count, (c.rank+1)*count
 	}
-	mine := ipcShare{}
 	if h, err := c.exportRange(call.Send, sendBytes); err == nil {
 		mine = ipcShare{ok: true, send: h}
 		if peersWrite(call, c.rank) {
@@ -270,6 +270,15 @@ func (c *Comm) ipcReduce(o *op, staged func(*Comm, *op) error) (err error) {
 			mine.ok, mine.hasRecv = err == nil, err == nil
 		}
 	}
+	return mine, lo, hi
+}
+
+// ipcReduce runs AllReduce, Reduce or ReduceScatter through the IPC path;
+// staged is the host-staged body every rank runs instead when any rank
+// cannot.
+func (c *Comm) ipcReduce(o *op, staged func(*Comm, *op) error) (err error) {
+	call := o.call
+	mine, lo, hi := c.reduceShare(call)
 	shares, ok, err := c.exchange(o, mine)
 	if err != nil {
 		return err
