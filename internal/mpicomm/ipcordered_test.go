@@ -174,7 +174,9 @@ func TestRankIPCMixedStreams(t *testing.T) {
 	ch.free()
 }
 
-// chain is a run of AllReduces of n float64s (8 MiB) whose send buffer x
+// chain is a run of AllReduces of n float64s (8 MiB on a GPU, where the
+// kernels must be long enough for a missing wait to show; 1 MiB on the host
+// device, whose shared memory a CI container may have little of) whose send buffer x
 // is rewritten before each: srcs[k] is round k's input on this rank, outs[k]
 // its output (poisoned), and slowA and slowB a large pair whose copies hold
 // a rank's stream back.
@@ -182,21 +184,24 @@ type chain struct {
 	x, slowA, slowB devmem.Slice[float64]
 	srcs, outs      []devmem.Slice[float64]
 	mul             int // rank q's input of round k is mpitest.Values(q*mul+k, n)
+	n               int
 }
-
-const chainN = 1 << 20
 
 func newChain(t *testing.T, dev *devmem.Device, r, rounds, mul int) *chain {
 	t.Helper()
-	ch := &chain{x: mpitest.Poisoned(t, dev, chainN), slowA: mpitest.Poisoned(t, dev, 4*chainN), slowB: mpitest.Poisoned(t, dev, 4*chainN), mul: mul}
+	n := 1 << 17
+	if dev.Kind() == devmem.CUDA {
+		n = 1 << 20
+	}
+	ch := &chain{x: mpitest.Poisoned(t, dev, n), slowA: mpitest.Poisoned(t, dev, 4*n), slowB: mpitest.Poisoned(t, dev, 4*n), mul: mul, n: n}
 	for k := range rounds {
-		ch.srcs = append(ch.srcs, mpitest.Upload(t, dev, mpitest.Values(r*mul+k, chainN)))
-		ch.outs = append(ch.outs, mpitest.Poisoned(t, dev, chainN))
+		ch.srcs = append(ch.srcs, mpitest.Upload(t, dev, mpitest.Values(r*mul+k, n)))
+		ch.outs = append(ch.outs, mpitest.Poisoned(t, dev, n))
 	}
 	return ch
 }
 
-// round issues round k on s (nil: none): six copies of 32 MiB first where
+// round issues round k on s (nil: none): six copies of 4n float64s first where
 // holdBack, then the input copied into x, then the AllReduce into outs[k].
 func (ch *chain) round(t *testing.T, c *mpicomm.Comm, s *devmem.Stream, k int, holdBack bool) {
 	t.Helper()
@@ -217,7 +222,7 @@ func (ch *chain) round(t *testing.T, c *mpicomm.Comm, s *devmem.Stream, k int, h
 
 // want is round k's sum over p ranks.
 func (ch *chain) want(p, k int) []float64 {
-	return mpitest.ValuesSum(p, chainN, func(q int) int { return q*ch.mul + k })
+	return mpitest.ValuesSum(p, ch.n, func(q int) int { return q*ch.mul + k })
 }
 
 func (ch *chain) free() {
