@@ -56,9 +56,17 @@ import (
 // does. A fault of the kernel itself, which the GPU reports later, is
 // returned by the stream's next Synchronize, as for any kernel.
 //
-// The handles a kernel reads and writes through stay referenced until the
-// path's kernel stream is found idle (reap), so that the cache never
-// unmaps memory a queued kernel still uses.
+// The handles a kernel reads and writes through stay referenced until an
+// event recorded after it (between the kernel and done) is found done
+// (reap, at the next call and by IPCCache), so that the cache never unmaps
+// memory a queued kernel still uses, and lets go of it soon after.
+//
+// A rank may pass no stream where the others pass one (the stream is no
+// part of a collective's signature): it takes the host-ordered path
+// (ipcReduce), which reads its peers' send buffers once step 3's agreement
+// is passed and returns after step 5's. A flag in the shares' gather tells
+// the ordered ranks, which then wait on the host for their streams before
+// step 3's agreement and for their kernels before step 5's.
 
 // IPCEventsEnv turns the events on ("on") or off ("off") on the rank that
 // sets it. The ranks agree at Open: the events are used only where every
