@@ -271,16 +271,21 @@ const (
 )
 
 func (c *cudaDriver) newEvent() (eventImpl, error) {
+	return c.createEvent(cuda.EventDefault, eventTimed, "event")
+}
+
+// createEvent makes an event of kind with flags in the device's context.
+func (c *cudaDriver) createEvent(flags uint32, kind eventKind, what string) (eventImpl, error) {
 	var h cuda.Event
 	err := c.do(func() error {
 		var err error
-		h, err = cuda.EventCreate(cuda.EventDefault)
+		h, err = cuda.EventCreate(flags)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("devmem: new event on %v: %w", c.dev, err)
+		return nil, fmt.Errorf("devmem: new %s on %v: %w", what, c.dev, err)
 	}
-	return c.wrapEvent(h, eventTimed), nil
+	return c.wrapEvent(h, kind), nil
 }
 
 func (c *cudaDriver) wrapEvent(h cuda.Event, kind eventKind) *cudaEvent {
@@ -292,16 +297,7 @@ func (c *cudaDriver) wrapEvent(h cuda.Event, kind eventKind) *cudaEvent {
 // newIPCEvent makes an event another process can open. CUDA refuses timing
 // on interprocess events.
 func (c *cudaDriver) newIPCEvent() (eventImpl, error) {
-	var h cuda.Event
-	err := c.do(func() error {
-		var err error
-		h, err = cuda.EventCreate(cuda.EventDisableTiming | cuda.EventInterprocess)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("devmem: new interprocess event on %v: %w", c.dev, err)
-	}
-	return c.wrapEvent(h, eventIPC), nil
+	return c.createEvent(cuda.EventDisableTiming|cuda.EventInterprocess, eventIPC, "interprocess event")
 }
 
 // openIPCEvent opens another process's event in the device's context.

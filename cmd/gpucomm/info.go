@@ -62,6 +62,12 @@ var knobs = []string{"GPUCOMM_BACKEND", "GPUCOMM_DEVICE", "GPUCOMM_TIMEOUT", "GP
 	"GPUCOMM_MULTINODE_LAUNCHER_ARGS", "GPUCOMM_MULTINODE_ENV", "GPUCOMM_MULTINODE_MPIRUN", "GPUCOMM_MULTINODE_MPIEXEC",
 	"GPUCOMM_MULTINODE_SHM_SIZE", "GPUCOMM_MULTINODE_REQUIRED"}
 
+// onOffWord reports whether v is one of the words internal/mpicomm's on/off
+// knobs take (GPUCOMM_NODE_IPC, GPUCOMM_NODE_IPC_EVENTS).
+func onOffWord(v string) bool {
+	return slices.Contains([]string{"", "on", "1", "true", "off", "0", "false"}, strings.ToLower(strings.TrimSpace(v)))
+}
+
 // otherKnobs describes the knobs comm.DefaultOptions does not read: what
 // unset means, what a value does (%s is the value), and, for those read as
 // one of a few words, the words and whether value is one, as the code that
@@ -83,14 +89,10 @@ var otherKnobs = map[string]struct {
 		}},
 	"GPUCOMM_NODE_IPC": {"mpi: messages of GPUCOMM_NODE_BYTES or more between ranks of a node whose devices reach each other move in one device copy through CUDA IPC (shared memory on the host device)",
 		"mpi's IPC path between the ranks of a node: %s (off: this rank's pairs use the shared pinned ring instead)",
-		"on or off", func(v string) bool {
-			return slices.Contains([]string{"", "on", "1", "true", "off", "0", "false"}, strings.ToLower(strings.TrimSpace(v)))
-		}},
+		"on or off", onOffWord},
 	"GPUCOMM_NODE_IPC_EVENTS": {"mpi: reductions on a stream through the IPC path, on a GPU, are ordered on the GPU with IPC events in communicators of 2 ranks, on the host in larger ones",
 		"mpi's reductions on a stream through the IPC path, on a GPU: %s (on: ordered on the GPU with IPC events, no host wait; off: on the host)",
-		"on or off", func(v string) bool {
-			return slices.Contains([]string{"", "on", "1", "true", "off", "0", "false"}, strings.ToLower(strings.TrimSpace(v)))
-		}},
+		"on or off", onOffWord},
 	"GPUCOMM_MULTINODE":          {"the simulated-node tests skip", "the simulated-node tests run when this is 1 (now %s; as root, scripts/multinode)", "", nil},
 	"GPUCOMM_MULTINODE_DIR":      {"simulated nodes keep their state in /run/gpucomm-multinode", "simulated nodes keep their state in %s", "", nil},
 	"GPUCOMM_MULTINODE_SCRIPTS":  {"the simulated-node tests use scripts/multinode", "the simulated-node tests use the scripts in %s", "", nil},

@@ -50,14 +50,21 @@ import (
 const IPCEnv = "GPUCOMM_NODE_IPC"
 
 // ipcWanted reads IPCEnv.
-func ipcWanted() (bool, error) {
-	switch v := strings.ToLower(strings.TrimSpace(os.Getenv(IPCEnv))); v {
-	case "", "on", "1", "true":
+func ipcWanted() (bool, error) { return envOnOff(IPCEnv, true) }
+
+// envOnOff reads the on/off knob name: unset when it is unset or empty; an
+// error wrapping ErrInvalidArgument for a word other than on, 1, true, off,
+// 0 or false (any case, blanks around).
+func envOnOff(name string, unset bool) (bool, error) {
+	switch v := strings.ToLower(strings.TrimSpace(os.Getenv(name))); v {
+	case "":
+		return unset, nil
+	case "on", "1", "true":
 		return true, nil
 	case "off", "0", "false":
 		return false, nil
 	default:
-		return false, fmt.Errorf("%s=%q: want on or off: %w", IPCEnv, v, comm.ErrInvalidArgument)
+		return false, fmt.Errorf("%s=%q: want on or off: %w", name, v, comm.ErrInvalidArgument)
 	}
 }
 

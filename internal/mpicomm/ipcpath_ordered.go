@@ -3,8 +3,6 @@ package mpicomm
 import (
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -84,16 +82,7 @@ const ipcEventsDefaultRanks = 2
 
 // ipcEventsWanted reads IPCEventsEnv for a communicator of size ranks.
 func ipcEventsWanted(size int) (bool, error) {
-	switch v := strings.ToLower(strings.TrimSpace(os.Getenv(IPCEventsEnv))); v {
-	case "":
-		return size == ipcEventsDefaultRanks, nil
-	case "on", "1", "true":
-		return true, nil
-	case "off", "0", "false":
-		return false, nil
-	default:
-		return false, fmt.Errorf("%s=%q: want on or off: %w", IPCEventsEnv, v, comm.ErrInvalidArgument)
-	}
+	return envOnOff(IPCEventsEnv, size == ipcEventsDefaultRanks)
 }
 
 // ipcOrder is a Comm's state for stream-ordered reductions on the GPU.
@@ -286,6 +275,16 @@ func (o *ipcOrder) callEvent() *devmem.Event {
 	return ev
 }
 
+// putBack returns a call's event, done or never recorded, for reuse.
+func (o *ipcOrder) putBack(ev *devmem.Event) {
+	if ev == nil {
+		return
+	}
+	o.mu.Lock()
+	o.free = append(o.free, ev)
+	o.mu.Unlock()
+}
+
 // hold keeps refs until ev, recorded on the kernel stream after the call's
 // kernel, is done, and lets go of the calls before it whose kernels are.
 // Without ev (none could be made or recorded) it waits for the kernel
@@ -437,11 +436,7 @@ func (c *Comm) ipcReduceOrdered(o *op, ctx cuda.Context, h cuda.Stream, staged f
 		}
 		// Every path here that queued the kernel has waited for it.
 		err = errors.Join(err, release(refs))
-		if callDone != nil {
-			ord.mu.Lock()
-			ord.free = append(ord.free, callDone)
-			ord.mu.Unlock()
-		}
+		ord.putBack(callDone)
 	}()
 	r, partErr := c.nodePart(shares, call, lo, hi, &refs)
 	prepErr = errors.Join(prepErr, partErr)
@@ -491,9 +486,7 @@ func (c *Comm) ipcReduceOrdered(o *op, ctx cuda.Context, h cuda.Stream, staged f
 	// stream has passed its wait for done the references can go.
 	callDone = ord.callEvent()
 	if callDone != nil && callDone.Record(ord.s) != nil {
-		ord.mu.Lock()
-		ord.free = append(ord.free, callDone)
-		ord.mu.Unlock()
+		ord.putBack(callDone)
 		callDone = nil
 	}
 	if rerr := ord.done[c.rank].Record(ord.s); rerr != nil {
@@ -545,11 +538,7 @@ func (c *Comm) ipcReduceOrdered(o *op, ctx cuda.Context, h cuda.Stream, staged f
 			// reduction then fails too, with its own error).
 			return errors.Join(waitErr, stagedAfterAll())
 		}
-		runErr = errors.Join(runErr, waitErr)
-		if runErr == nil {
-			runErr = errPeerPart
-		}
-		return fmt.Errorf("%v through the IPC path: a rank's part failed, and the host-staged reduction cannot run instead (a send buffer reduced in place, or a device that failed): %w", call.Operation, runErr)
+		return partFailed(call, errors.Join(runErr, waitErr))
 	}
 	if err := streamAfterKernels(); err != nil {
 		return err

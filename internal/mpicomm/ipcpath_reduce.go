@@ -339,7 +339,16 @@ func (c *Comm) ipcReduce(o *op, staged func(*Comm, *op) error) (err error) {
 	case !anyNoStage:
 		c.ipc.staged.Add(1)
 		return staged(c, o)
-	case runErr == nil:
+	}
+	return partFailed(call, runErr)
+}
+
+// partFailed is the error of every rank of a reduction through the IPC path
+// where a rank's part failed and the host-staged reduction cannot run
+// instead: runErr, this rank's own failure, or errPeerPart where it had
+// none.
+func partFailed(call driver.Call, runErr error) error {
+	if runErr == nil {
 		runErr = errPeerPart
 	}
 	return fmt.Errorf("%v through the IPC path: a rank's part failed, and the host-staged reduction cannot run instead (a send buffer reduced in place, or a device that failed): %w", call.Operation, runErr)
