@@ -329,6 +329,9 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 		if v[0] != 0 {
 			return c, fmt.Errorf("another rank failed to set up the node's IPC path: %w", comm.ErrUnsupported)
 		}
+		if err := c.setUpP2POrder(); err != nil {
+			return c, err
+		}
 		c.ipcAll = !got.ipcPartial
 		if c.ipcAll {
 			if err := c.setUpOrder(); err != nil {

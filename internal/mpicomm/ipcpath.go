@@ -72,7 +72,7 @@ func envOnOff(name string, unset bool) (bool, error) {
 // and the handle (zero when ctlStaged).
 const (
 	ctlMagic  = 0x6763495043746c31 // "gcIPCtl1"
-	ctlLen    = 256                // never nodepath.HdrLen: the two are told apart by length
+	ctlLen    = 352                // never nodepath.HdrLen: the two are told apart by length
 	ctlStaged = 1                  // no handle: the data follows through the pipeline
 	ackLen    = 8
 )
@@ -85,8 +85,8 @@ const (
 )
 
 func init() {
-	if ctlLen == nodepath.HdrLen || 24+devmem.HandleSize > ctlLen {
-		panic("mpicomm: the IPC control message's length must differ from the node path header's and hold a handle")
+	if ctlLen == nodepath.HdrLen || ctlEnd > ctlLen {
+		panic("mpicomm: the IPC control message's length must differ from the node path header's and hold a handle and two events'")
 	}
 }
 
@@ -112,6 +112,7 @@ type ipcPath struct {
 	why               string         // why this rank reaches no one, when it does not
 	peerWhy           map[int]string // by rank: why the pair has no IPC path, as the probe found
 	order             *ipcOrder      // stream-ordered reductions ordered on the GPU (ipcpath_ordered.go); nil: on the host
+	p2p               *p2pOrder      // single messages on a stream ordered on the GPU (ipcpath_p2pordered.go); nil: on the host
 }
 
 // ipcFor reports whether a message of bytes bytes to or from peer takes the
@@ -164,6 +165,9 @@ func (c *Comm) IPCCache() ipccache.Stats {
 		// they are done: after a Synchronize of their streams, nothing is
 		// counted in use.
 		ord.reap(false)
+	}
+	if p := c.ipc.p2p; p != nil {
+		p.reap(false) // and what GPU-ordered receives hold for their copies
 	}
 	return c.ipc.cache.Stats()
 }
@@ -319,6 +323,10 @@ func (c *Comm) closeIPC() error {
 		errs = append(errs, c.ipc.order.destroy())
 		c.ipc.order = nil
 	}
+	if c.ipc.p2p != nil {
+		errs = append(errs, c.ipc.p2p.destroy())
+		c.ipc.p2p = nil
+	}
 	c.ipc.cellMu.Lock()
 	for _, b := range c.ipc.all {
 		errs = append(errs, b.Free())
@@ -451,7 +459,7 @@ func (c *Comm) fillControl(t transfer, cell devmem.Buffer) (staged bool) {
 	binary.LittleEndian.PutUint64(ctl[8:], uint64(t.bytes))
 	if h, err := c.exportRange(t.buf, t.bytes); err == nil {
 		raw, _ := h.MarshalBinary()
-		copy(ctl[24:], raw)
+		copy(ctl[ctlHandleAt:], raw)
 		return false
 	}
 	binary.LittleEndian.PutUint64(ctl[16:], ctlStaged)
@@ -555,6 +563,9 @@ func (c *Comm) ipcControl(o *op, t transfer, cell devmem.Buffer, got int) (keep 
 		}
 		return false, err
 	}
+	if binary.LittleEndian.Uint64(ctl[16:]) == ctlOrdered {
+		return c.copyAfterReady(o, t, cell, ctl)
+	}
 	// What is left (not plainControl's) is staged: the bytes follow
 	// through the pipeline.
 	c.ipc.staged.Add(1)
@@ -589,10 +600,10 @@ func (c *Comm) plainControl(t transfer, cell devmem.Buffer, got int) (raw []byte
 	}
 	ctl := cellBytes(cell, 0, ctlLen)
 	if binary.LittleEndian.Uint64(ctl) != ctlMagic || int(binary.LittleEndian.Uint64(ctl[8:])) != t.bytes ||
-		binary.LittleEndian.Uint64(ctl[16:]) == ctlStaged {
+		binary.LittleEndian.Uint64(ctl[16:]) != 0 { // staged, or ordered (copyAfterReady)
 		return nil, false
 	}
-	return ctl[24 : 24+devmem.HandleSize], true
+	return ctl[ctlHandleAt:ctlReadyAt], true
 }
 
 // ipcCopy opens the sender's buffer through the cache and copies it into

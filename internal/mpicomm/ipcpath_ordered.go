@@ -89,18 +89,23 @@ func ipcEventsWanted(size int) (bool, error) {
 type ipcOrder struct {
 	ready, done []*devmem.Event // by rank: this rank's own, and the peers' opened
 	s           *devmem.Stream  // the kernels' stream
-	dev         *devmem.Device
-
-	mu   sync.Mutex
-	held []heldCall      // calls whose kernels may still run, oldest first
-	free []*devmem.Event // their events once let go, for reuse
+	refHold                     // what queued kernels read through the cache
 
 	reductions atomic.Int64 // reductions ordered on the GPU
 }
 
-// heldCall is what one call's kernel may still use: the peers' buffers it
-// opened, let go once done (recorded on the kernel stream after the
-// kernel) is.
+// refHold keeps the cache's references that queued GPU work still reads
+// through (a GPU-ordered reduction's kernel, a GPU-ordered receive's copy)
+// until an event recorded after that work is done.
+type refHold struct {
+	dev  *devmem.Device
+	mu   sync.Mutex
+	held []heldCall      // calls whose work may still run, oldest first
+	free []*devmem.Event // their events once let go, for reuse
+}
+
+// heldCall is what one call's queued work may still use: the peers'
+// buffers it opened, let go once done (recorded after the work) is.
 type heldCall struct {
 	done *devmem.Event
 	refs []*ipccache.Ref
@@ -145,7 +150,7 @@ func (c *Comm) setUpOrder() error {
 			return nil // some rank offers none: host-ordered everywhere
 		}
 	}
-	o := &ipcOrder{ready: make([]*devmem.Event, c.size), done: make([]*devmem.Event, c.size), s: kernelStream, dev: c.dev}
+	o := &ipcOrder{ready: make([]*devmem.Event, c.size), done: make([]*devmem.Event, c.size), s: kernelStream, refHold: refHold{dev: c.dev}}
 	o.ready[c.rank], o.done[c.rank] = ready, done
 	var openErr error
 	for q, raw := range all {
@@ -229,7 +234,7 @@ func (o *ipcOrder) destroy() error {
 
 // reap lets go of the references of every call whose kernel is done, or
 // (wait) of every call, after waiting for its kernel.
-func (o *ipcOrder) reap(wait bool) error {
+func (o *refHold) reap(wait bool) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.reapLocked(wait, len(o.held))
@@ -237,7 +242,7 @@ func (o *ipcOrder) reap(wait bool) error {
 
 // reapLocked lets go of the oldest calls whose kernels are done, and waits
 // for the first n of them.
-func (o *ipcOrder) reapLocked(wait bool, n int) error {
+func (o *refHold) reapLocked(wait bool, n int) error {
 	var errs []error
 	for len(o.held) > 0 {
 		h := o.held[0]
@@ -260,7 +265,7 @@ func (o *ipcOrder) reapLocked(wait bool, n int) error {
 
 // callEvent is an event for a call's kernel (callDone): one let go before,
 // or a new one; nil where none can be made.
-func (o *ipcOrder) callEvent() *devmem.Event {
+func (o *refHold) callEvent() *devmem.Event {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if n := len(o.free); n > 0 {
@@ -276,7 +281,7 @@ func (o *ipcOrder) callEvent() *devmem.Event {
 }
 
 // putBack returns a call's event, done or never recorded, for reuse.
-func (o *ipcOrder) putBack(ev *devmem.Event) {
+func (o *refHold) putBack(ev *devmem.Event) {
 	if ev == nil {
 		return
 	}
@@ -297,6 +302,12 @@ func (o *ipcOrder) hold(ev *devmem.Event, refs []*ipccache.Ref) {
 		release(refs)
 		return
 	}
+	o.keep(ev, refs)
+}
+
+// keep holds refs until ev is done, and lets go of the calls before it
+// whose work is; past maxHeld calls it waits for the oldest.
+func (o *refHold) keep(ev *devmem.Event, refs []*ipccache.Ref) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.held = append(o.held, heldCall{done: ev, refs: refs})

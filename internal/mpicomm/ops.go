@@ -513,6 +513,9 @@ func (c *Comm) pointToPoint(call driver.Call, fl driver.Flight, ps []comm.P2P) e
 	if call.Stream == nil {
 		return c.runP2P(call, ps, tags, turns)
 	}
+	if c.orderedP2P(call, ps) {
+		return c.p2pOrdered(call, fl, ps[0], tags[0])
+	}
 	if handled, err := c.p2pNow(call, fl, ps, tags); handled {
 		return err
 	}

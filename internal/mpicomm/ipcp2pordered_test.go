@@ -1,0 +1,234 @@
+package mpicomm_test
+
+import (
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/mpi"
+	"github.com/gpucomm/gpucomm/internal/mpicomm"
+	"github.com/gpucomm/gpucomm/internal/mpicomm/mpitest"
+)
+
+// TestIPCOrderedP2PUnderLauncher runs the point-to-point tests of the IPC
+// path on streams: on the host device (host-ordered there), and on a GPU
+// with the IPC events on (the default) and off, 2 and 4 ranks.
+func TestIPCOrderedP2PUnderLauncher(t *testing.T) {
+	if !mpi.Built() {
+		t.Skip("MPI is not built in: -tags mpi or mpich")
+	}
+	const pattern = "^TestRankIPCOrderedP2P(Chain|Mixed)$"
+	mpitest.ExpectPass(t, 2, mpitest.RunRanks(t, 2, pattern, 2*time.Minute, "GPUCOMM_DEVICE=host"))
+	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
+		return
+	}
+	for _, np := range []int{2, 4} {
+		mpitest.ExpectPass(t, np, mpitest.RunRanks(t, np, pattern, 3*time.Minute, "GPUCOMM_DEVICE=cuda"))
+		mpitest.ExpectPass(t, np, mpitest.RunRanks(t, np, pattern, 3*time.Minute, "GPUCOMM_DEVICE=cuda", mpicomm.IPCEventsEnv+"=off"))
+	}
+}
+
+// TestRankIPCOrderedP2PChain: ranks in pairs (r, r^1; an odd last rank sits
+// out), each on a stream of its own, rounds issued back to back and waited
+// for once. The even rank writes its send buffer x on its stream and sends
+// it; the odd rank poisons outs[k] on its stream and receives into it. In
+// even rounds the odd rank sends it back (the echo), received into the even
+// rank's outs[k], and the even rank's stream is held back by large copies
+// before it writes x: a receiver's copy that did not wait for the sender's
+// stream reads the round before's x. Odd rounds go one way, and the odd
+// rank's stream is held back longer (before it poisons outs[k]) than the
+// even rank's is before it rewrites x in the next round: a copy that did
+// not come after the receiver's earlier work is overwritten by the poison,
+// and a sender whose stream did not wait for the receiver's copy rewrites
+// x under it. Every output is checked element by element after the one
+// Synchronize; with the events on every message counts as ordered on the
+// GPU, and no opened buffer is left in use.
+func TestRankIPCOrderedP2PChain(t *testing.T) {
+	mpitest.RankOnly(t)
+	c := openIPC(t)
+	r := c.Rank()
+	peer := r ^ 1
+	if peer >= c.Size() {
+		return
+	}
+	dev := c.Device()
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	const rounds = 10
+	pp := newPingPong(t, dev, rounds, peer)
+	on, sends0, receives0 := c.IPCOrderedP2P()
+	for k := range rounds {
+		echo := k%2 == 0
+		if r%2 == 0 {
+			pp.hold(t, s, 6*b2i(echo))
+			if err := devmem.Copy(pp.x.Buffer(), pp.srcs[k].Buffer(), s); err != nil {
+				t.Fatal(err)
+			}
+			if err := comm.Send(c, pp.x, peer, s); err != nil {
+				t.Fatalf("round %d: Send: %v", k, err)
+			}
+			if echo {
+				if err := comm.Recv(c, pp.outs[k], peer, s); err != nil {
+					t.Fatalf("round %d: Recv: %v", k, err)
+				}
+			}
+		} else {
+			pp.hold(t, s, 12*b2i(!echo))
+			if err := devmem.Copy(pp.outs[k].Buffer(), pp.poison.Buffer(), s); err != nil {
+				t.Fatal(err)
+			}
+			if err := comm.Recv(c, pp.outs[k], peer, s); err != nil {
+				t.Fatalf("round %d: Recv: %v", k, err)
+			}
+			if echo {
+				if err := comm.Send(c, pp.outs[k], peer, s); err != nil {
+					t.Fatalf("round %d: Send: %v", k, err)
+				}
+			}
+		}
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	for k := range rounds {
+		switch {
+		case r%2 == 1:
+			mpitest.Expect(t, fmt.Sprintf("round %d's message", k), pp.outs[k], pp.want(k))
+		case k%2 == 0:
+			mpitest.Expect(t, fmt.Sprintf("round %d's echo", k), pp.outs[k], pp.want(k))
+		}
+	}
+	_, sends, receives := c.IPCOrderedP2P()
+	wantSends, wantReceives := int64(0), int64(0)
+	if on {
+		// The even rank sends every round and receives the echoes; the odd
+		// rank the other way round.
+		wantSends, wantReceives = rounds, rounds/2
+		if r%2 == 1 {
+			wantSends, wantReceives = rounds/2, rounds
+		}
+	}
+	if sends-sends0 != wantSends || receives-receives0 != wantReceives {
+		t.Errorf("%d sends and %d receives ordered on the GPU (events on: %v), want %d and %d",
+			sends-sends0, receives-receives0, on, wantSends, wantReceives)
+	}
+	if st := c.IPCCache(); st.InUse != 0 {
+		t.Errorf("%d opened buffers still in use after the stream is done", st.InUse)
+	}
+}
+
+// TestRankIPCOrderedP2PMixed: the even rank of each pair on a stream (held
+// back by large copies before it writes its send buffer), the odd rank on
+// no stream: the odd rank's receive, on the host, must still wait for the
+// sender's stream, and its echo, sent on no stream, is received on the
+// even rank's stream. The odd rank checks each message as soon as its
+// receive returns; the even rank after its stream is done. No message
+// counts as ordered on the GPU at both ends: the even rank's sends are
+// answered by a receiver on the host.
+func TestRankIPCOrderedP2PMixed(t *testing.T) {
+	mpitest.RankOnly(t)
+	c := openIPC(t)
+	r := c.Rank()
+	peer := r ^ 1
+	if peer >= c.Size() {
+		return
+	}
+	dev := c.Device()
+	var s *devmem.Stream
+	if r%2 == 0 {
+		var err error
+		if s, err = dev.NewStream(); err != nil {
+			t.Fatal(err)
+		}
+		defer s.Destroy()
+	}
+	const rounds = 6
+	pp := newPingPong(t, dev, rounds, peer)
+	_, sends0, receives0 := c.IPCOrderedP2P()
+	for k := range rounds {
+		if r%2 == 0 {
+			pp.hold(t, s, 6)
+			if err := devmem.Copy(pp.x.Buffer(), pp.srcs[k].Buffer(), s); err != nil {
+				t.Fatal(err)
+			}
+			if err := comm.Send(c, pp.x, peer, s); err != nil {
+				t.Fatalf("round %d: Send: %v", k, err)
+			}
+			if err := comm.Recv(c, pp.outs[k], peer, s); err != nil {
+				t.Fatalf("round %d: Recv: %v", k, err)
+			}
+			continue
+		}
+		if err := comm.Recv(c, pp.outs[k], peer, nil); err != nil {
+			t.Fatalf("round %d: Recv: %v", k, err)
+		}
+		mpitest.Expect(t, fmt.Sprintf("round %d's message, received on no stream", k), pp.outs[k], pp.want(k))
+		if err := comm.Send(c, pp.outs[k], peer, nil); err != nil {
+			t.Fatalf("round %d: Send: %v", k, err)
+		}
+	}
+	if s != nil {
+		if err := s.Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+		for k := range rounds {
+			mpitest.Expect(t, fmt.Sprintf("round %d's echo, received on a stream", k), pp.outs[k], pp.want(k))
+		}
+	}
+	if _, sends, receives := c.IPCOrderedP2P(); sends != sends0 || receives != receives0 {
+		t.Errorf("%d sends and %d receives ordered on the GPU with a peer on no stream, want 0", sends-sends0, receives-receives0)
+	}
+	if st := c.IPCCache(); st.InUse != 0 {
+		t.Errorf("%d opened buffers still in use after every call is done", st.InUse)
+	}
+}
+
+// pingPong is a ping-pong's buffers: the even rank's inputs srcs[k]
+// (mpitest.Values(pair's seed+k)), copied into x before each send, and on
+// both ranks outs[k], round k's receive (poisoned); slowA and slowB a large
+// pair whose copies hold a stream back. n float64s a message: 8 MiB on a GPU,
+// 1 MiB on the host device.
+type pingPong struct {
+	x, poison, slowA, slowB devmem.Slice[float64]
+	srcs, outs              []devmem.Slice[float64]
+	seed, n                 int
+}
+
+func newPingPong(t *testing.T, dev *devmem.Device, rounds, peer int) *pingPong {
+	t.Helper()
+	n := 1 << 17
+	if dev.Kind() == devmem.CUDA {
+		n = 1 << 20
+	}
+	pp := &pingPong{x: mpitest.Poisoned(t, dev, n), poison: mpitest.Poisoned(t, dev, n), slowA: mpitest.Poisoned(t, dev, 4*n),
+		slowB: mpitest.Poisoned(t, dev, 4*n), seed: 100 * (min(peer, peer^1) + 1), n: n}
+	for k := range rounds {
+		pp.srcs = append(pp.srcs, mpitest.Upload(t, dev, pp.want(k)))
+		pp.outs = append(pp.outs, mpitest.Poisoned(t, dev, n))
+	}
+	t.Cleanup(func() {
+		for _, b := range append(append(pp.srcs, pp.outs...), pp.x, pp.poison, pp.slowA, pp.slowB) {
+			b.Free()
+		}
+	})
+	return pp
+}
+
+// want is round k's message.
+func (pp *pingPong) want(k int) []float64 { return mpitest.Values(pp.seed+k, pp.n) }
+
+// hold queues that many large copies on s.
+func (pp *pingPong) hold(t *testing.T, s *devmem.Stream, copies int) {
+	t.Helper()
+	for range copies {
+		if err := devmem.Copy(pp.slowB.Buffer(), pp.slowA.Buffer(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

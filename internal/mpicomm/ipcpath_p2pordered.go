@@ -1,0 +1,453 @@
+package mpicomm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
+	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/cuda"
+	"github.com/gpucomm/gpucomm/internal/devhook"
+	"github.com/gpucomm/gpucomm/internal/ipccache"
+	"github.com/gpucomm/gpucomm/internal/mpi"
+)
+
+// Point-to-point messages of the IPC path ordered on the GPU with IPC events
+// (issue 22.1). A host-ordered message waits on the host for the sender's
+// stream, for the receiver's stream and for the receiver's copy: under MPS
+// on the H200 a 4 MiB message took about 20 µs where its copy takes 2
+// (docs/PERFORMANCE.md), each side paying a round trip through the GPU.
+// Here a Send or Recv of one message on a stream, on a GPU, is a task on its
+// stream (devhook.Task), run in stream order without waiting for the GPU:
+//
+//  1. the sender takes a pair of its own interprocess events, ready and
+//     done (made once, reused), records ready on its stream and sends the
+//     control message with its buffer's handle and both events' handles
+//     (flag ctlOrdered);
+//  2. the receiver, on its stream, waits for ready, copies the sender's
+//     bytes into its buffer, records the sender's done after the copy and
+//     answers ackOrdered;
+//  3. the sender makes its stream wait for done: later work on it does not
+//     overwrite the send buffer before the copy has read it.
+//
+// The receiver's later work on its stream comes after the copy. Neither
+// host waits for the GPU. A pair goes back to the sender's spares only once
+// the answer has come, and so after the receiver has issued its wait for
+// ready and its record of done, and the sender its wait for done: a pair is
+// recorded again only once every wait for its last records is issued (a
+// wait is for the record latest when the wait is issued). The receiver's
+// reference to the sender's buffer goes once an event recorded after its
+// copy is done (refHold).
+//
+// A receiver on no stream, or one whose Recv goes through a host call (a
+// GroupP2P of several messages), takes an ordered control message on the
+// host: its copy stream waits for ready, and it answers ackCopied once the
+// copy is done, so the sender waits for nothing more. An ordered receiver
+// that gets a host-ordered control message, or anything but the plain
+// copy, first waits for its stream, then goes on as a host call would.
+// Where a step fails before the copy is queued, the sender's bytes go
+// through the host-staged pipeline (ackStage), the sender first waiting
+// for its stream.
+
+// Where the control message holds the sender's buffer's handle and, with
+// ctlOrdered, its events'.
+const (
+	ctlHandleAt = 24
+	ctlReadyAt  = ctlHandleAt + devmem.HandleSize
+	ctlDoneAt   = ctlReadyAt + len(devmem.IPCEventHandle{})
+	ctlEnd      = ctlDoneAt + len(devmem.IPCEventHandle{})
+)
+
+// ctlOrdered is the control message's flag for a sender ordered on the GPU:
+// its events' handles follow the buffer's.
+const ctlOrdered = 2
+
+// ackOrdered is the answer of a receiver that queued its copy after the
+// sender's ready and the record of the sender's done after it.
+const ackOrdered = 4
+
+// p2pOrder is a Comm's state for point-to-point messages ordered on the GPU.
+type p2pOrder struct {
+	refHold // what receivers' queued copies read through the cache
+
+	pmu    sync.Mutex
+	spare  []*eventPair                            // this rank's pairs, free for a send
+	pairs  []*eventPair                            // every pair made, to destroy at Close
+	opened map[devmem.IPCEventHandle]*devmem.Event // the senders' events, opened here
+
+	sends, receives atomic.Int64 // messages ordered on the GPU, by side
+}
+
+// eventPair is a sender's two interprocess events for one message at a
+// time, and their handles.
+type eventPair struct {
+	ready, done *devmem.Event
+	handles     [2]devmem.IPCEventHandle
+}
+
+// setUpP2POrder turns the ordered messages on where every rank wants them
+// (IPCEventsEnv, unset: on) and is on a GPU: every rank of c calls it once
+// the IPC path is set up (a collective on c.ctl).
+func (c *Comm) setUpP2POrder() error {
+	want, err := envOnOff(IPCEventsEnv, true) // checked at Open: valid on every rank
+	can := err == nil && want && c.dev.Kind() == devmem.CUDA
+	v := []int64{b2i(!can)}
+	if err := mpi.AllreduceInt64s(c.ctl, v, mpi.Max); err != nil {
+		return err
+	}
+	if v[0] == 0 && c.ipc.cache != nil {
+		c.ipc.p2p = &p2pOrder{refHold: refHold{dev: c.dev}, opened: map[devmem.IPCEventHandle]*devmem.Event{}}
+	}
+	return nil
+}
+
+// IPCOrderedP2P reports whether this communicator's single messages on a
+// stream through the IPC path are ordered on the GPU with IPC events (on),
+// and how many sends and receives have been.
+func (c *Comm) IPCOrderedP2P() (on bool, sends, receives int64) {
+	p := c.ipc.p2p
+	if p == nil {
+		return false, 0, 0
+	}
+	return true, p.sends.Load(), p.receives.Load()
+}
+
+// take is a spare pair, or a new one; nil where none can be made.
+func (p *p2pOrder) take() *eventPair {
+	p.pmu.Lock()
+	defer p.pmu.Unlock()
+	if n := len(p.spare); n > 0 {
+		e := p.spare[n-1]
+		p.spare = p.spare[:n-1]
+		return e
+	}
+	e := &eventPair{}
+	for i, ev := range []**devmem.Event{&e.ready, &e.done} {
+		made, err := p.dev.NewIPCEvent()
+		if err == nil {
+			*ev = made
+			e.handles[i], err = made.ExportIPC()
+		}
+		if err != nil {
+			for _, m := range []*devmem.Event{e.ready, e.done} {
+				if m != nil {
+					m.Destroy()
+				}
+			}
+			return nil
+		}
+	}
+	p.pairs = append(p.pairs, e)
+	return e
+}
+
+// give returns a pair whose waits are all issued.
+func (p *p2pOrder) give(e *eventPair) {
+	p.pmu.Lock()
+	p.spare = append(p.spare, e)
+	p.pmu.Unlock()
+}
+
+// open is the sender's event h, opened here once.
+func (p *p2pOrder) open(h devmem.IPCEventHandle) (*devmem.Event, error) {
+	p.pmu.Lock()
+	defer p.pmu.Unlock()
+	if e, ok := p.opened[h]; ok {
+		return e, nil
+	}
+	e, err := p.dev.OpenIPCEvent(h)
+	if err != nil {
+		return nil, err
+	}
+	p.opened[h] = e
+	return e, nil
+}
+
+// destroy waits for what this rank's queued copies and the peers' copies
+// of its buffers hold, then destroys the events: a pair's done, recorded
+// by a receiver after its wait for ready and its copy, is waited for, so
+// that no peer's stream still has work on the pair queued.
+func (p *p2pOrder) destroy() error {
+	errs := []error{p.reap(true)}
+	p.pmu.Lock()
+	defer p.pmu.Unlock()
+	for _, e := range p.pairs {
+		errs = append(errs, e.done.Synchronize(), e.ready.Destroy(), e.done.Destroy())
+	}
+	for _, e := range p.opened {
+		errs = append(errs, e.Destroy())
+	}
+	p.mu.Lock()
+	for _, e := range p.free {
+		errs = append(errs, e.Destroy())
+	}
+	p.free = nil
+	p.mu.Unlock()
+	p.pairs, p.spare, p.opened = nil, nil, nil
+	return errors.Join(errs...)
+}
+
+// orderedP2P reports whether a call of the transfers ps on a stream goes
+// ordered on the GPU: one message, through the IPC path, with the events
+// on.
+func (c *Comm) orderedP2P(call driver.Call, ps []comm.P2P) bool {
+	if c.ipc.p2p == nil || call.Stream == nil || len(ps) != 1 || c.direct(call) {
+		return false
+	}
+	return c.ipcFor(ps[0].Peer, ps[0].Count*ps[0].DType.Size())
+}
+
+// p2pOrdered queues the message p, numbered tag, on its stream as a task
+// that does not wait for the stream's GPU work.
+func (c *Comm) p2pOrdered(call driver.Call, fl driver.Flight, p comm.P2P, tag int) error {
+	var ran atomic.Bool
+	err := devhook.Task(call.Stream, func(ctx, h uintptr) error {
+		ran.Store(true)
+		fl.Started()
+		err := c.runP2POrdered(call, p, tag, cuda.Context(ctx), cuda.Stream(h))
+		fl.Ended(err)
+		return err
+	})
+	return c.queued(call, 0, err, &ran)
+}
+
+// runP2POrdered is runP2P for one ordered message; ctx and h are the
+// caller's stream's context and CUstream.
+func (c *Comm) runP2POrdered(call driver.Call, p comm.P2P, tag int, ctx cuda.Context, h cuda.Stream) error {
+	if err := c.beginUnbroken(); err != nil {
+		return c.wrap(call.Operation, err)
+	}
+	defer c.end()
+	o := c.newOp(call, 0)
+	t := transfer{send: p.Kind == comm.SendKind, peers: []int{p.Peer}, buf: p.Buf, bytes: p.Count * p.DType.Size(),
+		dt: p.DType, on: c.p2p, tag: tag, ipc: true}
+	cell, err := c.cell()
+	if err != nil {
+		return c.finish(o, err)
+	}
+	var keep bool // a request still pending writes into the cell
+	if t.send {
+		keep, err = c.sendOrdered(o, t, cell, ctx, h)
+	} else {
+		keep, err = c.recvOrdered(o, t, cell, ctx, h)
+	}
+	if !keep {
+		c.putCell(cell)
+	}
+	return c.finish(o, c.explainTimeout(o, t, err))
+}
+
+// waitStreamIn waits on the host for the caller's stream before t goes on
+// as a host call would; where that fails, t's peer is left waiting for a
+// message or an answer, so the communicator breaks.
+func (c *Comm) waitStreamIn(t transfer, ctx cuda.Context, h cuda.Stream) error {
+	if err := cuda.StreamSynchronizeIn(ctx, h); err != nil {
+		err = fmt.Errorf("%v: waiting for the stream: %w", t, err)
+		c.setBroken(err)
+		return err
+	}
+	return nil
+}
+
+// sendOrdered is a send's steps 1 and 3 (see the top of this file).
+func (c *Comm) sendOrdered(o *op, t transfer, cell devmem.Buffer, ctx cuda.Context, h cuda.Stream) (keep bool, err error) {
+	ord := c.ipc.p2p
+	staged := c.fillControl(t, cell)
+	var pair *eventPair
+	if !staged {
+		pair = ord.take()
+	}
+	if pair != nil && cuda.EventRecordIn(ctx, cuda.Event(devhook.EventHandle(pair.ready)), h) != nil {
+		ord.give(pair) // recorded nowhere: no one waits for it
+		pair = nil
+	}
+	if pair == nil {
+		// As a host call: the stream's earlier work first.
+		if err := c.waitStreamIn(t, ctx, h); err != nil {
+			return false, err
+		}
+		return c.sendControl(o, t, cell, staged)
+	}
+	ctl := cellBytes(cell, 0, ctlLen)
+	binary.LittleEndian.PutUint64(ctl[16:], ctlOrdered)
+	copy(ctl[ctlReadyAt:], pair.handles[0][:])
+	copy(ctl[ctlDoneAt:], pair.handles[1][:])
+	// From here the pair is reused only once the answer has come: a
+	// receiver that got the control message may still wait for ready.
+	reqs, keep, err := c.postSend(o, t, cell)
+	if err != nil {
+		return keep, err
+	}
+	if keep, err := c.settled(o, t, reqs[:]); err != nil {
+		return keep, err
+	}
+	a := binary.LittleEndian.Uint64(cellBytes(cell, c.ipc.room, ackLen))
+	switch a {
+	case ackOrdered:
+		done := cuda.Event(devhook.EventHandle(pair.done))
+		if werr := cuda.StreamWaitEventIn(ctx, h, done); werr != nil {
+			// Later work on the stream must still not overwrite the
+			// send buffer before the copy has read it: wait here.
+			if serr := cuda.EventSynchronizeIn(ctx, done); serr != nil {
+				return false, fmt.Errorf("%v: waiting for rank %d's copy: %w", t, t.peers[0], errors.Join(werr, serr))
+			}
+		}
+		ord.sends.Add(1)
+		a = ackCopied
+	case ackStage:
+		// The pipeline reads the send buffer on the host.
+		if err := c.waitStreamIn(t, ctx, h); err != nil {
+			ord.give(pair)
+			return false, err
+		}
+	}
+	ord.give(pair)
+	return false, c.ipcAcked(o, t, a)
+}
+
+// recvOrdered is a receive's step 2 (see the top of this file).
+func (c *Comm) recvOrdered(o *op, t transfer, cell devmem.Buffer, ctx cuda.Context, h cuda.Stream) (keep bool, err error) {
+	req, err := t.on.Irecv(cell.Addr(), c.ipc.room, mpi.Byte, t.peers[0], t.tag)
+	if err != nil {
+		return false, err
+	}
+	if keep, err := c.settled(o, t, []*mpi.Request{req}); err != nil {
+		return keep, err
+	}
+	got := req.Status().Count
+	ctl, ok := orderedControl(t, cell, got)
+	if !ok {
+		// A host-ordered sender, or more than the plain copy: as a host
+		// call, the stream's earlier work first.
+		if err := c.waitStreamIn(t, ctx, h); err != nil {
+			return false, err
+		}
+		return c.ipcControl(o, t, cell, got)
+	}
+	ord := c.ipc.p2p
+	ref, err := c.openSender(t, ctl[ctlHandleAt:ctlReadyAt])
+	var ready, done *devmem.Event
+	if err == nil {
+		if ready, err = ord.open(eventHandleAt(ctl, ctlReadyAt)); err == nil {
+			done, err = ord.open(eventHandleAt(ctl, ctlDoneAt))
+		}
+	}
+	if err == nil {
+		if err = cuda.StreamWaitEventIn(ctx, h, cuda.Event(devhook.EventHandle(ready))); err == nil {
+			err = cuda.MemcpyDtoDAsyncIn(ctx, cuda.DevicePtr(t.buf.Addr()), cuda.DevicePtr(ref.Buf.Addr()), t.bytes, h)
+		}
+	}
+	if err != nil {
+		// Nothing copied: the bytes come through the pipeline, which
+		// writes the receive buffer from the host once the stream's earlier
+		// work (and the wait, where it was queued) is done.
+		if serr := c.waitStreamIn(t, ctx, h); serr != nil {
+			return false, errors.Join(err, serr, releaseRef(ref))
+		}
+		return c.restage(o, t, cell, errors.Join(err, releaseRef(ref)))
+	}
+	answer := uint64(ackOrdered)
+	if cuda.EventRecordIn(ctx, cuda.Event(devhook.EventHandle(done)), h) != nil {
+		// The sender cannot wait for the copy: it is waited for here.
+		if err := c.waitStreamIn(t, ctx, h); err != nil {
+			return false, errors.Join(err, releaseRef(ref))
+		}
+		answer = ackCopied
+	}
+	ord.holdRef(ctx, h, ref)
+	if answer == ackOrdered {
+		ord.receives.Add(1)
+	}
+	c.ipc.got.Add(1)
+	c.nodeGot.Add(1)
+	return c.answer(o, t, cell, answer)
+}
+
+// orderedControl returns a control message of got bytes in cell from a
+// sender ordered on the GPU that asks for nothing but the copy: the right
+// length, magic and count, and the flag.
+func orderedControl(t transfer, cell devmem.Buffer, got int) (ctl []byte, ok bool) {
+	if got != ctlLen {
+		return nil, false
+	}
+	ctl = cellBytes(cell, 0, ctlLen)
+	if binary.LittleEndian.Uint64(ctl) != ctlMagic || int(binary.LittleEndian.Uint64(ctl[8:])) != t.bytes ||
+		binary.LittleEndian.Uint64(ctl[16:]) != ctlOrdered {
+		return nil, false
+	}
+	return ctl, true
+}
+
+func eventHandleAt(ctl []byte, at int) (h devmem.IPCEventHandle) {
+	copy(h[:], ctl[at:])
+	return h
+}
+
+// openSender opens the sender's buffer, named by the handle raw, through
+// the cache.
+func (c *Comm) openSender(t transfer, raw []byte) (*ipccache.Ref, error) {
+	var h devmem.IPCHandle
+	if err := h.UnmarshalBinary(raw); err != nil {
+		return nil, err
+	}
+	if h.Size() != t.bytes {
+		return nil, fmt.Errorf("%v: the handle names %d bytes: %w", t, h.Size(), comm.ErrMismatch)
+	}
+	return c.ipc.cache.Open(h)
+}
+
+// releaseRef releases ref, if any.
+func releaseRef(ref *ipccache.Ref) error {
+	if ref == nil {
+		return nil
+	}
+	return ref.Release()
+}
+
+// holdRef keeps ref until an event recorded on h after the copy queued
+// there is done; where no event can be recorded, it waits for h and lets
+// ref go now (its errors are the stream's, which its next Synchronize
+// reports).
+func (p *p2pOrder) holdRef(ctx cuda.Context, h cuda.Stream, ref *ipccache.Ref) {
+	p.reap(false)
+	ev := p.callEvent()
+	if ev != nil && cuda.EventRecordIn(ctx, cuda.Event(devhook.EventHandle(ev)), h) != nil {
+		p.putBack(ev)
+		ev = nil
+	}
+	if ev == nil {
+		cuda.StreamSynchronizeIn(ctx, h)
+		ref.Release()
+		return
+	}
+	p.keep(ev, []*ipccache.Ref{ref})
+}
+
+// copyAfterReady is a host-ordered receive's end for a control message
+// ctl from a sender ordered on the GPU: the copy waits for the sender's
+// ready, and the receiver answers once it is done.
+func (c *Comm) copyAfterReady(o *op, t transfer, cell devmem.Buffer, ctl []byte) (keep bool, err error) {
+	ord := c.ipc.p2p
+	if ord == nil {
+		// Not possible where the ranks agreed at Open; the sender then
+		// sends through the pipeline.
+		return c.restage(o, t, cell, errors.New("the IPC events are off on this rank"))
+	}
+	ready, err := ord.open(eventHandleAt(ctl, ctlReadyAt))
+	if err == nil {
+		err = c.ipc.batch.s.WaitEvent(ready)
+	}
+	if err == nil {
+		err = c.ipcCopy(t, ctl[ctlHandleAt:ctlReadyAt])
+	}
+	if err != nil {
+		return c.restage(o, t, cell, err)
+	}
+	c.ipc.got.Add(1)
+	c.nodeGot.Add(1)
+	return c.answer(o, t, cell, ackCopied)
+}
