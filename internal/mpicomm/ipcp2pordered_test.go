@@ -124,7 +124,9 @@ func TestRankIPCOrderedP2PChain(t *testing.T) {
 }
 
 // TestRankIPCOrderedP2PMixed: the even rank of each pair on a stream (held
-// back by large copies before it writes its send buffer), the odd rank on
+// back by large copies before it writes its send buffer: on a GPU a few
+// milliseconds of them, longer than the time slice in which the GPU runs
+// one process's queued work before another's), the odd rank on
 // no stream: the odd rank's receive, on the host, must still wait for the
 // sender's stream, and its echo, sent on no stream, is received on the
 // even rank's stream. The odd rank checks each message as soon as its
@@ -153,7 +155,7 @@ func TestRankIPCOrderedP2PMixed(t *testing.T) {
 	_, sends0, receives0 := c.IPCOrderedP2P()
 	for k := range rounds {
 		if r%2 == 0 {
-			pp.hold(t, s, 6)
+			pp.hold(t, s, pp.long)
 			if err := devmem.Copy(pp.x.Buffer(), pp.srcs[k].Buffer(), s); err != nil {
 				t.Fatal(err)
 			}
@@ -198,15 +200,16 @@ type pingPong struct {
 	x, poison, slowA, slowB devmem.Slice[float64]
 	srcs, outs              []devmem.Slice[float64]
 	seed, n                 int
+	long                    int // copies that hold a stream back a few milliseconds on a GPU
 }
 
 func newPingPong(t *testing.T, dev *devmem.Device, rounds, peer int) *pingPong {
 	t.Helper()
-	n := 1 << 17
+	n, long := 1<<17, 6
 	if dev.Kind() == devmem.CUDA {
-		n = 1 << 20
+		n, long = 1<<20, 96
 	}
-	pp := &pingPong{x: mpitest.Poisoned(t, dev, n), poison: mpitest.Poisoned(t, dev, n), slowA: mpitest.Poisoned(t, dev, 4*n),
+	pp := &pingPong{long: long, x: mpitest.Poisoned(t, dev, n), poison: mpitest.Poisoned(t, dev, n), slowA: mpitest.Poisoned(t, dev, 4*n),
 		slowB: mpitest.Poisoned(t, dev, 4*n), seed: 100 * (min(peer, peer^1) + 1), n: n}
 	for k := range rounds {
 		pp.srcs = append(pp.srcs, mpitest.Upload(t, dev, pp.want(k)))

@@ -358,13 +358,18 @@ func (c *Comm) recvOrdered(o *op, t transfer, cell devmem.Buffer, ctx cuda.Conte
 		}
 		answer = ackCopied
 	}
+	// The answer goes first: the sender need not wait for the bookkeeping.
+	r, aerr := c.postAnswer(t, cell, answer)
 	ord.holdRef(ctx, h, ref)
 	if answer == ackOrdered {
 		ord.receives.Add(1)
 	}
 	c.ipc.got.Add(1)
 	c.nodeGot.Add(1)
-	return c.answer(o, t, cell, answer)
+	if aerr != nil {
+		return false, aerr
+	}
+	return c.settled(o, t, []*mpi.Request{r})
 }
 
 // orderedControl returns a control message of got bytes in cell from a
