@@ -20,7 +20,7 @@ func TestIPCOrderedP2PUnderLauncher(t *testing.T) {
 	if !mpi.Built() {
 		t.Skip("MPI is not built in: -tags mpi or mpich")
 	}
-	const pattern = "^TestRankIPCOrderedP2P(Chain|Mixed)$"
+	const pattern = "^TestRankIPCOrderedP2P(Chain|Mixed|Group)$"
 	mpitest.ExpectPass(t, 2, mpitest.RunRanks(t, 2, pattern, 2*time.Minute, "GPUCOMM_DEVICE=host"))
 	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
 		return
@@ -117,6 +117,75 @@ func TestRankIPCOrderedP2PChain(t *testing.T) {
 	if sends-sends0 != wantSends || receives-receives0 != wantReceives {
 		t.Errorf("%d sends and %d receives ordered on the GPU (events on: %v), want %d and %d",
 			sends-sends0, receives-receives0, on, wantSends, wantReceives)
+	}
+	if st := c.IPCCache(); st.InUse != 0 {
+		t.Errorf("%d opened buffers still in use after the stream is done", st.InUse)
+	}
+}
+
+// TestRankIPCOrderedP2PGroup: ranks in pairs, each round one GroupP2P on
+// each rank's stream that sends x to the peer and receives the peer's x
+// into outs[k] (a halo exchange's shape, ordered on the GPU as a whole
+// with the events on). In even rounds both streams are held back before x
+// is rewritten; in odd rounds the odd rank's is held back longer before it
+// poisons outs[k] than the even rank's is before it rewrites x in the next
+// round. Every output is checked after the one Synchronize; with the
+// events on every message counts as ordered on the GPU.
+func TestRankIPCOrderedP2PGroup(t *testing.T) {
+	mpitest.RankOnly(t)
+	c := openIPC(t)
+	r := c.Rank()
+	peer := r ^ 1
+	if peer >= c.Size() {
+		return
+	}
+	dev := c.Device()
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	const rounds = 10
+	pp := newPingPong(t, dev, rounds, peer)
+	// This rank's messages are its own: the pair's seed, offset by rank.
+	mine := func(q, k int) []float64 { return mpitest.Values(pp.seed+50*(q%2)+k, pp.n) }
+	var srcs []devmem.Slice[float64]
+	for k := range rounds {
+		srcs = append(srcs, mpitest.Upload(t, dev, mine(r, k)))
+	}
+	defer func() {
+		for _, b := range srcs {
+			b.Free()
+		}
+	}()
+	on, sends0, receives0 := c.IPCOrderedP2P()
+	for k := range rounds {
+		pp.hold(t, s, 6*b2i(k%2 == 0))
+		if err := devmem.Copy(pp.x.Buffer(), srcs[k].Buffer(), s); err != nil {
+			t.Fatal(err)
+		}
+		pp.hold(t, s, 12*b2i(k%2 == 1 && r%2 == 1))
+		if err := devmem.Copy(pp.outs[k].Buffer(), pp.poison.Buffer(), s); err != nil {
+			t.Fatal(err)
+		}
+		ops := []comm.P2P{comm.SendSlice(peer, pp.x), comm.RecvSlice(peer, pp.outs[k])}
+		if err := c.GroupP2P(ops, s); err != nil {
+			t.Fatalf("round %d: GroupP2P: %v", k, err)
+		}
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	for k := range rounds {
+		mpitest.Expect(t, fmt.Sprintf("round %d's message from rank %d", k, peer), pp.outs[k], mine(peer, k))
+	}
+	_, sends, receives := c.IPCOrderedP2P()
+	want := int64(0)
+	if on {
+		want = rounds
+	}
+	if sends-sends0 != want || receives-receives0 != want {
+		t.Errorf("%d sends and %d receives ordered on the GPU (events on: %v), want %d each", sends-sends0, receives-receives0, on, want)
 	}
 	if st := c.IPCCache(); st.InUse != 0 {
 		t.Errorf("%d opened buffers still in use after the stream is done", st.InUse)

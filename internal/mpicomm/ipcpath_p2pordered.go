@@ -21,8 +21,9 @@ import (
 // stream, for the receiver's stream and for the receiver's copy: under MPS
 // on the H200 a 4 MiB message took about 20 µs where its copy takes 2
 // (docs/PERFORMANCE.md), each side paying a round trip through the GPU.
-// Here a Send or Recv of one message on a stream, on a GPU, is a task on its
-// stream (devhook.Task), run in stream order without waiting for the GPU:
+// Here a Send, a Recv, or a GroupP2P of a few messages (a halo exchange's)
+// on a stream, on a GPU, is a task on its stream (devhook.Task), run in
+// stream order without waiting for the GPU; for each message:
 //
 //  1. the sender takes a pair of its own interprocess events, ready and
 //     done (made once, reused), records ready on its stream and sends the
@@ -44,7 +45,7 @@ import (
 // copy is done (refHold).
 //
 // A receiver on no stream, or one whose Recv goes through a host call (a
-// GroupP2P of several messages), takes an ordered control message on the
+// GroupP2P of many messages: osu_bw's windows), takes an ordered control message on the
 // host: its copy stream waits for ready, and it answers ackCopied once the
 // copy is done, so the sender waits for nothing more. An ordered receiver
 // that gets a host-ordered control message, or anything but the plain
@@ -192,42 +193,69 @@ func (p *p2pOrder) destroy() error {
 }
 
 // orderedP2P reports whether a call of the transfers ps on a stream goes
-// ordered on the GPU: one message, through the IPC path, with the events
-// on.
+// ordered on the GPU: every message through the IPC path, with the events
+// on, and no more messages than the node's CPUs hold waiting at once (a
+// halo exchange's, say; osu_bw's windows of 64 go together on the host,
+// ipcwindow.go).
 func (c *Comm) orderedP2P(call driver.Call, ps []comm.P2P) bool {
-	if c.ipc.p2p == nil || call.Stream == nil || len(ps) != 1 || c.direct(call) {
+	if c.ipc.p2p == nil || call.Stream == nil || len(ps) == 0 || c.crowded(len(ps)) || c.direct(call) {
 		return false
 	}
-	return c.ipcFor(ps[0].Peer, ps[0].Count*ps[0].DType.Size())
+	for _, p := range ps {
+		if !c.ipcFor(p.Peer, p.Count*p.DType.Size()) {
+			return false
+		}
+	}
+	return true
 }
 
-// p2pOrdered queues the message p, numbered tag, on its stream as a task
-// that does not wait for the stream's GPU work.
-func (c *Comm) p2pOrdered(call driver.Call, fl driver.Flight, p comm.P2P, tag int) error {
+// p2pOrdered queues the messages ps, numbered tags, on their stream as a
+// task that does not wait for the stream's GPU work.
+func (c *Comm) p2pOrdered(call driver.Call, fl driver.Flight, ps []comm.P2P, tags []int) error {
+	ts := make([]transfer, len(ps)) // the queued call outlives the caller's slices
+	for i, p := range ps {
+		ts[i] = transfer{send: p.Kind == comm.SendKind, peers: []int{p.Peer}, buf: p.Buf, bytes: p.Count * p.DType.Size(),
+			dt: p.DType, on: c.p2p, tag: tags[i], ipc: true}
+	}
 	var ran atomic.Bool
 	err := devhook.Task(call.Stream, func(ctx, h uintptr) error {
 		ran.Store(true)
 		fl.Started()
-		err := c.runP2POrdered(call, p, tag, cuda.Context(ctx), cuda.Stream(h))
+		err := c.runP2POrdered(call, ts, cuda.Context(ctx), cuda.Stream(h))
 		fl.Ended(err)
 		return err
 	})
 	return c.queued(call, 0, err, &ran)
 }
 
-// runP2POrdered is runP2P for one ordered message; ctx and h are the
-// caller's stream's context and CUstream.
-func (c *Comm) runP2POrdered(call driver.Call, p comm.P2P, tag int, ctx cuda.Context, h cuda.Stream) error {
+// runP2POrdered is runP2P for ordered messages, a goroutine each where
+// there are several (so that a pair's sends and receives of one call never
+// wait for each other); ctx and h are the caller's stream's context and
+// CUstream, on which every receive queues its copy and every send its
+// wait.
+func (c *Comm) runP2POrdered(call driver.Call, ts []transfer, ctx cuda.Context, h cuda.Stream) error {
 	if err := c.beginUnbroken(); err != nil {
 		return c.wrap(call.Operation, err)
 	}
 	defer c.end()
 	o := c.newOp(call, 0)
-	t := transfer{send: p.Kind == comm.SendKind, peers: []int{p.Peer}, buf: p.Buf, bytes: p.Count * p.DType.Size(),
-		dt: p.DType, on: c.p2p, tag: tag, ipc: true}
+	if len(ts) == 1 {
+		return c.finish(o, c.moveOrdered(o, ts[0], ctx, h))
+	}
+	errs := make([]error, len(ts))
+	var wg sync.WaitGroup
+	for i := range ts {
+		wg.Go(func() { errs[i] = c.moveOrdered(o, ts[i], ctx, h) })
+	}
+	wg.Wait()
+	return c.finish(o, errors.Join(errs...))
+}
+
+// moveOrdered moves one ordered message.
+func (c *Comm) moveOrdered(o *op, t transfer, ctx cuda.Context, h cuda.Stream) error {
 	cell, err := c.cell()
 	if err != nil {
-		return c.finish(o, err)
+		return err
 	}
 	var keep bool // a request still pending writes into the cell
 	if t.send {
@@ -238,7 +266,7 @@ func (c *Comm) runP2POrdered(call driver.Call, p comm.P2P, tag int, ctx cuda.Con
 	if !keep {
 		c.putCell(cell)
 	}
-	return c.finish(o, c.explainTimeout(o, t, err))
+	return c.explainTimeout(o, t, err)
 }
 
 // waitStreamIn waits on the host for the caller's stream before t goes on

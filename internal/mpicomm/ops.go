@@ -514,7 +514,7 @@ func (c *Comm) pointToPoint(call driver.Call, fl driver.Flight, ps []comm.P2P) e
 		return c.runP2P(call, ps, tags, turns)
 	}
 	if c.orderedP2P(call, ps) {
-		return c.p2pOrdered(call, fl, ps[0], tags[0])
+		return c.p2pOrdered(call, fl, ps, tags)
 	}
 	if handled, err := c.p2pNow(call, fl, ps, tags); handled {
 		return err
