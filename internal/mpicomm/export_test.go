@@ -16,3 +16,11 @@ func SetFusedRanks(n int) int {
 // IPCEventsWanted is ipcEventsWanted: whether a communicator of size ranks
 // wants the IPC events, as IPCEventsEnv says.
 func IPCEventsWanted(size int) (bool, error) { return ipcEventsWanted(size) }
+
+// P2PEventsWanted is p2pEventsWanted: whether the messages of a
+// communicator want the IPC events, some of whose ranks share a GPU or not.
+func P2PEventsWanted(shared bool) (bool, error) { return p2pEventsWanted(shared) }
+
+// Crowded is crowded: whether n transfers waiting at once on each of the
+// node's ranks are more than this process's CPUs.
+func (c *Comm) Crowded(n int) bool { return c.crowded(n) }

@@ -66,8 +66,9 @@ func TestRankIPCOrderedChain(t *testing.T) {
 	ch.free()
 }
 
-// TestIPCEventsEnvAndItsDefault: unset, the events are on for a
-// communicator of two ranks only; "on" and "off" (and their synonyms) say
+// TestIPCEventsEnvAndItsDefault: unset, the reductions' events are on for a
+// communicator of two ranks only, the messages' where no two ranks share a
+// GPU; "on" and "off" (and their synonyms) say
 // so whatever the size; anything else is ErrInvalidArgument.
 func TestIPCEventsEnvAndItsDefault(t *testing.T) {
 	for _, tc := range []struct {
@@ -87,6 +88,25 @@ func TestIPCEventsEnvAndItsDefault(t *testing.T) {
 		}
 		if err != nil || got != tc.want {
 			t.Errorf("%q with %d ranks: %v, %v; want %v", tc.v, tc.size, got, err, tc.want)
+		}
+	}
+	// The messages: unset, on where no two ranks share a GPU.
+	for _, tc := range []struct {
+		v      string
+		shared bool
+		want   bool
+		bad    bool
+	}{{"", false, true, false}, {"", true, false, false}, {"on", true, true, false}, {"off", false, false, false}, {"maybe", false, false, true}} {
+		t.Setenv(mpicomm.IPCEventsEnv, tc.v)
+		got, err := mpicomm.P2PEventsWanted(tc.shared)
+		if tc.bad {
+			if !errors.Is(err, comm.ErrInvalidArgument) {
+				t.Errorf("%q: error %v, want ErrInvalidArgument", tc.v, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("messages, %q, a GPU shared %v: %v, %v; want %v", tc.v, tc.shared, got, err, tc.want)
 		}
 	}
 }

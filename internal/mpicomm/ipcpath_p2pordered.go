@@ -17,7 +17,8 @@ import (
 )
 
 // Point-to-point messages of the IPC path ordered on the GPU with IPC events
-// (issue 22.1). A host-ordered message waits on the host for the sender's
+// (issue 22.1), where GPUCOMM_NODE_IPC_EVENTS says so (p2pEventsWanted:
+// unset, where no two ranks share a GPU). A host-ordered message waits on the host for the sender's
 // stream, for the receiver's stream and for the receiver's copy: under MPS
 // on the H200 a 4 MiB message took about 20 µs where its copy takes 2
 // (docs/PERFORMANCE.md), each side paying a round trip through the GPU.
@@ -90,11 +91,32 @@ type eventPair struct {
 	handles     [2]devmem.IPCEventHandle
 }
 
+// p2pEventsWanted reads IPCEventsEnv for the messages: unset, they are
+// ordered on the GPU only where no two ranks of the communicator share a
+// GPU (shared). Processes on one GPU take turns on it unless MPS runs them
+// together, and a stream that waits for another process's event waits for
+// that process's turn: on an H100 without MPS (2026-12-05,
+// docs/PERFORMANCE.md) the heat solver's halo exchanges ordered on the GPU
+// took its 16384² steps from 1.84 to 0.85 TB/s with 2 ranks and from 1 to
+// 0.32 with 4, where under MPS a 64 MiB ping-pong went from 68-73 µs to 59.
+func p2pEventsWanted(shared bool) (bool, error) { return envOnOff(IPCEventsEnv, !shared) }
+
 // setUpP2POrder turns the ordered messages on where every rank wants them
-// (IPCEventsEnv, unset: on) and is on a GPU: every rank of c calls it once
-// the IPC path is set up (a collective on c.ctl).
+// (p2pEventsWanted) and is on a GPU: every rank of c calls it once the IPC
+// path is set up (collectives on c.ctl).
 func (c *Comm) setUpP2POrder() error {
-	want, err := envOnOff(IPCEventsEnv, true) // checked at Open: valid on every rank
+	id := c.dev.UUID()
+	ids, err := mpi.AllgatherBytes(c.ctl, id[:])
+	if err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	shared := false
+	for _, b := range ids {
+		shared = shared || seen[string(b)]
+		seen[string(b)] = true
+	}
+	want, err := p2pEventsWanted(shared) // checked at Open: valid on every rank
 	can := err == nil && want && c.dev.Kind() == devmem.CUDA
 	v := []int64{b2i(!can)}
 	if err := mpi.AllreduceInt64s(c.ctl, v, mpi.Max); err != nil {
