@@ -247,7 +247,7 @@ func build(cfg Config, base *mpi.Comm, parent *Comm, opName string) (c *Comm, er
 		if envErr == nil {
 			// Read here, where a bad value fails every rank's Open
 			// together; setUpOrder reads it again, valid by then.
-			_, envErr = ipcEventsWanted(c.size)
+			_, envErr = ipcEventsWanted(c.size, false)
 		}
 		if envErr != nil && localErr == nil {
 			localErr = envErr

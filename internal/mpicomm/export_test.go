@@ -13,9 +13,10 @@ func SetFusedRanks(n int) int {
 	return was
 }
 
-// IPCEventsWanted is ipcEventsWanted: whether a communicator of size ranks
-// wants the IPC events, as IPCEventsEnv says.
-func IPCEventsWanted(size int) (bool, error) { return ipcEventsWanted(size) }
+// IPCEventsWanted is ipcEventsWanted: whether the reductions of a
+// communicator of size ranks, some sharing a GPU or not, want the IPC
+// events, as IPCEventsEnv says.
+func IPCEventsWanted(size int, shared bool) (bool, error) { return ipcEventsWanted(size, shared) }
 
 // P2PEventsWanted is p2pEventsWanted: whether the messages of a
 // communicator want the IPC events, some of whose ranks share a GPU or not.

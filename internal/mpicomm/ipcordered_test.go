@@ -67,19 +67,21 @@ func TestRankIPCOrderedChain(t *testing.T) {
 }
 
 // TestIPCEventsEnvAndItsDefault: unset, the reductions' events are on for a
-// communicator of two ranks only, the messages' where no two ranks share a
-// GPU; "on" and "off" (and their synonyms) say
+// communicator of two ranks only, and only where no two ranks share a GPU,
+// the messages' where no two ranks share a GPU; "on" and "off" (and their synonyms) say
 // so whatever the size; anything else is ErrInvalidArgument.
 func TestIPCEventsEnvAndItsDefault(t *testing.T) {
 	for _, tc := range []struct {
-		v    string
-		size int
-		want bool
-		bad  bool
-	}{{"", 2, true, false}, {"", 3, false, false}, {"", 4, false, false}, {"on", 4, true, false}, {"1", 8, true, false},
-		{" ON ", 3, true, false}, {"off", 2, false, false}, {"false", 2, false, false}, {"sometimes", 2, false, true}} {
+		v      string
+		size   int
+		shared bool
+		want   bool
+		bad    bool
+	}{{"", 2, false, true, false}, {"", 2, true, false, false}, {"", 3, false, false, false}, {"", 4, false, false, false},
+		{"on", 4, false, true, false}, {"on", 2, true, true, false}, {"1", 8, false, true, false},
+		{" ON ", 3, false, true, false}, {"off", 2, false, false, false}, {"false", 2, false, false, false}, {"sometimes", 2, false, false, true}} {
 		t.Setenv(mpicomm.IPCEventsEnv, tc.v)
-		got, err := mpicomm.IPCEventsWanted(tc.size)
+		got, err := mpicomm.IPCEventsWanted(tc.size, tc.shared)
 		if tc.bad {
 			if !errors.Is(err, comm.ErrInvalidArgument) {
 				t.Errorf("%q: error %v, want ErrInvalidArgument", tc.v, err)
@@ -87,7 +89,7 @@ func TestIPCEventsEnvAndItsDefault(t *testing.T) {
 			continue
 		}
 		if err != nil || got != tc.want {
-			t.Errorf("%q with %d ranks: %v, %v; want %v", tc.v, tc.size, got, err, tc.want)
+			t.Errorf("%q with %d ranks, a GPU shared %v: %v, %v; want %v", tc.v, tc.size, tc.shared, got, err, tc.want)
 		}
 	}
 	// The messages: unset, on where no two ranks share a GPU.

@@ -113,6 +113,7 @@ type ipcPath struct {
 	peerWhy           map[int]string // by rank: why the pair has no IPC path, as the probe found
 	order             *ipcOrder      // stream-ordered reductions ordered on the GPU (ipcpath_ordered.go); nil: on the host
 	p2p               *p2pOrder      // single messages on a stream ordered on the GPU (ipcpath_p2pordered.go); nil: on the host
+	sharedGPU         bool           // two ranks of the communicator or more are on one GPU (as setUpP2POrder found)
 }
 
 // ipcFor reports whether a message of bytes bytes to or from peer takes the

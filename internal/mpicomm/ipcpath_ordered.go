@@ -72,17 +72,25 @@ import (
 const IPCEventsEnv = "GPUCOMM_NODE_IPC_EVENTS"
 
 // ipcEventsDefaultRanks is the communicator size at which the events are on
-// when IPCEventsEnv is unset: on the H200 under MPS (2026-12-05,
-// docs/PERFORMANCE.md) they took 2 ranks' reductions of 16 and 64 MiB from
-// 121 to 106 µs (64 MiB AllReduce) and from 64-74 to 48-53 µs (16 MiB),
-// while with 4 ranks they were no faster at 64 MiB and 15-35% slower at 4
-// and 16 MiB (each rank's stream then waits on four other processes'
-// events twice a call).
+// when IPCEventsEnv is unset (and no two ranks share a GPU): on the H200
+// under MPS (2026-12-05, docs/PERFORMANCE.md) they took 2 ranks'
+// reductions of 16 and 64 MiB from 121 to 106 µs (64 MiB AllReduce) and
+// from 64-74 to 48-53 µs (16 MiB), while with 4 ranks they were no faster
+// at 64 MiB and 15-35% slower at 4 and 16 MiB (each rank's stream then
+// waits on four other processes' events twice a call).
 const ipcEventsDefaultRanks = 2
 
-// ipcEventsWanted reads IPCEventsEnv for a communicator of size ranks.
-func ipcEventsWanted(size int) (bool, error) {
-	return envOnOff(IPCEventsEnv, size == ipcEventsDefaultRanks)
+// ipcEventsWanted reads IPCEventsEnv for the reductions of a communicator
+// of size ranks, some of which share a GPU (shared): unset, on for
+// ipcEventsDefaultRanks ranks on GPUs of their own. Ranks that share a GPU
+// without MPS take turns on it, and a kernel or stream that waits for
+// another process's event waits for that process's turn: the messages'
+// events made the heat solver's steps 2-3 times slower there
+// (p2pEventsWanted); the reductions wait for the peers' events as the
+// messages do. The figures above were under MPS, which runs the
+// processes together (set the variable on with it).
+func ipcEventsWanted(size int, shared bool) (bool, error) {
+	return envOnOff(IPCEventsEnv, size == ipcEventsDefaultRanks && !shared)
 }
 
 // ipcOrder is a Comm's state for stream-ordered reductions on the GPU.
@@ -119,7 +127,7 @@ const maxHeld = 64
 // them: every rank of c calls it where ipcAll holds (a collective). It
 // leaves c.ipc.order nil where any rank cannot or does not want them.
 func (c *Comm) setUpOrder() error {
-	want, err := ipcEventsWanted(c.size) // checked at Open: valid on every rank
+	want, err := ipcEventsWanted(c.size, c.ipc.sharedGPU) // checked at Open: valid on every rank
 	if err != nil {
 		want = false
 	}

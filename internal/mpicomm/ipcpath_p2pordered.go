@@ -101,9 +101,10 @@ type eventPair struct {
 // 0.32 with 4, where under MPS a 64 MiB ping-pong went from 68-73 µs to 59.
 func p2pEventsWanted(shared bool) (bool, error) { return envOnOff(IPCEventsEnv, !shared) }
 
-// setUpP2POrder turns the ordered messages on where every rank wants them
-// (p2pEventsWanted) and is on a GPU: every rank of c calls it once the IPC
-// path is set up (collectives on c.ctl).
+// setUpP2POrder finds whether ranks share a GPU (for the reductions'
+// default too, setUpOrder's) and turns the ordered messages on where every
+// rank wants them (p2pEventsWanted) and is on a GPU: every rank of c calls
+// it once the IPC path is set up (collectives on c.ctl).
 func (c *Comm) setUpP2POrder() error {
 	id := c.dev.UUID()
 	ids, err := mpi.AllgatherBytes(c.ctl, id[:])
@@ -116,6 +117,7 @@ func (c *Comm) setUpP2POrder() error {
 		shared = shared || seen[string(b)]
 		seen[string(b)] = true
 	}
+	c.ipc.sharedGPU = shared
 	want, err := p2pEventsWanted(shared) // checked at Open: valid on every rank
 	can := err == nil && want && c.dev.Kind() == devmem.CUDA
 	v := []int64{b2i(!can)}
