@@ -49,19 +49,12 @@ func TestIPCOrderedP2PUnderLauncher(t *testing.T) {
 // Synchronize; with the events on every message counts as ordered on the
 // GPU, and no opened buffer is left in use.
 func TestRankIPCOrderedP2PChain(t *testing.T) {
-	mpitest.RankOnly(t)
-	c := openIPC(t)
-	r := c.Rank()
-	peer := r ^ 1
-	if peer >= c.Size() {
+	c, peer, ok := pairUp(t)
+	if !ok {
 		return
 	}
-	dev := c.Device()
-	s, err := dev.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	r, dev := c.Rank(), c.Device()
+	s := newStream(t, dev)
 	const rounds = 10
 	pp := newPingPong(t, dev, rounds, peer)
 	on, sends0, receives0 := c.IPCOrderedP2P()
@@ -116,13 +109,7 @@ func TestRankIPCOrderedP2PChain(t *testing.T) {
 			wantSends, wantReceives = rounds/2, rounds
 		}
 	}
-	if sends-sends0 != wantSends || receives-receives0 != wantReceives {
-		t.Errorf("%d sends and %d receives ordered on the GPU (events on: %v), want %d and %d",
-			sends-sends0, receives-receives0, on, wantSends, wantReceives)
-	}
-	if st := c.IPCCache(); st.InUse != 0 {
-		t.Errorf("%d opened buffers still in use after the stream is done", st.InUse)
-	}
+	expectOrdered(t, c, fmt.Sprintf("events on: %v", on), sends-sends0, receives-receives0, wantSends, wantReceives)
 }
 
 // TestRankIPCOrderedP2PGroup: ranks in pairs, each round one GroupP2P on
@@ -136,19 +123,12 @@ func TestRankIPCOrderedP2PChain(t *testing.T) {
 // two messages are more than this process's CPUs hold waiting (a launcher
 // that binds each rank to one CPU), where the group goes on the host.
 func TestRankIPCOrderedP2PGroup(t *testing.T) {
-	mpitest.RankOnly(t)
-	c := openIPC(t)
-	r := c.Rank()
-	peer := r ^ 1
-	if peer >= c.Size() {
+	c, peer, ok := pairUp(t)
+	if !ok {
 		return
 	}
-	dev := c.Device()
-	s, err := dev.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	r, dev := c.Rank(), c.Device()
+	s := newStream(t, dev)
 	const rounds = 10
 	pp := newPingPong(t, dev, rounds, peer)
 	// This rank's messages are its own: the pair's seed, offset by rank.
@@ -189,13 +169,7 @@ func TestRankIPCOrderedP2PGroup(t *testing.T) {
 	if on && !crowded {
 		want = rounds
 	}
-	if sends-sends0 != want || receives-receives0 != want {
-		t.Errorf("%d sends and %d receives ordered on the GPU (events on: %v, crowded: %v), want %d each",
-			sends-sends0, receives-receives0, on, crowded, want)
-	}
-	if st := c.IPCCache(); st.InUse != 0 {
-		t.Errorf("%d opened buffers still in use after the stream is done", st.InUse)
-	}
+	expectOrdered(t, c, fmt.Sprintf("events on: %v, crowded: %v", on, crowded), sends-sends0, receives-receives0, want, want)
 }
 
 // TestRankIPCOrderedP2PMixed: the even rank of each pair on a stream (held
@@ -209,21 +183,14 @@ func TestRankIPCOrderedP2PGroup(t *testing.T) {
 // counts as ordered on the GPU at both ends: the even rank's sends are
 // answered by a receiver on the host.
 func TestRankIPCOrderedP2PMixed(t *testing.T) {
-	mpitest.RankOnly(t)
-	c := openIPC(t)
-	r := c.Rank()
-	peer := r ^ 1
-	if peer >= c.Size() {
+	c, peer, ok := pairUp(t)
+	if !ok {
 		return
 	}
-	dev := c.Device()
+	r, dev := c.Rank(), c.Device()
 	var s *devmem.Stream
 	if r%2 == 0 {
-		var err error
-		if s, err = dev.NewStream(); err != nil {
-			t.Fatal(err)
-		}
-		defer s.Destroy()
+		s = newStream(t, dev)
 	}
 	const rounds = 6
 	pp := newPingPong(t, dev, rounds, peer)
@@ -258,8 +225,38 @@ func TestRankIPCOrderedP2PMixed(t *testing.T) {
 			mpitest.Expect(t, fmt.Sprintf("round %d's echo, received on a stream", k), pp.outs[k], pp.want(k))
 		}
 	}
-	if _, sends, receives := c.IPCOrderedP2P(); sends != sends0 || receives != receives0 {
-		t.Errorf("%d sends and %d receives ordered on the GPU with a peer on no stream, want 0", sends-sends0, receives-receives0)
+	_, sends, receives := c.IPCOrderedP2P()
+	expectOrdered(t, c, "a peer on no stream", sends-sends0, receives-receives0, 0, 0)
+}
+
+// pairUp opens the IPC path's communicator and pairs the ranks (r, r^1):
+// this rank's peer, or ok false for an odd last rank, which sits out.
+func pairUp(t *testing.T) (c *mpicomm.Comm, peer int, ok bool) {
+	t.Helper()
+	mpitest.RankOnly(t)
+	c = openIPC(t)
+	peer = c.Rank() ^ 1
+	return c, peer, peer < c.Size()
+}
+
+// newStream is a stream of dev, destroyed when the test ends.
+func newStream(t *testing.T, dev *devmem.Device) *devmem.Stream {
+	t.Helper()
+	s, err := dev.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Destroy() })
+	return s
+}
+
+// expectOrdered checks the sends and receives ordered on the GPU during a
+// test against what it wants (why: the test's case), and that no opened
+// buffer is left in use once every call is done.
+func expectOrdered(t *testing.T, c *mpicomm.Comm, why string, sends, receives, wantSends, wantReceives int64) {
+	t.Helper()
+	if sends != wantSends || receives != wantReceives {
+		t.Errorf("%d sends and %d receives ordered on the GPU (%s), want %d and %d", sends, receives, why, wantSends, wantReceives)
 	}
 	if st := c.IPCCache(); st.InUse != 0 {
 		t.Errorf("%d opened buffers still in use after every call is done", st.InUse)
