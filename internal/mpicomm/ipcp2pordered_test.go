@@ -1,8 +1,10 @@
 package mpicomm_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,13 +17,13 @@ import (
 
 // TestIPCOrderedP2PUnderLauncher runs the point-to-point tests of the IPC
 // path on streams: on the host device (host-ordered there), and on a GPU
-// with the IPC events at their default (off: the ranks share the GPU), on
-// and off, 2 and 4 ranks.
+// with the IPC events at their default (off on the test machine, whose
+// ranks share its one GPU), on and off, 2 and 4 ranks.
 func TestIPCOrderedP2PUnderLauncher(t *testing.T) {
 	if !mpi.Built() {
 		t.Skip("MPI is not built in: -tags mpi or mpich")
 	}
-	const pattern = "^TestRankIPCOrderedP2P(Chain|Mixed|Group)$"
+	const pattern = "^TestRankIPC(OrderedP2P(Chain|Mixed|Group)|UnknownControlFlags)$"
 	mpitest.ExpectPass(t, 2, mpitest.RunRanks(t, 2, pattern, 2*time.Minute, "GPUCOMM_DEVICE=host"))
 	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
 		return
@@ -115,10 +117,11 @@ func TestRankIPCOrderedP2PChain(t *testing.T) {
 // TestRankIPCOrderedP2PGroup: ranks in pairs, each round one GroupP2P on
 // each rank's stream that sends x to the peer and receives the peer's x
 // into outs[k] (a halo exchange's shape, ordered on the GPU as a whole
-// with the events on). In even rounds both streams are held back before x
-// is rewritten; in odd rounds the odd rank's is held back longer before it
-// poisons outs[k] than the even rank's is before it rewrites x in the next
-// round. Every output is checked after the one Synchronize; with the
+// with the events on). In even rounds one rank of the pair, in turn, holds
+// its stream back before it rewrites x and the other does not, whose
+// receive must wait for it; in odd rounds the odd rank's stream is held
+// back before it poisons outs[k], longer than the even rank's before it
+// rewrites x in the next round. Every output is checked after the one Synchronize; with the
 // events on every message counts as ordered on the GPU, unless the group's
 // two messages are more than this process's CPUs hold waiting (a launcher
 // that binds each rank to one CPU), where the group goes on the host.
@@ -144,7 +147,7 @@ func TestRankIPCOrderedP2PGroup(t *testing.T) {
 	}()
 	on, sends0, receives0 := c.IPCOrderedP2P()
 	for k := range rounds {
-		pp.hold(t, s, 6*b2i(k%2 == 0))
+		pp.hold(t, s, 6*b2i(k%2 == 0 && (k/2)%2 == r%2))
 		if err := devmem.Copy(pp.x.Buffer(), srcs[k].Buffer(), s); err != nil {
 			t.Fatal(err)
 		}
@@ -181,7 +184,8 @@ func TestRankIPCOrderedP2PGroup(t *testing.T) {
 // even rank's stream. The odd rank checks each message as soon as its
 // receive returns; the even rank after its stream is done. No message
 // counts as ordered on the GPU at both ends: the even rank's sends are
-// answered by a receiver on the host.
+// answered by a receiver on the host, which with the events on copies each
+// after the sender's event (counted).
 func TestRankIPCOrderedP2PMixed(t *testing.T) {
 	c, peer, ok := pairUp(t)
 	if !ok {
@@ -194,7 +198,8 @@ func TestRankIPCOrderedP2PMixed(t *testing.T) {
 	}
 	const rounds = 6
 	pp := newPingPong(t, dev, rounds, peer)
-	_, sends0, receives0 := c.IPCOrderedP2P()
+	on, sends0, receives0 := c.IPCOrderedP2P()
+	after0 := c.IPCCopiesAfterReady()
 	for k := range rounds {
 		if r%2 == 0 {
 			pp.hold(t, s, pp.long)
@@ -227,6 +232,46 @@ func TestRankIPCOrderedP2PMixed(t *testing.T) {
 	}
 	_, sends, receives := c.IPCOrderedP2P()
 	expectOrdered(t, c, "a peer on no stream", sends-sends0, receives-receives0, 0, 0)
+	want := int64(0)
+	if on && r%2 == 1 {
+		want = rounds
+	}
+	if d := c.IPCCopiesAfterReady() - after0; d != want {
+		t.Errorf("%d receives on the host after the sender's event (events on: %v), want %d", d, on, want)
+	}
+}
+
+// TestRankIPCUnknownControlFlags: a control message whose flags word this
+// build never sends (a rank of another build, say) is refused: the receive
+// fails with ErrMismatch and the sender is answered, so that neither waits,
+// and the communicator goes on: the message after it arrives whole.
+func TestRankIPCUnknownControlFlags(t *testing.T) {
+	c, peer, ok := pairUp(t)
+	if !ok {
+		return
+	}
+	dev := c.Device()
+	const n = 1 << 14 // float64s: through the IPC path (NodeBytes 1)
+	if c.Rank()%2 == 0 {
+		if a, err := c.SendControl(peer, 8*n, 0x40); err != nil || a != mpicomm.AckMismatch {
+			t.Fatalf("a control message with unknown flags: answer %d, %v; want %d", a, err, mpicomm.AckMismatch)
+		}
+		x := mpitest.Upload(t, dev, mpitest.Values(7, n))
+		defer x.Free()
+		if err := comm.Send(c, x, peer, nil); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	y := mpitest.Poisoned(t, dev, n)
+	defer y.Free()
+	if err := comm.Recv(c, y, peer, nil); !errors.Is(err, comm.ErrMismatch) || !strings.Contains(err.Error(), "flags") {
+		t.Fatalf("Recv of a control message with unknown flags: %v, want ErrMismatch naming the flags", err)
+	}
+	if err := comm.Recv(c, y, peer, nil); err != nil {
+		t.Fatal(err)
+	}
+	mpitest.Expect(t, "the message after the refused one", y, mpitest.Values(7, n))
 }
 
 // pairUp opens the IPC path's communicator and pairs the ranks (r, r^1):

@@ -112,7 +112,7 @@ type ipcPath struct {
 	why               string         // why this rank reaches no one, when it does not
 	peerWhy           map[int]string // by rank: why the pair has no IPC path, as the probe found
 	order             *ipcOrder      // stream-ordered reductions ordered on the GPU (ipcpath_ordered.go); nil: on the host
-	p2p               *p2pOrder      // single messages on a stream ordered on the GPU (ipcpath_p2pordered.go); nil: on the host
+	p2p               *p2pOrder      // messages on a stream ordered on the GPU (ipcpath_p2pordered.go); nil: on the host
 	sharedGPU         bool           // two ranks of the communicator or more are on one GPU (as setUpP2POrder found)
 }
 
@@ -564,8 +564,19 @@ func (c *Comm) ipcControl(o *op, t transfer, cell devmem.Buffer, got int) (keep 
 		}
 		return false, err
 	}
-	if binary.LittleEndian.Uint64(ctl[16:]) == ctlOrdered {
+	switch flags := binary.LittleEndian.Uint64(ctl[16:]); flags {
+	case ctlOrdered:
 		return c.copyAfterReady(o, t, cell, ctl)
+	case ctlStaged:
+	default:
+		// Not a control message this build sends: the sender is told, so
+		// that its call ends (nothing follows a control message but a
+		// staged one's chunks), and this receive fails.
+		err := fmt.Errorf("%v: rank %d sent an IPC control message with flags %#x, which this build does not know: %w", t, peer, flags, comm.ErrMismatch)
+		if keep, aerr := c.answer(o, t, cell, ackMismatch); aerr != nil {
+			return keep, errors.Join(err, aerr)
+		}
+		return false, err
 	}
 	// What is left (not plainControl's) is staged: the bytes follow
 	// through the pipeline.

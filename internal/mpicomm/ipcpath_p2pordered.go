@@ -82,6 +82,7 @@ type p2pOrder struct {
 	opened map[devmem.IPCEventHandle]*devmem.Event // the senders' events, opened here
 
 	sends, receives atomic.Int64 // messages ordered on the GPU, by side
+	afterReady      atomic.Int64 // receives on the host of a message ordered on the GPU (copyAfterReady)
 }
 
 // eventPair is a sender's two interprocess events for one message at a
@@ -130,9 +131,10 @@ func (c *Comm) setUpP2POrder() error {
 	return nil
 }
 
-// IPCOrderedP2P reports whether this communicator's single messages on a
-// stream through the IPC path are ordered on the GPU with IPC events (on),
-// and how many sends and receives have been.
+// IPCOrderedP2P reports whether this communicator's messages on a stream
+// through the IPC path (a Send, a Recv, a GroupP2P that is not crowded)
+// are ordered on the GPU with IPC events (on), and how many sends and
+// receives have been.
 func (c *Comm) IPCOrderedP2P() (on bool, sends, receives int64) {
 	p := c.ipc.p2p
 	if p == nil {
@@ -141,13 +143,25 @@ func (c *Comm) IPCOrderedP2P() (on bool, sends, receives int64) {
 	return true, p.sends.Load(), p.receives.Load()
 }
 
-// take is a spare pair, or a new one; nil where none can be made.
+// take is the spare pair given back first where both its events' last
+// records are done, else a new pair; nil where none can be made.
+//
+// A spare's waits are all issued, but on another stream (the sender's
+// next message may be on any) its last records may still be queued: a
+// receiver's wait for ready and record of done behind slow work on its
+// stream, or ready itself on the sender's stream where the receiver waited
+// for nothing (a count that differed). Recorded again meanwhile, the two
+// records of one interprocess event would be outstanding at once, which
+// CUDA does not order; and destroy waits only for each event's last
+// record. So a spare is taken only once both are done (done, recorded by
+// the receiver after its wait for ready, covers ready where the receiver
+// answered ackOrdered).
 func (p *p2pOrder) take() *eventPair {
 	p.pmu.Lock()
 	defer p.pmu.Unlock()
-	if n := len(p.spare); n > 0 {
-		e := p.spare[n-1]
-		p.spare = p.spare[:n-1]
+	if len(p.spare) > 0 && p.spare[0].settled() {
+		e := p.spare[0]
+		p.spare = p.spare[1:]
 		return e
 	}
 	e := &eventPair{}
@@ -170,7 +184,17 @@ func (p *p2pOrder) take() *eventPair {
 	return e
 }
 
-// give returns a pair whose waits are all issued.
+// settled reports whether both of e's last records are done.
+func (e *eventPair) settled() bool {
+	for _, ev := range []*devmem.Event{e.ready, e.done} {
+		if done, err := ev.Done(); err != nil || !done {
+			return false
+		}
+	}
+	return true
+}
+
+// give returns a pair whose waits are all issued, to take's queue.
 func (p *p2pOrder) give(e *eventPair) {
 	p.pmu.Lock()
 	p.spare = append(p.spare, e)
@@ -193,15 +217,16 @@ func (p *p2pOrder) open(h devmem.IPCEventHandle) (*devmem.Event, error) {
 }
 
 // destroy waits for what this rank's queued copies and the peers' copies
-// of its buffers hold, then destroys the events: a pair's done, recorded
-// by a receiver after its wait for ready and its copy, is waited for, so
-// that no peer's stream still has work on the pair queued.
+// of its buffers hold, then destroys the events: each pair's last ready and
+// done are waited for (every earlier record was done before the pair was
+// taken again), done being recorded by a receiver after its wait for ready
+// and its copy, so that no peer's stream still has work on the pair queued.
 func (p *p2pOrder) destroy() error {
 	errs := []error{p.reap(true)}
 	p.pmu.Lock()
 	defer p.pmu.Unlock()
 	for _, e := range p.pairs {
-		errs = append(errs, e.done.Synchronize(), e.ready.Destroy(), e.done.Destroy())
+		errs = append(errs, e.ready.Synchronize(), e.done.Synchronize(), e.ready.Destroy(), e.done.Destroy())
 	}
 	for _, e := range p.opened {
 		errs = append(errs, e.Destroy())
@@ -376,7 +401,7 @@ func (c *Comm) recvOrdered(o *op, t transfer, cell devmem.Buffer, ctx cuda.Conte
 		// A host-ordered sender, or more than the plain copy: as a host
 		// call, the stream's earlier work first.
 		if err := c.waitStreamIn(t, ctx, h); err != nil {
-			return false, err
+			return c.streamFailed(o, t, cell, got, err)
 		}
 		return c.ipcControl(o, t, cell, got)
 	}
@@ -398,7 +423,7 @@ func (c *Comm) recvOrdered(o *op, t transfer, cell devmem.Buffer, ctx cuda.Conte
 		// writes the receive buffer from the host once the stream's earlier
 		// work (and the wait, where it was queued) is done.
 		if serr := c.waitStreamIn(t, ctx, h); serr != nil {
-			return false, errors.Join(err, serr, releaseRef(ref))
+			return c.streamFailed(o, t, cell, got, errors.Join(err, serr, releaseRef(ref)))
 		}
 		return c.restage(o, t, cell, errors.Join(err, releaseRef(ref)))
 	}
@@ -406,7 +431,7 @@ func (c *Comm) recvOrdered(o *op, t transfer, cell devmem.Buffer, ctx cuda.Conte
 	if cuda.EventRecordIn(ctx, cuda.Event(devhook.EventHandle(done)), h) != nil {
 		// The sender cannot wait for the copy: it is waited for here.
 		if err := c.waitStreamIn(t, ctx, h); err != nil {
-			return false, errors.Join(err, releaseRef(ref))
+			return c.streamFailed(o, t, cell, got, errors.Join(err, releaseRef(ref)))
 		}
 		answer = ackCopied
 	}
@@ -422,6 +447,22 @@ func (c *Comm) recvOrdered(o *op, t transfer, cell devmem.Buffer, ctx cuda.Conte
 		return false, aerr
 	}
 	return c.settled(o, t, []*mpi.Request{r})
+}
+
+// streamFailed ends a receive whose own stream failed (err, the
+// communicator broken by waitStreamIn) once got bytes came into cell: a
+// sender that waits for an answer (an IPC control message but a staged
+// one) is told ackMismatch, so that its call ends instead of waiting; the
+// receive's error says why.
+func (c *Comm) streamFailed(o *op, t transfer, cell devmem.Buffer, got int, err error) (keep bool, _ error) {
+	ctl := cellBytes(cell, 0, min(got, c.ipc.room))
+	if !isControl(ctl, got) || binary.LittleEndian.Uint64(ctl[16:]) == ctlStaged {
+		return false, err
+	}
+	if keep, aerr := c.answer(o, t, cell, ackMismatch); aerr != nil {
+		return keep, errors.Join(err, aerr)
+	}
+	return false, err
 }
 
 // orderedControl returns a control message of got bytes in cell from a
@@ -504,6 +545,7 @@ func (c *Comm) copyAfterReady(o *op, t transfer, cell devmem.Buffer, ctl []byte)
 	if err != nil {
 		return c.restage(o, t, cell, err)
 	}
+	ord.afterReady.Add(1)
 	c.ipc.got.Add(1)
 	c.nodeGot.Add(1)
 	return c.answer(o, t, cell, ackCopied)
