@@ -387,20 +387,25 @@ func cellBytes(b devmem.Buffer, off, n int) []byte {
 
 // ipcMove runs one transfer through the IPC path.
 func (c *Comm) ipcMove(o *op, t transfer) error {
+	return c.inCell(o, t, func(cell devmem.Buffer) (bool, error) {
+		if t.send {
+			return c.ipcSend(o, t, cell)
+		}
+		return c.ipcRecv(o, t, cell)
+	})
+}
+
+// inCell runs move, one transfer's end on the IPC path, with a control
+// cell, which goes back after it unless MPI may still write into it
+// (move's keep: a request still pending).
+func (c *Comm) inCell(o *op, t transfer, move func(cell devmem.Buffer) (keep bool, err error)) error {
 	cell, err := c.cell()
 	if err != nil {
 		return err
 	}
-	var keep bool // a request still pending writes into the cell
-	defer func() {
-		if !keep {
-			c.putCell(cell)
-		}
-	}()
-	if t.send {
-		keep, err = c.ipcSend(o, t, cell)
-	} else {
-		keep, err = c.ipcRecv(o, t, cell)
+	keep, err := move(cell)
+	if !keep {
+		c.putCell(cell)
 	}
 	return c.explainTimeout(o, t, err)
 }
@@ -517,15 +522,34 @@ func (c *Comm) exportRange(b devmem.Buffer, n int) (devmem.IPCHandle, error) {
 }
 
 func (c *Comm) ipcRecv(o *op, t transfer, cell devmem.Buffer) (keep bool, err error) {
-	peer := t.peers[0]
-	req, err := t.on.Irecv(cell.Addr(), c.ipc.room, mpi.Byte, peer, t.tag)
+	got, keep, err := c.recvControl(o, t, cell)
 	if err != nil {
-		return false, err
-	}
-	if keep, err := c.settled(o, t, []*mpi.Request{req}); err != nil {
 		return keep, err
 	}
-	return c.ipcControl(o, t, cell, req.Status().Count)
+	return c.ipcControl(o, t, cell, got)
+}
+
+// recvControl receives t's control message (or whatever the sender sent
+// in its place) into cell: the bytes that came.
+func (c *Comm) recvControl(o *op, t transfer, cell devmem.Buffer) (got int, keep bool, err error) {
+	req, err := t.on.Irecv(cell.Addr(), c.ipc.room, mpi.Byte, t.peers[0], t.tag)
+	if err != nil {
+		return 0, false, err
+	}
+	if keep, err := c.settled(o, t, []*mpi.Request{req}); err != nil {
+		return 0, keep, err
+	}
+	return req.Status().Count, false, nil
+}
+
+// refuse ends a receive that does not take the sender's message (err): the
+// sender, which waits for an answer, is told ackMismatch, so that its call
+// ends.
+func (c *Comm) refuse(o *op, t transfer, cell devmem.Buffer, err error) (keep bool, _ error) {
+	if keep, aerr := c.answer(o, t, cell, ackMismatch); aerr != nil {
+		return keep, errors.Join(err, aerr)
+	}
+	return false, err
 }
 
 // ipcControl is a receive's end once a message of got bytes has come into
@@ -559,10 +583,7 @@ func (c *Comm) ipcControl(o *op, t transfer, cell devmem.Buffer, got int) (keep 
 			c.setBroken(err) // its chunks come through MPI, with no receive for them
 			return false, err
 		}
-		if keep, aerr := c.answer(o, t, cell, ackMismatch); aerr != nil {
-			return keep, errors.Join(err, aerr)
-		}
-		return false, err
+		return c.refuse(o, t, cell, err)
 	}
 	switch flags := binary.LittleEndian.Uint64(ctl[16:]); flags {
 	case ctlOrdered:
@@ -572,11 +593,8 @@ func (c *Comm) ipcControl(o *op, t transfer, cell devmem.Buffer, got int) (keep 
 		// Not a control message this build sends: the sender is told, so
 		// that its call ends (nothing follows a control message but a
 		// staged one's chunks), and this receive fails.
-		err := fmt.Errorf("%v: rank %d sent an IPC control message with flags %#x, which this build does not know: %w", t, peer, flags, comm.ErrMismatch)
-		if keep, aerr := c.answer(o, t, cell, ackMismatch); aerr != nil {
-			return keep, errors.Join(err, aerr)
-		}
-		return false, err
+		return c.refuse(o, t, cell, fmt.Errorf("%v: rank %d sent an IPC control message with flags %#x, which this build does not know: %w",
+			t, peer, flags, comm.ErrMismatch))
 	}
 	// What is left (not plainControl's) is staged: the bytes follow
 	// through the pipeline.
@@ -633,14 +651,7 @@ func (c *Comm) ipcCopy(t transfer, raw []byte) error {
 // into t's on the batch's stream: the copy is done once g is awaited, and
 // ref must be released after that.
 func (c *Comm) ipcIssue(t transfer, raw []byte) (ref *ipccache.Ref, g *copyGen, err error) {
-	var h devmem.IPCHandle
-	if err := h.UnmarshalBinary(raw); err != nil {
-		return nil, nil, err
-	}
-	if h.Size() != t.bytes {
-		return nil, nil, fmt.Errorf("%v: the handle names %d bytes: %w", t, h.Size(), comm.ErrMismatch)
-	}
-	if ref, err = c.ipc.cache.Open(h); err != nil {
+	if ref, err = c.openSender(t, raw); err != nil {
 		return nil, nil, err
 	}
 	if g, err = c.ipc.batch.issue(t.buf, ref.Buf, t.bytes); err != nil {

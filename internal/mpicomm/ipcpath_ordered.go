@@ -226,11 +226,7 @@ func (o *ipcOrder) destroy() error {
 	if o.s != nil {
 		errs = append(errs, o.s.Synchronize(), o.reap(true), o.s.Destroy())
 	}
-	o.mu.Lock()
-	free := o.free
-	o.free = nil
-	o.mu.Unlock()
-	for _, es := range [][]*devmem.Event{o.ready, o.done, free} {
+	for _, es := range [][]*devmem.Event{o.ready, o.done, o.dropFree()} {
 		for _, e := range es {
 			if e != nil {
 				errs = append(errs, e.Destroy())
@@ -286,6 +282,15 @@ func (o *refHold) callEvent() *devmem.Event {
 		return nil
 	}
 	return ev
+}
+
+// dropFree takes the events let go for reuse, to destroy them.
+func (o *refHold) dropFree() []*devmem.Event {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	free := o.free
+	o.free = nil
+	return free
 }
 
 // putBack returns a call's event, done or never recorded, for reuse.

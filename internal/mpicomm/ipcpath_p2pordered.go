@@ -231,12 +231,9 @@ func (p *p2pOrder) destroy() error {
 	for _, e := range p.opened {
 		errs = append(errs, e.Destroy())
 	}
-	p.mu.Lock()
-	for _, e := range p.free {
+	for _, e := range p.dropFree() {
 		errs = append(errs, e.Destroy())
 	}
-	p.free = nil
-	p.mu.Unlock()
 	p.pairs, p.spare, p.opened = nil, nil, nil
 	return errors.Join(errs...)
 }
@@ -302,20 +299,12 @@ func (c *Comm) runP2POrdered(call driver.Call, ts []transfer, ctx cuda.Context, 
 
 // moveOrdered moves one ordered message.
 func (c *Comm) moveOrdered(o *op, t transfer, ctx cuda.Context, h cuda.Stream) error {
-	cell, err := c.cell()
-	if err != nil {
-		return err
-	}
-	var keep bool // a request still pending writes into the cell
-	if t.send {
-		keep, err = c.sendOrdered(o, t, cell, ctx, h)
-	} else {
-		keep, err = c.recvOrdered(o, t, cell, ctx, h)
-	}
-	if !keep {
-		c.putCell(cell)
-	}
-	return c.explainTimeout(o, t, err)
+	return c.inCell(o, t, func(cell devmem.Buffer) (bool, error) {
+		if t.send {
+			return c.sendOrdered(o, t, cell, ctx, h)
+		}
+		return c.recvOrdered(o, t, cell, ctx, h)
+	})
 }
 
 // waitStreamIn waits on the host for the caller's stream before t goes on
@@ -388,14 +377,10 @@ func (c *Comm) sendOrdered(o *op, t transfer, cell devmem.Buffer, ctx cuda.Conte
 
 // recvOrdered is a receive's step 2 (see the top of this file).
 func (c *Comm) recvOrdered(o *op, t transfer, cell devmem.Buffer, ctx cuda.Context, h cuda.Stream) (keep bool, err error) {
-	req, err := t.on.Irecv(cell.Addr(), c.ipc.room, mpi.Byte, t.peers[0], t.tag)
+	got, keep, err := c.recvControl(o, t, cell)
 	if err != nil {
-		return false, err
-	}
-	if keep, err := c.settled(o, t, []*mpi.Request{req}); err != nil {
 		return keep, err
 	}
-	got := req.Status().Count
 	ctl, ok := orderedControl(t, cell, got)
 	if !ok {
 		// A host-ordered sender, or more than the plain copy: as a host
@@ -459,10 +444,7 @@ func (c *Comm) streamFailed(o *op, t transfer, cell devmem.Buffer, got int, err 
 	if !isControl(ctl, got) || binary.LittleEndian.Uint64(ctl[16:]) == ctlStaged {
 		return false, err
 	}
-	if keep, aerr := c.answer(o, t, cell, ackMismatch); aerr != nil {
-		return keep, errors.Join(err, aerr)
-	}
-	return false, err
+	return c.refuse(o, t, cell, err)
 }
 
 // orderedControl returns a control message of got bytes in cell from a
