@@ -25,7 +25,7 @@ func TestIPCPathUnderLauncher(t *testing.T) {
 	if !mpi.Built() {
 		t.Skip("built without MPI")
 	}
-	passOnRanks(t, []int{2, 4}, "^TestRank(IPCPath|IPCWindow|NodePath|StreamOrderedP2P)$", 3*time.Minute)
+	passOnRanks(t, []int{2, 4}, "^TestRank(IPCPath|IPCWindow|IPCSmallestChunk|NodePath|StreamOrderedP2P)$", 3*time.Minute)
 	// Every message and collective of one byte or more between the ranks
 	// takes the IPC path: the whole conformance suite, reductions of every
 	// element type and Op included, against the host reference.
@@ -186,6 +186,30 @@ func TestRankIPCPath(t *testing.T) {
 	}
 	if st := dev.Stats(); st.Opened != 0 || st.Buffers != 0 || st.Pinned != 0 {
 		t.Errorf("left after Close: %+v", st)
+	}
+}
+
+// TestRankIPCSmallestChunk: with the smallest chunk a communicator takes
+// (comm.MinChunkBytes), the staging pool's smallest slot, a receive under
+// the node path's threshold still takes an IPC control message (or a node
+// path header) whole: counts that differ are ErrMismatch with the buffer
+// untouched, never MPI's truncation or a sender left waiting, and the next
+// message arrives whole. The threshold is one chunk: a message under it is
+// one MPI message, which a receive of another count takes whole (a
+// message of several chunks that no receive takes breaks the
+// communicator, with the error that says so).
+func TestRankIPCSmallestChunk(t *testing.T) {
+	mpitest.RankOnly(t)
+	c, err := comm.Open(name, comm.WithChunkBytes(comm.MinChunkBytes), comm.WithNodeBytes(comm.MinChunkBytes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.(*mpicomm.Comm).ChunkBytes(); got != comm.MinChunkBytes {
+		t.Fatalf("chunk %d bytes, want %d", got, comm.MinChunkBytes)
+	}
+	mpitest.CountsThatDiffer(t, c)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -88,6 +88,13 @@ func init() {
 	if ctlLen == nodepath.HdrLen || ctlEnd > ctlLen {
 		panic("mpicomm: the IPC control message's length must differ from the node path header's and hold a handle and two events'")
 	}
+	// A staged receive's first slot is at least a chunk (the pool's
+	// smallest class), and it takes an IPC control message whole only if
+	// the message fits: one that did not would end as MPI's truncation,
+	// not as refuseControl's ErrMismatch with the sender answered.
+	if ctlLen > comm.MinChunkBytes || nodepath.HdrLen > comm.MinChunkBytes {
+		panic("mpicomm: the IPC control message and the node path header must fit the smallest chunk")
+	}
 }
 
 // ipcPath is a Comm's IPC state.
@@ -677,21 +684,34 @@ func (c *Comm) postAnswer(t transfer, cell devmem.Buffer, a uint64) (*mpi.Reques
 
 // refuseControl is a staged receive's answer to an IPC control message (the
 // sender's count was above nodeMin, this receive's below): the sender is
-// told, so that its call completes, and the communicator is broken, as when
-// the ring path's counts differ.
+// told, so that its call completes with ErrMismatch as this one does, and
+// nothing else of the message is in flight (the pipeline cancels the
+// receives it posted ahead). Only where the message's bytes follow through
+// the pipeline (the sender's buffer could not be exported), which no
+// receive takes, or where the answer could not be sent is the communicator
+// broken, as when the ring path's counts differ.
 func (c *Comm) refuseControl(o *op, t transfer, ctl []byte) error {
 	bytes := binary.LittleEndian.Uint64(ctl[8:])
-	err := fmt.Errorf("%v: rank %d sent %d bytes through the node path; the sender's count differs: %w", t, t.peers[0], bytes, comm.ErrMismatch)
-	if binary.LittleEndian.Uint64(ctl[16:]) != ctlStaged {
-		if cell, cerr := c.cell(); cerr == nil {
-			keep, aerr := c.answer(o, t, cell, ackMismatch)
-			if !keep {
-				c.putCell(cell)
-			}
-			err = errors.Join(err, aerr)
-		}
+	err := fmt.Errorf("%v: rank %d sent %d bytes through the IPC path; the sender's count differs: %w", t, t.peers[0], bytes, comm.ErrMismatch)
+	if binary.LittleEndian.Uint64(ctl[16:]) == ctlStaged {
+		err = fmt.Errorf("%w; its bytes follow through the pipeline, which no receive takes", err)
+		c.setBroken(err)
+		return err
 	}
-	c.setBroken(err)
+	cell, cerr := c.cell()
+	if cerr != nil {
+		err = errors.Join(err, cerr)
+		c.setBroken(err)
+		return err
+	}
+	keep, aerr := c.answer(o, t, cell, ackMismatch)
+	if !keep {
+		c.putCell(cell)
+	}
+	if aerr != nil {
+		err = errors.Join(err, aerr)
+		c.setBroken(err)
+	}
 	return err
 }
 
