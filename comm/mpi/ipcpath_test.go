@@ -197,7 +197,9 @@ func TestRankIPCPath(t *testing.T) {
 // message arrives whole. The threshold is one chunk: a message under it is
 // one MPI message, which a receive of another count takes whole (a
 // message of several chunks that no receive takes breaks the
-// communicator, with the error that says so).
+// communicator, with the error that says so). The same again with every
+// send and receive on a stream (the messages ordered on the GPU where the
+// IPC events are on).
 func TestRankIPCSmallestChunk(t *testing.T) {
 	mpitest.RankOnly(t)
 	c, err := comm.Open(name, comm.WithChunkBytes(comm.MinChunkBytes), comm.WithNodeBytes(comm.MinChunkBytes))
@@ -208,6 +210,7 @@ func TestRankIPCSmallestChunk(t *testing.T) {
 		t.Fatalf("chunk %d bytes, want %d", got, comm.MinChunkBytes)
 	}
 	mpitest.CountsThatDiffer(t, c)
+	mpitest.CountsThatDifferOnStreams(t, c)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -645,23 +645,51 @@ func StreamOrderedSend(t *testing.T, c comm.Communicator, next, prev int) {
 // path's threshold the receive is staged, and its first chunk must take the
 // sender's IPC control message or node path header whole), each
 // ErrMismatch with the buffer untouched; then 2500 that arrive whole.
-func CountsThatDiffer(t *testing.T, c comm.Communicator) {
+func CountsThatDiffer(t *testing.T, c comm.Communicator) { countsThatDiffer(t, c, nil) }
+
+// CountsThatDifferOnStreams is CountsThatDiffer with every send and receive
+// ordered on a stream of its rank's, each call's error that stream's next
+// Synchronize's, on both sides.
+func CountsThatDifferOnStreams(t *testing.T, c comm.Communicator) {
+	t.Helper()
+	if c.Rank() > 1 {
+		return
+	}
+	s, err := c.Device().NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	countsThatDiffer(t, c, s)
+	if err := s.Destroy(); err != nil {
+		t.Error(err)
+	}
+}
+
+func countsThatDiffer(t *testing.T, c comm.Communicator, s *devmem.Stream) {
 	t.Helper()
 	r, dev := c.Rank(), c.Device()
 	if r > 1 {
 		return
 	}
+	// done is a call's error: at once on no stream, else the stream's.
+	done := func(err error) error {
+		if err == nil && s != nil {
+			err = s.Synchronize()
+		}
+		return err
+	}
 	for _, st := range []struct{ sent, expected int }{{3000, 3500}, {100, 2000}, {2000, 20}, {2500, 2500}} {
 		if r == 0 {
 			buf := Upload(t, dev, Values(11, st.sent))
-			if err := comm.Send(c, buf, 1, nil); err != nil {
+			// As with MPI, the send completes; the receive says why.
+			if err := done(comm.Send(c, buf, 1, s)); err != nil {
 				t.Errorf("send of %d float64s: %v", st.sent, err)
 			}
 			buf.Free()
 			continue
 		}
 		buf := Poisoned(t, dev, st.expected)
-		err := comm.Recv(c, buf, 0, nil)
+		err := done(comm.Recv(c, buf, 0, s))
 		if st.sent == st.expected {
 			if err != nil {
 				t.Errorf("receive after the mismatches: %v", err)
