@@ -90,7 +90,7 @@ var otherKnobs = map[string]struct {
 	"GPUCOMM_NODE_IPC": {"mpi: messages of GPUCOMM_NODE_BYTES or more between ranks of a node whose devices reach each other move in one device copy through CUDA IPC (shared memory on the host device)",
 		"mpi's IPC path between the ranks of a node: %s (off: this rank's pairs use the shared pinned ring instead)",
 		"on or off", onOffWord},
-	"GPUCOMM_NODE_IPC_EVENTS": {"mpi: messages (Send, Recv, small GroupP2Ps) on a stream through the IPC path, on a GPU, are ordered on the GPU with IPC events where no two ranks share a GPU, reductions too in communicators of 2 ranks (on the host elsewhere; set it on under MPS)",
+	"GPUCOMM_NODE_IPC_EVENTS": {"mpi: on orders messages (Send, Recv, small GroupP2Ps) and reductions on a stream through the IPC path, on a GPU, on the GPU with IPC events; unset, only the reductions of communicators of 2 ranks on GPUs of their own (on the host elsewhere; measure before setting it on: under MPS it helped a ping-pong and slowed a halo exchange)",
 		"mpi's messages and reductions on a stream through the IPC path, on a GPU: %s (on: ordered on the GPU with IPC events, no host wait; off: on the host)",
 		"on or off", onOffWord},
 	"GPUCOMM_MULTINODE":          {"the simulated-node tests skip", "the simulated-node tests run when this is 1 (now %s; as root, scripts/multinode)", "", nil},

@@ -26,8 +26,8 @@ func SetFusedRanks(n int) int {
 func IPCEventsWanted(size int, shared bool) (bool, error) { return ipcEventsWanted(size, shared) }
 
 // P2PEventsWanted is p2pEventsWanted: whether the messages of a
-// communicator want the IPC events, some of whose ranks share a GPU or not.
-func P2PEventsWanted(shared bool) (bool, error) { return p2pEventsWanted(shared) }
+// communicator want the IPC events.
+func P2PEventsWanted() (bool, error) { return p2pEventsWanted() }
 
 // Crowded is crowded: whether n transfers waiting at once on each of the
 // node's ranks are more than this process's CPUs.

@@ -68,7 +68,7 @@ func TestRankIPCOrderedChain(t *testing.T) {
 
 // TestIPCEventsEnvAndItsDefault: unset, the reductions' events are on for a
 // communicator of two ranks only, and only where no two ranks share a GPU,
-// the messages' where no two ranks share a GPU; "on" and "off" (and their synonyms) say
+// the messages' off everywhere; "on" and "off" (and their synonyms) say
 // so whatever the size; anything else is ErrInvalidArgument.
 func TestIPCEventsEnvAndItsDefault(t *testing.T) {
 	for _, tc := range []struct {
@@ -92,15 +92,14 @@ func TestIPCEventsEnvAndItsDefault(t *testing.T) {
 			t.Errorf("%q with %d ranks, a GPU shared %v: %v, %v; want %v", tc.v, tc.size, tc.shared, got, err, tc.want)
 		}
 	}
-	// The messages: unset, on where no two ranks share a GPU.
+	// The messages: unset, off (on the host), whether or not ranks share a GPU.
 	for _, tc := range []struct {
-		v      string
-		shared bool
-		want   bool
-		bad    bool
-	}{{"", false, true, false}, {"", true, false, false}, {"on", true, true, false}, {"off", false, false, false}, {"maybe", false, false, true}} {
+		v    string
+		want bool
+		bad  bool
+	}{{"", false, false}, {"on", true, false}, {" on", true, false}, {"true", true, false}, {"off", false, false}, {"maybe", false, true}} {
 		t.Setenv(mpicomm.IPCEventsEnv, tc.v)
-		got, err := mpicomm.P2PEventsWanted(tc.shared)
+		got, err := mpicomm.P2PEventsWanted()
 		if tc.bad {
 			if !errors.Is(err, comm.ErrInvalidArgument) {
 				t.Errorf("%q: error %v, want ErrInvalidArgument", tc.v, err)
@@ -108,7 +107,7 @@ func TestIPCEventsEnvAndItsDefault(t *testing.T) {
 			continue
 		}
 		if err != nil || got != tc.want {
-			t.Errorf("messages, %q, a GPU shared %v: %v, %v; want %v", tc.v, tc.shared, got, err, tc.want)
+			t.Errorf("messages, %q: %v, %v; want %v", tc.v, got, err, tc.want)
 		}
 	}
 }

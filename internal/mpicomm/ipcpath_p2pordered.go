@@ -17,8 +17,8 @@ import (
 )
 
 // Point-to-point messages of the IPC path ordered on the GPU with IPC events
-// (issue 22.1), where GPUCOMM_NODE_IPC_EVENTS says so (p2pEventsWanted:
-// unset, where no two ranks share a GPU). A host-ordered message waits on the host for the sender's
+// (issue 22.1), where GPUCOMM_NODE_IPC_EVENTS=on says so (p2pEventsWanted:
+// unset, on the host). A host-ordered message waits on the host for the sender's
 // stream, for the receiver's stream and for the receiver's copy: under MPS
 // on the H200 a 4 MiB message took about 20 µs where its copy takes 2
 // (docs/PERFORMANCE.md), each side paying a round trip through the GPU.
@@ -93,14 +93,17 @@ type eventPair struct {
 }
 
 // p2pEventsWanted reads IPCEventsEnv for the messages: unset, they are
-// ordered on the GPU only where no two ranks of the communicator share a
-// GPU (shared). Processes on one GPU take turns on it unless MPS runs them
-// together, and a stream that waits for another process's event waits for
-// that process's turn: on an H100 without MPS (2026-12-05,
+// ordered on the host. Processes on one GPU take turns on it unless MPS
+// runs them together, and a stream that waits for another process's event
+// waits for that process's turn: on an H100 without MPS (2026-12-05,
 // docs/PERFORMANCE.md) the heat solver's halo exchanges ordered on the GPU
 // took its 16384² steps from 1.84 to 0.85 TB/s with 2 ranks and from 1 to
-// 0.32 with 4, where under MPS a 64 MiB ping-pong went from 68-73 µs to 59.
-func p2pEventsWanted(shared bool) (bool, error) { return envOnOff(IPCEventsEnv, !shared) }
+// 0.32 with 4. Under MPS a 64 MiB ping-pong went from 68-73 µs to 59, but
+// the same solver with 2 ranks took 4.7-4.9 ms a step with the events in
+// four runs of six (1.6-1.7 in the other two) against 1.5-2.7 without
+// them (H100 and H200, 2026-12-05), and on GPUs of their own the events
+// have not run yet: on is the user's choice, where measured to help.
+func p2pEventsWanted() (bool, error) { return envOnOff(IPCEventsEnv, false) }
 
 // setUpP2POrder finds whether ranks share a GPU (for the reductions'
 // default too, setUpOrder's) and turns the ordered messages on where every
@@ -119,7 +122,7 @@ func (c *Comm) setUpP2POrder() error {
 		seen[string(b)] = true
 	}
 	c.ipc.sharedGPU = shared
-	want, err := p2pEventsWanted(shared) // checked at Open: valid on every rank
+	want, err := p2pEventsWanted() // checked at Open: valid on every rank
 	can := err == nil && want && c.dev.Kind() == devmem.CUDA
 	v := []int64{b2i(!can)}
 	if err := mpi.AllreduceInt64s(c.ctl, v, mpi.Max); err != nil {
