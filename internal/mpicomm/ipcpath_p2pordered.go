@@ -100,7 +100,7 @@ type eventPair struct {
 // took its 16384² steps from 1.84 to 0.85 TB/s with 2 ranks and from 1 to
 // 0.32 with 4. Under MPS a 64 MiB ping-pong went from 68-73 µs to 59, but
 // the same solver with 2 ranks took 4.7-4.9 ms a step with the events in
-// four runs of six (1.6-1.7 in the other two) against 1.5-2.7 without
+// three runs of five (1.6-1.7 in the other two) against 1.5-2.7 without
 // them (H100 and H200, 2026-12-05), and on GPUs of their own the events
 // have not run yet: on is the user's choice, where measured to help.
 func p2pEventsWanted() (bool, error) { return envOnOff(IPCEventsEnv, false) }
