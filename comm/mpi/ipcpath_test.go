@@ -164,9 +164,12 @@ func TestRankIPCPath(t *testing.T) {
 
 	// Counts that differ: rank 0 sends 3000 float64s where rank 1 expects
 	// 3500 (both the IPC path), then 100 (MPI) where rank 1 expects 2000
-	// (the IPC path); then a matching message arrives whole.
+	// (the IPC path), then 2000 (the IPC path) where rank 1 expects 20
+	// (MPI); then a matching message arrives whole. The same from pinned
+	// memory, whose bytes follow the control message through the pipeline.
 	if r < 2 && peers != nil && peers[1-r] {
 		mpitest.CountsThatDiffer(t, c)
+		mpitest.CountsThatDifferFromPinned(t, c)
 	}
 
 	// Blocks of 700 float64s (5600 bytes) to and from every other rank,
@@ -199,7 +202,8 @@ func TestRankIPCPath(t *testing.T) {
 // message of several chunks that no receive takes breaks the
 // communicator, with the error that says so). The same again with every
 // send and receive on a stream (the messages ordered on the GPU where the
-// IPC events are on).
+// IPC events are on), and from pinned memory, whose bytes follow the
+// control message through the pipeline.
 func TestRankIPCSmallestChunk(t *testing.T) {
 	mpitest.RankOnly(t)
 	c, err := comm.Open(name, comm.WithChunkBytes(comm.MinChunkBytes), comm.WithNodeBytes(comm.MinChunkBytes))
@@ -211,6 +215,7 @@ func TestRankIPCSmallestChunk(t *testing.T) {
 	}
 	mpitest.CountsThatDiffer(t, c)
 	mpitest.CountsThatDifferOnStreams(t, c)
+	mpitest.CountsThatDifferFromPinned(t, c)
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}

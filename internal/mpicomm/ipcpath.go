@@ -587,8 +587,11 @@ func (c *Comm) ipcControl(o *op, t transfer, cell devmem.Buffer, got int) (keep 
 	if bytes != t.bytes {
 		err := fmt.Errorf("%v: rank %d sent %d bytes through the node path; the sender's count differs: %w", t, peer, bytes, comm.ErrMismatch)
 		if staged {
-			c.setBroken(err) // its chunks come through MPI, with no receive for them
-			return false, err
+			// Its chunks come through MPI: dropped here, so that its send
+			// completes and nothing of it stays in flight.
+			if keep, derr := c.drainStaged(o, t, bytes); derr != nil {
+				return keep, errors.Join(err, derr)
+			}
 		}
 		return c.refuse(o, t, cell, err)
 	}
@@ -685,18 +688,24 @@ func (c *Comm) postAnswer(t transfer, cell devmem.Buffer, a uint64) (*mpi.Reques
 // refuseControl is a staged receive's answer to an IPC control message (the
 // sender's count was above nodeMin, this receive's below): the sender is
 // told, so that its call completes with ErrMismatch as this one does, and
-// nothing else of the message is in flight (the pipeline cancels the
-// receives it posted ahead). Only where the message's bytes follow through
-// the pipeline (the sender's buffer could not be exported), which no
-// receive takes, or where the answer could not be sent is the communicator
-// broken, as when the ring path's counts differ.
+// nothing else of the message stays in flight. Where the message's bytes
+// follow through the pipeline (the sender's buffer could not be exported),
+// they are received and dropped first, if this receive is one chunk (the
+// pipeline then posted no other receive of the tag, which could take one of
+// them); a longer receive, or an answer that could not be sent, breaks the
+// communicator instead, as when the ring path's counts differ.
 func (c *Comm) refuseControl(o *op, t transfer, ctl []byte) error {
-	bytes := binary.LittleEndian.Uint64(ctl[8:])
+	bytes := int(binary.LittleEndian.Uint64(ctl[8:]))
 	err := fmt.Errorf("%v: rank %d sent %d bytes through the IPC path; the sender's count differs: %w", t, t.peers[0], bytes, comm.ErrMismatch)
 	if binary.LittleEndian.Uint64(ctl[16:]) == ctlStaged {
-		err = fmt.Errorf("%w; its bytes follow through the pipeline, which no receive takes", err)
-		c.setBroken(err)
-		return err
+		if len(c.cut(t.bytes, t.dt.Size()).Spans(t.bytes, true)) > 1 {
+			err = fmt.Errorf("%w; its bytes follow through the pipeline, where this receive has posted more than one chunk", err)
+			c.setBroken(err)
+			return err
+		}
+		if _, derr := c.drainStaged(o, t, bytes); derr != nil {
+			return errors.Join(err, derr) // the communicator is broken
+		}
 	}
 	cell, cerr := c.cell()
 	if cerr != nil {
@@ -713,6 +722,44 @@ func (c *Comm) refuseControl(o *op, t transfer, ctl []byte) error {
 		c.setBroken(err)
 	}
 	return err
+}
+
+// drainStaged receives and drops the bytes bytes that a staged sender sends
+// after its control message (its chunks on t's tag, each at most the
+// policy's largest chunk; one empty chunk for an empty message), so that
+// its send completes and nothing of the message stays in flight. Only where
+// no other receive of t's tag is posted. Where a receive fails, the
+// communicator is broken; keep says the slot stays MPI's (a receive
+// pending) and must not go back to the pool.
+func (c *Comm) drainStaged(o *op, t transfer, bytes int) (keep bool, err error) {
+	room := c.policy().Cut(1).MaxChunk
+	s, err := c.eng.Pool.Take(room)
+	if err != nil {
+		err = fmt.Errorf("%v: no slot to drop the sender's chunks: %w", t, err)
+		c.setBroken(err)
+		return false, err
+	}
+	for got, first := 0, true; first || got < bytes; first = false {
+		r, err := t.on.Irecv(s.Buf.Addr(), room, mpi.Byte, t.peers[0], t.tag)
+		if err == nil {
+			if keep, err = c.settled(o, t, []*mpi.Request{r}); keep {
+				return true, err // broken: MPI may still write the slot
+			}
+		}
+		if err != nil {
+			c.eng.Pool.Give(s)
+			err = fmt.Errorf("%v: dropping the sender's chunks: %w", t, err)
+			c.setBroken(err)
+			return false, err
+		}
+		n := r.Status().Count
+		if n == 0 {
+			break
+		}
+		got += n
+	}
+	c.eng.Pool.Give(s)
+	return false, nil
 }
 
 // isControl reports whether b, a message of got bytes, is an IPC control

@@ -439,13 +439,18 @@ func (c *Comm) recvOrdered(o *op, t transfer, cell devmem.Buffer, ctx cuda.Conte
 
 // streamFailed ends a receive whose own stream failed (err, the
 // communicator broken by waitStreamIn) once got bytes came into cell: a
-// sender that waits for an answer (an IPC control message but a staged
-// one) is told ackMismatch, so that its call ends instead of waiting; the
-// receive's error says why.
+// sender that waits for an answer (an IPC control message) is told
+// ackMismatch, so that its call ends instead of waiting, a staged one's
+// chunks received and dropped first; the receive's error says why.
 func (c *Comm) streamFailed(o *op, t transfer, cell devmem.Buffer, got int, err error) (keep bool, _ error) {
 	ctl := cellBytes(cell, 0, min(got, c.ipc.room))
-	if !isControl(ctl, got) || binary.LittleEndian.Uint64(ctl[16:]) == ctlStaged {
+	if !isControl(ctl, got) {
 		return false, err
+	}
+	if binary.LittleEndian.Uint64(ctl[16:]) == ctlStaged {
+		if keep, derr := c.drainStaged(o, t, int(binary.LittleEndian.Uint64(ctl[8:]))); derr != nil {
+			return keep, errors.Join(err, derr)
+		}
 	}
 	return c.refuse(o, t, cell, err)
 }

@@ -645,7 +645,14 @@ func StreamOrderedSend(t *testing.T, c comm.Communicator, next, prev int) {
 // path's threshold the receive is staged, and its first chunk must take the
 // sender's IPC control message or node path header whole), each
 // ErrMismatch with the buffer untouched; then 2500 that arrive whole.
-func CountsThatDiffer(t *testing.T, c comm.Communicator) { countsThatDiffer(t, c, nil) }
+func CountsThatDiffer(t *testing.T, c comm.Communicator) { countsThatDiffer(t, c, nil, false) }
+
+// CountsThatDifferFromPinned is CountsThatDiffer with rank 0 sending from
+// pinned host memory (AllocPinned), which the IPC path cannot export: its
+// control message says that the bytes follow through the pipeline, and a
+// receive of another count takes and drops them, so that the next message
+// still arrives whole.
+func CountsThatDifferFromPinned(t *testing.T, c comm.Communicator) { countsThatDiffer(t, c, nil, true) }
 
 // CountsThatDifferOnStreams is CountsThatDiffer with every send and receive
 // ordered on a stream of its rank's, each call's error that stream's next
@@ -659,13 +666,13 @@ func CountsThatDifferOnStreams(t *testing.T, c comm.Communicator) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	countsThatDiffer(t, c, s)
+	countsThatDiffer(t, c, s, false)
 	if err := s.Destroy(); err != nil {
 		t.Error(err)
 	}
 }
 
-func countsThatDiffer(t *testing.T, c comm.Communicator, s *devmem.Stream) {
+func countsThatDiffer(t *testing.T, c comm.Communicator, s *devmem.Stream, pinned bool) {
 	t.Helper()
 	r, dev := c.Rank(), c.Device()
 	if r > 1 {
@@ -680,7 +687,19 @@ func countsThatDiffer(t *testing.T, c comm.Communicator, s *devmem.Stream) {
 	}
 	for _, st := range []struct{ sent, expected int }{{3000, 3500}, {100, 2000}, {2000, 20}, {2500, 2500}} {
 		if r == 0 {
-			buf := Upload(t, dev, Values(11, st.sent))
+			var buf devmem.Slice[float64]
+			if pinned {
+				pb, err := dev.AllocPinned(8 * st.sent)
+				if err != nil {
+					t.Fatal(err)
+				}
+				buf = devmem.SliceOf[float64](pb)
+				if err := buf.CopyFrom(Values(11, st.sent), nil); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				buf = Upload(t, dev, Values(11, st.sent))
+			}
 			// As with MPI, the send completes; the receive says why.
 			if err := done(comm.Send(c, buf, 1, s)); err != nil {
 				t.Errorf("send of %d float64s: %v", st.sent, err)
