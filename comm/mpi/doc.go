@@ -81,7 +81,13 @@
 // through MPI, the sender's chunks are left in its ring: the communicator is
 // then broken, and Close ends the job with the reason rather than let the
 // pair hang at its next message. A node path message that stops half way
-// (a timeout, a failed copy) breaks the communicator the same way. The ring costs
+// (a timeout, a failed copy) breaks the communicator the same way. Between
+// ranks that take the IPC path instead (the receiver copies out of the
+// sender's buffer, opened by its IPC handle), counts that differ leave
+// the pair in step: the receiver answers the sender's control message with
+// a refusal, and drops the bytes of a sender whose buffer could not be
+// exported as they come through MPI (where the receive is staged over
+// several chunks, it breaks the communicator instead). The ring costs
 // four chunks of pinned memory per pair and direction that uses it. The ring
 // is the sender's memory, and a completed Send is delivered whatever the
 // sender does next, as in MPI: Close (and Finalize, for communicators left

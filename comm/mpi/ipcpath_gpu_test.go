@@ -21,7 +21,9 @@ import (
 // freed and allocated again at other sizes between reductions, two
 // communicators of one process on one peer allocation, two ranges of one
 // allocation, and nothing left open at the end; and TestRankIPCWindow, a
-// GroupP2P's messages moved together.
+// GroupP2P's messages moved together. Then the counts that differ
+// (TestRankIPCSmallestChunk, TestRankIPCMismatchOfSeveralChunks) with the
+// messages' IPC events at their default (off) and on, ordered on the GPU.
 func TestIPCPathOnGPUUnderLauncher(t *testing.T) {
 	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
 		t.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU")
@@ -30,6 +32,11 @@ func TestIPCPathOnGPUUnderLauncher(t *testing.T) {
 		t.Skip("built without MPI")
 	}
 	passOnRanks(t, []int{2, 4}, "^TestRank(Conformance|IPCReallocated|IPCWindow)$", 8*time.Minute, "GPUCOMM_DEVICE=cuda", "GPUCOMM_NODE_BYTES=1")
+	for _, ev := range []string{"", "on"} {
+		t.Run("Mismatches/events="+ev, func(t *testing.T) {
+			passOnRanks(t, []int{2, 4}, "^TestRankIPC(SmallestChunk|MismatchOfSeveralChunks)$", 2*time.Minute, "GPUCOMM_DEVICE=cuda", mpicomm.IPCEventsEnv+"="+ev)
+		})
+	}
 }
 
 // The same rank test on the host device, whose OpenIPC refuses new memory

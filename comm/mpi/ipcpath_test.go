@@ -25,7 +25,7 @@ func TestIPCPathUnderLauncher(t *testing.T) {
 	if !mpi.Built() {
 		t.Skip("built without MPI")
 	}
-	passOnRanks(t, []int{2, 4}, "^TestRank(IPCPath|IPCWindow|IPCSmallestChunk|NodePath|StreamOrderedP2P)$", 3*time.Minute)
+	passOnRanks(t, []int{2, 4}, "^TestRank(IPCPath|IPCWindow|IPCSmallestChunk|IPCMismatchOfSeveralChunks|NodePath|StreamOrderedP2P)$", 3*time.Minute)
 	// Every message and collective of one byte or more between the ranks
 	// takes the IPC path: the whole conformance suite, reductions of every
 	// element type and Op included, against the host reference.
@@ -194,31 +194,72 @@ func TestRankIPCPath(t *testing.T) {
 
 // TestRankIPCSmallestChunk: with the smallest chunk a communicator takes
 // (comm.MinChunkBytes), the staging pool's smallest slot, a receive under
-// the node path's threshold still takes an IPC control message (or a node
-// path header) whole: counts that differ are ErrMismatch with the buffer
-// untouched, never MPI's truncation or a sender left waiting, and the next
-// message arrives whole. The threshold is one chunk: a message under it is
-// one MPI message, which a receive of another count takes whole (a
-// message of several chunks that no receive takes breaks the
-// communicator, with the error that says so). The same again with every
-// send and receive on a stream (the messages ordered on the GPU where the
-// IPC events are on), and from pinned memory, whose bytes follow the
-// control message through the pipeline.
+// the node path's threshold still takes an IPC control message whole:
+// counts that differ are ErrMismatch with the buffer untouched, never MPI's
+// truncation or a sender left waiting, and the next message arrives whole.
+// The threshold is one chunk: a message under it is one MPI message, which
+// a receive of another count takes whole (a message of several chunks that
+// no receive takes breaks the communicator, with the error that says so).
+// The same again with every send and receive on a stream (the messages
+// ordered on the GPU where the IPC events are on: there, the matching
+// message after the mismatches is counted as ordered), and from pinned
+// memory, whose bytes follow the control message through the pipeline. On
+// ranks 0 and 1 where they reach each other through the IPC path (a ring
+// header's mismatch breaks the communicator: NodePathMismatchEndsTheJob).
 func TestRankIPCSmallestChunk(t *testing.T) {
 	mpitest.RankOnly(t)
 	c, err := comm.Open(name, comm.WithChunkBytes(comm.MinChunkBytes), comm.WithNodeBytes(comm.MinChunkBytes))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.(*mpicomm.Comm).ChunkBytes(); got != comm.MinChunkBytes {
+	mc := c.(*mpicomm.Comm)
+	if got := mc.ChunkBytes(); got != comm.MinChunkBytes {
 		t.Fatalf("chunk %d bytes, want %d", got, comm.MinChunkBytes)
 	}
-	mpitest.CountsThatDiffer(t, c)
-	mpitest.CountsThatDifferOnStreams(t, c)
-	mpitest.CountsThatDifferFromPinned(t, c)
+	if r := c.Rank(); r < 2 && ipcPair(mc) {
+		mpitest.CountsThatDiffer(t, c)
+		on, sends0, receives0 := mc.IPCOrderedP2P()
+		if want := os.Getenv(mpicomm.IPCEventsEnv) == "on" && c.Device().Kind() == devmem.CUDA; on != want {
+			t.Errorf("messages ordered on the GPU: %v, want %v (%s=%q on a %v device)", on, want, mpicomm.IPCEventsEnv, os.Getenv(mpicomm.IPCEventsEnv), c.Device().Kind())
+		}
+		mpitest.CountsThatDifferOnStreams(t, c)
+		if _, sends, receives := mc.IPCOrderedP2P(); on && sends-sends0+receives-receives0 != 1 {
+			t.Errorf("%d sends and %d receives ordered on the GPU, want the one matching message", sends-sends0, receives-receives0)
+		}
+		mpitest.CountsThatDifferFromPinned(t, c)
+	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestRankIPCMismatchOfSeveralChunks: with chunks smaller than the node
+// path's threshold, a staged receive under it is several chunks, the
+// pipeline posting receives ahead of the first; where the first meets an
+// IPC control message (16000 bytes sent, 4000 expected: chunks of 512,
+// 1024, 2048 and 416 bytes), the receive is ErrMismatch with its buffer
+// untouched, the receives posted ahead are cancelled, the sender is
+// answered, and the next message arrives whole.
+func TestRankIPCMismatchOfSeveralChunks(t *testing.T) {
+	mpitest.RankOnly(t)
+	c, err := comm.Open(name, comm.WithChunkBytes(comm.MinChunkBytes), comm.WithNodeBytes(8192))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mc := c.(*mpicomm.Comm); c.Rank() < 2 && ipcPair(mc) {
+		mpitest.CountOverSeveralChunks(t, c, 2000, 500)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ipcPair reports whether ranks 0 and 1 of mc reach each other through the
+// IPC path (both sides agree on it).
+func ipcPair(mc *mpicomm.Comm) bool {
+	peers := mc.IPCPeers()
+	r := mc.Rank()
+	return r < 2 && 1-r < len(peers) && peers[1-r]
 }
 
 // ipcRingNodeMin is openIPCRing's node path size: messages from 1000 bytes

@@ -17,8 +17,7 @@ import (
 
 // TestIPCOrderedP2PUnderLauncher runs the point-to-point tests of the IPC
 // path on streams: on the host device (host-ordered there), and on a GPU
-// with the IPC events at their default (off on the test machine, whose
-// ranks share its one GPU), on and off, 2 and 4 ranks.
+// with the IPC events at their default (off), on and off, 2 and 4 ranks.
 func TestIPCOrderedP2PUnderLauncher(t *testing.T) {
 	if !mpi.Built() {
 		t.Skip("MPI is not built in: -tags mpi or mpich")

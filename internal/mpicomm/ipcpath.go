@@ -585,7 +585,7 @@ func (c *Comm) ipcControl(o *op, t transfer, cell devmem.Buffer, got int) (keep 
 	bytes := int(binary.LittleEndian.Uint64(ctl[8:]))
 	staged := binary.LittleEndian.Uint64(ctl[16:]) == ctlStaged
 	if bytes != t.bytes {
-		err := fmt.Errorf("%v: rank %d sent %d bytes through the node path; the sender's count differs: %w", t, peer, bytes, comm.ErrMismatch)
+		err := fmt.Errorf("%v: rank %d sent %d bytes through the IPC path; the sender's count differs: %w", t, peer, bytes, comm.ErrMismatch)
 		if staged {
 			// Its chunks come through MPI: dropped here, so that its send
 			// completes and nothing of it stays in flight.
@@ -763,9 +763,13 @@ func (c *Comm) drainStaged(o *op, t transfer, bytes int) (keep bool, err error) 
 }
 
 // isControl reports whether b, a message of got bytes, is an IPC control
-// message.
-func isControl(b []byte, got int) bool {
-	return got == ctlLen && len(b) >= ctlLen && binary.LittleEndian.Uint64(b) == ctlMagic
+// message: its length, its magic, and a count that the IPC path takes (at
+// least nodeMin), which a receive under nodeMin (a staged one, where this
+// is asked) never expects, so that a data message that happens to look like
+// one is not refused.
+func (c *Comm) isControl(b []byte, got int) bool {
+	return got == ctlLen && len(b) >= ctlLen && binary.LittleEndian.Uint64(b) == ctlMagic &&
+		c.nodeMin > 0 && binary.LittleEndian.Uint64(b[8:]) >= uint64(c.nodeMin)
 }
 
 // reachesAll reports whether reach holds every rank but me.

@@ -444,7 +444,7 @@ func (c *Comm) recvOrdered(o *op, t transfer, cell devmem.Buffer, ctx cuda.Conte
 // chunks received and dropped first; the receive's error says why.
 func (c *Comm) streamFailed(o *op, t transfer, cell devmem.Buffer, got int, err error) (keep bool, _ error) {
 	ctl := cellBytes(cell, 0, min(got, c.ipc.room))
-	if !isControl(ctl, got) {
+	if !c.isControl(ctl, got) {
 		return false, err
 	}
 	if binary.LittleEndian.Uint64(ctl[16:]) == ctlStaged {

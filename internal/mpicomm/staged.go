@@ -422,7 +422,7 @@ func (c *Comm) stagedMove(o *op, t transfer) error {
 		}
 		p.Check = func(s *slot, off, n int, reqs []*mpi.Request) error {
 			got := reqs[0].Status().Count
-			if header && off == 0 && hdrLen > nodepath.HdrLen && isControl(s.Bytes(min(got, hdrLen)), got) {
+			if header && off == 0 && hdrLen > nodepath.HdrLen && c.isControl(s.Bytes(min(got, hdrLen)), got) {
 				return c.refuseControl(o, t, s.Bytes(ctlLen))
 			}
 			if header && off == 0 && got == nodepath.HdrLen && nodepath.IsHeader(s.Bytes(nodepath.HdrLen)) {

@@ -643,16 +643,32 @@ func StreamOrderedSend(t *testing.T, c comm.Communicator, next, prev int) {
 // sends 3000 float64s where rank 1 expects 3500, then 100 where rank 1
 // expects 2000, then 2000 where rank 1 expects 20 (160 bytes: under a node
 // path's threshold the receive is staged, and its first chunk must take the
-// sender's IPC control message or node path header whole), each
+// sender's IPC control message whole), each
 // ErrMismatch with the buffer untouched; then 2500 that arrive whole.
-func CountsThatDiffer(t *testing.T, c comm.Communicator) { countsThatDiffer(t, c, nil, false) }
+func CountsThatDiffer(t *testing.T, c comm.Communicator) {
+	countsThatDiffer(t, c, nil, false, countsCases)
+}
+
+// countsCases are CountsThatDiffer's messages: the float64s rank 0 sends
+// and those rank 1 expects.
+var countsCases = [][2]int{{3000, 3500}, {100, 2000}, {2000, 20}, {2500, 2500}}
+
+// CountOverSeveralChunks: rank 0 sends sent float64s where rank 1 expects
+// expected, each ErrMismatch with the buffer untouched, then 2500 that
+// arrive whole; for a receive that the pipeline posts as several chunks
+// (the ones after the first are cancelled when the first refuses).
+func CountOverSeveralChunks(t *testing.T, c comm.Communicator, sent, expected int) {
+	countsThatDiffer(t, c, nil, false, [][2]int{{sent, expected}, {2500, 2500}})
+}
 
 // CountsThatDifferFromPinned is CountsThatDiffer with rank 0 sending from
 // pinned host memory (AllocPinned), which the IPC path cannot export: its
 // control message says that the bytes follow through the pipeline, and a
 // receive of another count takes and drops them, so that the next message
 // still arrives whole.
-func CountsThatDifferFromPinned(t *testing.T, c comm.Communicator) { countsThatDiffer(t, c, nil, true) }
+func CountsThatDifferFromPinned(t *testing.T, c comm.Communicator) {
+	countsThatDiffer(t, c, nil, true, countsCases)
+}
 
 // CountsThatDifferOnStreams is CountsThatDiffer with every send and receive
 // ordered on a stream of its rank's, each call's error that stream's next
@@ -666,13 +682,13 @@ func CountsThatDifferOnStreams(t *testing.T, c comm.Communicator) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	countsThatDiffer(t, c, s, false)
+	countsThatDiffer(t, c, s, false, countsCases)
 	if err := s.Destroy(); err != nil {
 		t.Error(err)
 	}
 }
 
-func countsThatDiffer(t *testing.T, c comm.Communicator, s *devmem.Stream, pinned bool) {
+func countsThatDiffer(t *testing.T, c comm.Communicator, s *devmem.Stream, pinned bool, cases [][2]int) {
 	t.Helper()
 	r, dev := c.Rank(), c.Device()
 	if r > 1 {
@@ -685,7 +701,8 @@ func countsThatDiffer(t *testing.T, c comm.Communicator, s *devmem.Stream, pinne
 		}
 		return err
 	}
-	for _, st := range []struct{ sent, expected int }{{3000, 3500}, {100, 2000}, {2000, 20}, {2500, 2500}} {
+	for _, cs := range cases {
+		st := struct{ sent, expected int }{cs[0], cs[1]}
 		if r == 0 {
 			var buf devmem.Slice[float64]
 			if pinned {
