@@ -203,9 +203,9 @@ func TestRankIPCPath(t *testing.T) {
 // The same again with every send and receive on a stream (the messages
 // ordered on the GPU where the IPC events are on: there, the matching
 // message after the mismatches is counted as ordered), and from pinned
-// memory, whose bytes follow the control message through the pipeline. On
-// ranks 0 and 1 where they reach each other through the IPC path (a ring
-// header's mismatch breaks the communicator: NodePathMismatchEndsTheJob).
+// memory, whose bytes follow the control message through the pipeline. Ranks
+// 0 and 1 must reach each other through the IPC path (a ring header's
+// mismatch breaks the communicator: NodePathMismatchEndsTheJob).
 func TestRankIPCSmallestChunk(t *testing.T) {
 	mpitest.RankOnly(t)
 	c, err := comm.Open(name, comm.WithChunkBytes(comm.MinChunkBytes), comm.WithNodeBytes(comm.MinChunkBytes))
@@ -216,7 +216,10 @@ func TestRankIPCSmallestChunk(t *testing.T) {
 	if got := mc.ChunkBytes(); got != comm.MinChunkBytes {
 		t.Fatalf("chunk %d bytes, want %d", got, comm.MinChunkBytes)
 	}
-	if r := c.Rank(); r < 2 && ipcPair(mc) {
+	if r := c.Rank(); r < 2 {
+		if !ipcPair(mc) {
+			t.Fatalf("ranks 0 and 1 do not reach each other through the IPC path (peers %v)", mc.IPCPeers())
+		}
 		mpitest.CountsThatDiffer(t, c)
 		on, sends0, receives0 := mc.IPCOrderedP2P()
 		if want := os.Getenv(mpicomm.IPCEventsEnv) == "on" && c.Device().Kind() == devmem.CUDA; on != want {
@@ -246,7 +249,10 @@ func TestRankIPCMismatchOfSeveralChunks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mc := c.(*mpicomm.Comm); c.Rank() < 2 && ipcPair(mc) {
+	if mc := c.(*mpicomm.Comm); c.Rank() < 2 {
+		if !ipcPair(mc) {
+			t.Fatalf("ranks 0 and 1 do not reach each other through the IPC path (peers %v)", mc.IPCPeers())
+		}
 		mpitest.CountOverSeveralChunks(t, c, 2000, 500)
 	}
 	if err := c.Close(); err != nil {

@@ -180,6 +180,14 @@ func (c *Comm) IPCCache() ipccache.Stats {
 	return c.ipc.cache.Stats()
 }
 
+// Unreceived reports whether a message of peer's waits on the
+// point-to-point communicator that no receive has taken (MPI_Iprobe, any
+// tag): for tests that a refused message left nothing behind.
+func (c *Comm) Unreceived(peer int) (bool, error) {
+	found, _, err := c.p2p.Iprobe(peer, mpi.AnyTag, mpi.Byte)
+	return found, err
+}
+
 // IPCPeers reports, by rank, which ranks this rank reaches through the IPC
 // path (nil when it is off): for gpucomm info.
 func (c *Comm) IPCPeers() []bool {
@@ -589,8 +597,10 @@ func (c *Comm) ipcControl(o *op, t transfer, cell devmem.Buffer, got int) (keep 
 		if staged {
 			// Its chunks come through MPI: dropped here, so that its send
 			// completes and nothing of it stays in flight.
-			if keep, derr := c.drainStaged(o, t, bytes); derr != nil {
-				return keep, errors.Join(err, derr)
+			// The communicator is broken where this fails; the cell
+			// is no longer MPI's either way.
+			if derr := c.drainStaged(o, t, bytes); derr != nil {
+				return false, errors.Join(err, derr)
 			}
 		}
 		return c.refuse(o, t, cell, err)
@@ -703,7 +713,7 @@ func (c *Comm) refuseControl(o *op, t transfer, ctl []byte) error {
 			c.setBroken(err)
 			return err
 		}
-		if _, derr := c.drainStaged(o, t, bytes); derr != nil {
+		if derr := c.drainStaged(o, t, bytes); derr != nil {
 			return errors.Join(err, derr) // the communicator is broken
 		}
 	}
@@ -725,32 +735,33 @@ func (c *Comm) refuseControl(o *op, t transfer, ctl []byte) error {
 }
 
 // drainStaged receives and drops the bytes bytes that a staged sender sends
-// after its control message (its chunks on t's tag, each at most the
-// policy's largest chunk; one empty chunk for an empty message), so that
-// its send completes and nothing of the message stays in flight. Only where
-// no other receive of t's tag is posted. Where a receive fails, the
-// communicator is broken; keep says the slot stays MPI's (a receive
-// pending) and must not go back to the pool.
-func (c *Comm) drainStaged(o *op, t transfer, bytes int) (keep bool, err error) {
-	room := c.policy().Cut(1).MaxChunk
+// after its control message (its chunks on t's tag, none larger than the
+// message or the policy's largest chunk; one empty chunk for an empty
+// message), so that its send completes and nothing of the message stays in
+// flight. Only where no other receive of t's tag is posted. Where a receive
+// fails, the communicator is broken, and a slot that MPI may still write
+// (a receive left pending) stays MPI's, out of the pool.
+func (c *Comm) drainStaged(o *op, t transfer, bytes int) error {
+	room := max(1, min(c.policy().Cut(1).MaxChunk, bytes))
 	s, err := c.eng.Pool.Take(room)
 	if err != nil {
 		err = fmt.Errorf("%v: no slot to drop the sender's chunks: %w", t, err)
 		c.setBroken(err)
-		return false, err
+		return err
 	}
 	for got, first := 0, true; first || got < bytes; first = false {
 		r, err := t.on.Irecv(s.Buf.Addr(), room, mpi.Byte, t.peers[0], t.tag)
 		if err == nil {
+			var keep bool
 			if keep, err = c.settled(o, t, []*mpi.Request{r}); keep {
-				return true, err // broken: MPI may still write the slot
+				return err // broken: MPI may still write the slot
 			}
 		}
 		if err != nil {
 			c.eng.Pool.Give(s)
 			err = fmt.Errorf("%v: dropping the sender's chunks: %w", t, err)
 			c.setBroken(err)
-			return false, err
+			return err
 		}
 		n := r.Status().Count
 		if n == 0 {
@@ -759,7 +770,7 @@ func (c *Comm) drainStaged(o *op, t transfer, bytes int) (keep bool, err error) 
 		got += n
 	}
 	c.eng.Pool.Give(s)
-	return false, nil
+	return nil
 }
 
 // isControl reports whether b, a message of got bytes, is an IPC control

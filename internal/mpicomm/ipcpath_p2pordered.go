@@ -448,8 +448,8 @@ func (c *Comm) streamFailed(o *op, t transfer, cell devmem.Buffer, got int, err 
 		return false, err
 	}
 	if binary.LittleEndian.Uint64(ctl[16:]) == ctlStaged {
-		if keep, derr := c.drainStaged(o, t, int(binary.LittleEndian.Uint64(ctl[8:]))); derr != nil {
-			return keep, errors.Join(err, derr)
+		if derr := c.drainStaged(o, t, int(binary.LittleEndian.Uint64(ctl[8:]))); derr != nil {
+			return false, errors.Join(err, derr) // the cell is no longer MPI's
 		}
 	}
 	return c.refuse(o, t, cell, err)
