@@ -449,7 +449,13 @@ func Timeout(t *testing.T, backend string) {
 		t.Skip("ends the job on purpose: run by TestUnderLauncher...Timeout")
 	}
 	if scenario == "node-mismatch" {
-		nodeMismatch(t, backend)
+		nodeMismatch(t, backend, 3000, 100, comm.WithNodeBytes(1000))
+		return
+	}
+	if scenario == "ipc-staged-mismatch" {
+		// Pinned memory (no IPC handle: the bytes follow the control
+		// message through MPI) into a staged receive of four chunks.
+		nodeMismatch(t, backend, 2000, 500, comm.WithChunkBytes(comm.MinChunkBytes), comm.WithNodeBytes(8192))
 		return
 	}
 	opts := []comm.Option{comm.WithTimeout(2 * time.Second)}
@@ -486,28 +492,49 @@ func Timeout(t *testing.T, backend string) {
 	c.Close() // ends the job on the ranks that timed out
 }
 
-// nodeMismatch: rank 0 sends 3000 float64s through the node path, the last
-// rank receives 100 through MPI (its count is below the node path's). The
-// receive is ErrMismatch with its buffer untouched, the sender's chunks are
-// left in its ring, so the communicator is broken, and closing it ends the
-// job with the reason, instead of the pair hanging at its next message.
-func nodeMismatch(t *testing.T, backend string) {
-	c := open(t, backend, comm.WithNodeBytes(1000), comm.WithTimeout(5*time.Second))
+// nodeMismatch: rank 0 sends sent float64s through the node path, the
+// last rank receives expected, fewer, through MPI (its count is below the
+// node path's). The receive is ErrMismatch with its buffer untouched, the
+// sender's chunks are left in flight (in its ring; or, through the IPC path
+// from pinned memory, sent through MPI where the receive posted several
+// chunks, one of which may take one), so the communicator is broken, and
+// closing it ends the job with the reason, instead of the pair hanging at
+// its next message.
+func nodeMismatch(t *testing.T, backend string, sent, expected int, opts ...comm.Option) {
+	c := open(t, backend, append(opts, comm.WithTimeout(5*time.Second))...)
 	last := c.Size() - 1
 	switch c.Rank() {
 	case 0:
-		x := upload(t, c, Values(0, 3000))
-		if err := comm.Send(c, x, last, nil); err != nil {
+		var x devmem.Slice[float64]
+		if Scenario() == "ipc-staged-mismatch" {
+			pb, err := c.Device().AllocPinned(8 * sent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x = devmem.SliceOf[float64](pb)
+			if err := x.CopyFrom(Values(0, sent), nil); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			x = upload(t, c, Values(0, sent))
+		}
+		err := comm.Send(c, x, last, nil)
+		switch {
+		case err != nil && Scenario() == "ipc-staged-mismatch":
+			// Its chunks wait for receives that will not come, until the
+			// job ends.
+			fmt.Fprintf(os.Stderr, "rank 0: the send ended: %v\n", err)
+		case err != nil:
 			fmt.Fprintf(os.Stderr, "rank 0: the send failed: %v\n", err)
 		}
 	case last:
-		x := upload(t, c, slices.Repeat([]float64{-7.25}, 100))
+		x := upload(t, c, slices.Repeat([]float64{-7.25}, expected))
 		err := comm.Recv(c, x, 0, nil)
 		if !errors.Is(err, comm.ErrMismatch) {
 			fmt.Fprintf(os.Stderr, "rank %d: want ErrMismatch, got %v\n", c.Rank(), err)
 		}
 		got, herr := x.ToHost(nil)
-		if herr != nil || !slices.Equal(got, slices.Repeat([]float64{-7.25}, 100)) {
+		if herr != nil || !slices.Equal(got, slices.Repeat([]float64{-7.25}, expected)) {
 			fmt.Fprintf(os.Stderr, "rank %d: the refused receive changed its buffer (%v)\n", c.Rank(), herr)
 		}
 		fmt.Fprintf(os.Stderr, "rank %d mismatch: %v\n", c.Rank(), err)
