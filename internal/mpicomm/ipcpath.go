@@ -557,6 +557,20 @@ func (c *Comm) recvControl(o *op, t transfer, cell devmem.Buffer) (got int, keep
 	return req.Status().Count, false, nil
 }
 
+// refuseDrained is refuse for the control message ctl in cell, whose bytes,
+// where it is staged, come through MPI after it: they are received and
+// dropped first (drainStaged), so that the sender's send completes and
+// nothing of the message stays in flight. Where that fails the
+// communicator is broken, and the cell is no longer MPI's either way.
+func (c *Comm) refuseDrained(o *op, t transfer, cell devmem.Buffer, ctl []byte, err error) (keep bool, _ error) {
+	if binary.LittleEndian.Uint64(ctl[16:]) == ctlStaged {
+		if derr := c.drainStaged(o, t, int(binary.LittleEndian.Uint64(ctl[8:]))); derr != nil {
+			return false, errors.Join(err, derr)
+		}
+	}
+	return c.refuse(o, t, cell, err)
+}
+
 // refuse ends a receive that does not take the sender's message (err): the
 // sender, which waits for an answer, is told ackMismatch, so that its call
 // ends.
@@ -590,20 +604,9 @@ func (c *Comm) ipcControl(o *op, t transfer, cell devmem.Buffer, got int) (keep 
 		return false, fmt.Errorf("%v: rank %d sent a message of %d bytes through MPI, not through the node path; the sender's count differs: %w",
 			t, peer, got, comm.ErrMismatch)
 	}
-	bytes := int(binary.LittleEndian.Uint64(ctl[8:]))
-	staged := binary.LittleEndian.Uint64(ctl[16:]) == ctlStaged
-	if bytes != t.bytes {
-		err := fmt.Errorf("%v: rank %d sent %d bytes through the IPC path; the sender's count differs: %w", t, peer, bytes, comm.ErrMismatch)
-		if staged {
-			// Its chunks come through MPI: dropped here, so that its send
-			// completes and nothing of it stays in flight.
-			// The communicator is broken where this fails; the cell
-			// is no longer MPI's either way.
-			if derr := c.drainStaged(o, t, bytes); derr != nil {
-				return false, errors.Join(err, derr)
-			}
-		}
-		return c.refuse(o, t, cell, err)
+	if bytes := int(binary.LittleEndian.Uint64(ctl[8:])); bytes != t.bytes {
+		return c.refuseDrained(o, t, cell, ctl, fmt.Errorf("%v: rank %d sent %d bytes through the IPC path; the sender's count differs: %w",
+			t, peer, bytes, comm.ErrMismatch))
 	}
 	switch flags := binary.LittleEndian.Uint64(ctl[16:]); flags {
 	case ctlOrdered:

@@ -447,12 +447,7 @@ func (c *Comm) streamFailed(o *op, t transfer, cell devmem.Buffer, got int, err 
 	if !c.isControl(ctl, got) {
 		return false, err
 	}
-	if binary.LittleEndian.Uint64(ctl[16:]) == ctlStaged {
-		if derr := c.drainStaged(o, t, int(binary.LittleEndian.Uint64(ctl[8:]))); derr != nil {
-			return false, errors.Join(err, derr) // the cell is no longer MPI's
-		}
-	}
-	return c.refuse(o, t, cell, err)
+	return c.refuseDrained(o, t, cell, ctl, err)
 }
 
 // orderedControl returns a control message of got bytes in cell from a
