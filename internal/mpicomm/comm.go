@@ -90,6 +90,12 @@ type Comm struct {
 
 	tickets atomic.Uint64 // collective tickets handed out, in call order
 	current op            // the op of the collective whose turn it is (turnOp)
+	// smallSlot is the slot of the staged collectives that go as MPI's
+	// blocking call (onSmallSlot), taken from the pool at the first, used
+	// only by the collective whose turn it is (one at a time, and done with
+	// it when its call returns) and given back at teardown: a small
+	// collective takes no lock of the pool's.
+	smallSlot *pipeline.Slot
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -97,6 +103,10 @@ type Comm struct {
 	running int    // operations between begin and end
 	closed  bool
 	broken  error // why the communicator can no longer be used, if it cannot
+	// unusable is set (under mu) once closed or broken is: usable's check
+	// before the arguments then takes no lock while neither is (collectiveNow
+	// and runTicket look again under mu).
+	unusable atomic.Bool
 
 	peerMu  sync.Mutex
 	sendSeq []uint64 // messages sent to each peer, for their tags
@@ -441,6 +451,10 @@ func (c *Comm) teardown(failed bool) error {
 	errs = append(errs, c.nodes.Close())
 	errs = append(errs, c.closeIPC())
 	if c.eng.Pool != nil {
+		if c.smallSlot != nil {
+			c.eng.Pool.Give(c.smallSlot)
+			c.smallSlot = nil
+		}
 		errs = append(errs, c.eng.Pool.Close())
 	}
 	if !c.ctlBuf.IsZero() {
@@ -482,6 +496,7 @@ func (c *Comm) Close() error {
 		return driver.Errorf(c.backend, "Close", c.rank, comm.ErrClosed, "closed twice")
 	}
 	c.closed = true
+	c.unusable.Store(true)
 	c.cond.Broadcast()
 	for c.running > 0 {
 		c.cond.Wait()

@@ -52,6 +52,9 @@ func (c *Comm) wrap(operation driver.Operation, err error) error {
 // communicator takes no call. collectiveNow checks again under the lock it
 // takes its ticket with.
 func (c *Comm) usable() error {
+	if !c.unusable.Load() {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.usableLocked()
@@ -213,6 +216,7 @@ func (c *Comm) setBroken(err error) {
 	c.mu.Lock()
 	if c.broken == nil {
 		c.broken = err
+		c.unusable.Store(true)
 	}
 	c.mu.Unlock()
 }
@@ -424,6 +428,7 @@ func (c *Comm) skipTicket(call driver.Call, seq uint64, before error) error {
 	if c.turn == seq-1 {
 		if c.broken == nil {
 			c.broken = err
+			c.unusable.Store(true)
 		}
 		c.turn = seq
 	}

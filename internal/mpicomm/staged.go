@@ -273,16 +273,19 @@ func (c *Comm) smallReduction(o *op, n int, out devmem.Buffer, lo, hi int) error
 }
 
 // onSmallSlot counts a staged collective that goes as MPI's blocking call
-// and runs fn on a slot of n bytes from the pool, given back when fn
-// returns: the call is blocking, so MPI is done with the slot by then.
+// and runs fn on the small collectives' slot (smallSlot), which holds n
+// bytes: the call is blocking, so MPI is done with the slot when fn
+// returns.
 func (c *Comm) onSmallSlot(n int, fn func(s *pipeline.Slot) error) error {
 	c.smallBlocking.Add(1)
-	s, err := c.eng.Pool.Take(n)
-	if err != nil {
-		return err
+	if c.smallSlot == nil {
+		s, err := c.eng.Pool.Take(smallBlockingBytes)
+		if err != nil {
+			return err
+		}
+		c.smallSlot = s
 	}
-	defer c.eng.Pool.Give(s)
-	return fn(s)
+	return fn(c.smallSlot)
 }
 
 // smallBroadcast is the staged Broadcast of n bytes as one MPI_Bcast on one
