@@ -11,6 +11,7 @@
 #include "gpucomm_mpi.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -374,6 +375,39 @@ static int gc_level_from_mpi(int level) {
 	return 3;
 }
 
+// ---- signal handlers ----
+
+// Go runs its signal handlers on each thread's alternate signal stack, and
+// requires any handler that non-Go code installs to ask for it too
+// (SA_ONSTACK, os/signal's "Go programs that use cgo"): a handler without it
+// runs on whatever stack the signal interrupted, a goroutine's among them,
+// and when it passes the signal on to Go's handler, as MPICH's does, the Go
+// runtime stops the program ("fatal error: non-Go code set up signal handler
+// without SA_ONSTACK flag"). MPICH's MPI_Init installs one for SIGUSR1 with
+// signal() (SA_RESTART only), counting the notices and chaining to the
+// handler it replaced, Go's; Hydra sends SIGUSR1 to every rank when one dies
+// (-disable-auto-cleanup), and a survivor of a killed node died of it.
+// gc_signals_onstack adds SA_ONSTACK to every handler that lacks it (Go's
+// own always have it), keeping the handler, its mask and its other flags.
+// A thread without an alternate stack (one of MPI's own) still runs the
+// handler on its own stack, as before.
+static int gc_onstack_fixed;
+
+static void gc_signals_onstack(void) {
+	for (int sig = 1; sig < NSIG; sig++) {
+		struct sigaction sa;
+		if (sigaction(sig, NULL, &sa) != 0) // glibc's own signals, SIGKILL, ...
+			continue;
+		if (sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN || (sa.sa_flags & SA_ONSTACK))
+			continue;
+		sa.sa_flags |= SA_ONSTACK;
+		if (sigaction(sig, &sa, NULL) == 0)
+			gc_onstack_fixed++;
+	}
+}
+
+int gc_onstack_fixed_count(void) { return gc_onstack_fixed; }
+
 int gc_init(int level, int *provided, int *owned) {
 	int flag = 0, p = MPI_THREAD_SINGLE, rc;
 	MPI_Initialized(&flag);
@@ -384,6 +418,9 @@ int gc_init(int level, int *provided, int *owned) {
 		*owned = 1;
 		rc = MPI_Init_thread(NULL, NULL, gc_level_to_mpi(level), &p);
 	}
+	// Whoever initialised MPI, its handlers must suit Go before anything
+	// else runs.
+	gc_signals_onstack();
 	if (rc != MPI_SUCCESS)
 		return rc;
 	*provided = gc_level_from_mpi(p);

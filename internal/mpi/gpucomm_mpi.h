@@ -53,6 +53,7 @@ typedef struct {
 
 // Lifecycle.
 int gc_init(int level, int *provided, int *owned);
+int gc_onstack_fixed_count(void); // handlers gc_init gave SA_ONSTACK, for the tests
 int gc_finalize(int *called);
 int gc_is_initialized(void);
 int gc_foreign_init(void); // tests only: another library's MPI_Init_thread

@@ -226,6 +226,7 @@ func bringUpLocked() error {
 		}
 		return err
 	}
+	catchLauncherNotice()
 	var rank, size, ub C.int
 	if err := check("MPI_Comm_rank", C.gc_comm_rank_size(C.gc_comm_world(), &rank, &size)); err != nil {
 		return err
@@ -257,6 +258,24 @@ func bringUpLocked() error {
 	state.Store(stateUp) // last: a call that sees stateUp sees the fields above
 	return nil
 }
+
+// launcherNotice takes SIGUSR1 for the Go runtime, and nobody reads it.
+var launcherNotice = make(chan os.Signal, 1)
+
+// catchLauncherNotice makes SIGUSR1, a launcher's notice, harmless on every
+// thread of a rank. Hydra (-disable-auto-cleanup) sends it to every rank
+// when one dies, and Open MPI's mpirun passes on the one it gets. Go takes
+// no action on a signal nobody asked for when it arrives on a thread of
+// Go's, but on a thread that Go did not make (UCX's async thread, Open MPI's
+// progress threads) it raises it again with the default action, and the
+// rank dies of SIGUSR1. Asked for here (the channel keeps one and drops the
+// rest, os/signal never blocks on it), it is caught on every thread, MPI's
+// handler (MPICH counts the notices) still seeing it first. gc_init gave
+// that handler SA_ONSTACK, without which a notice that landed on a thread
+// running Go code stopped the Go runtime. GPUCOMM_TRACE_SIGNAL=USR1 still
+// writes the flight records on the notice; FinalizeBoundEnv's bound still
+// ignores it from the barrier on.
+func catchLauncherNotice() { signal.Notify(launcherNotice, syscall.SIGUSR1) }
 
 func shutDownLocked() error {
 	if acquired > 0 || programRef || state.Load() != stateUp || !owned {
@@ -312,8 +331,8 @@ func finalizeWithin(bound time.Duration) error {
 	}
 	// From here on a rank may end with MPI_Finalize unfinished, and Hydra
 	// (-disable-auto-cleanup) sends SIGUSR1 to every other rank when one
-	// ends so; delivered on one of MPICH's or UCX's own threads, it would
-	// end a Go program (a fatal "signal handler without SA_ONSTACK").
+	// ends so: ignored, it reaches no handler at all while MPI winds down
+	// (catchLauncherNotice makes it harmless before that).
 	signal.Ignore(syscall.SIGUSR1)
 	timer := time.NewTimer(bound)
 	defer timer.Stop()
@@ -702,6 +721,9 @@ func mpiTypeInfo(dt Datatype) (name string, size int, err error) {
 	err = call("MPI_Type_get_name", func() C.int { return C.gc_type_info(C.int(dt), (*C.char)(unsafe.Pointer(&buf[0])), &n) })
 	return C.GoString((*C.char)(unsafe.Pointer(&buf[0]))), int(n), err
 }
+
+// onstackFixed is how many signal handlers, MPI's, gc_init gave SA_ONSTACK.
+func onstackFixed() int { return int(C.gc_onstack_fixed_count()) }
 
 // replacedOps is a bit mask of the built-in unsigned min/max ops that
 // gc_init found wrong and replaced (bit 2*t+o: t = uint8, uint32, uint64;

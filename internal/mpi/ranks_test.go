@@ -10,9 +10,12 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -1121,6 +1124,48 @@ func TestRankGoPanicsStillRecoverAfterInit(t *testing.T) {
 	if recovered == nil {
 		t.Error("a nil dereference did not panic")
 	}
+}
+
+// SIGUSR1 is a launcher's notice: Hydra (-disable-auto-cleanup) sends it to
+// every rank when one dies, and MPICH's MPI_Init installs a handler for it
+// that passes it on to Go's. Wherever it lands, on a thread running Go code
+// or on one of MPI's own threads (UCX's async thread, Open MPI's progress
+// threads), the rank must live on. A survivor of the node-kill drill died of
+// it (TestMultinodeWholeNodeKilledIsNamedBySurvivors, MPICH: "fatal error:
+// non-Go code set up signal handler without SA_ONSTACK flag"), and a notice
+// on UCX's thread ended a rank with signal 10.
+func TestRankSIGUSR1LeavesTheRankRunning(t *testing.T) {
+	c := ranksWorld(t)
+	// On this thread, while it runs Go code: the handler runs at once,
+	// as the signal system call returns.
+	func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		pid, tid := os.Getpid(), syscall.Gettid()
+		sum := 0
+		for i := range 50 {
+			if err := syscall.Tgkill(pid, tid, syscall.SIGUSR1); err != nil {
+				t.Fatalf("tgkill: %v", err)
+			}
+			for j := range 10000 {
+				sum += i ^ j
+			}
+		}
+		_ = sum
+	}()
+	// On every thread of the process, MPI's own among them.
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		if tid, err := strconv.Atoi(task.Name()); err == nil {
+			syscall.Tgkill(os.Getpid(), tid, syscall.SIGUSR1) // ESRCH: the thread ended meanwhile
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // a fatal notice has ended the process by now
+	must(t, "Barrier", c.Barrier())
+	t.Logf("rank %d: %d threads signalled; signal handlers given SA_ONSTACK after MPI_Init: %d", c.Rank(), len(tasks), onstackFixed())
 }
 
 func TestRankAbortEndsTheJob(t *testing.T) {
