@@ -52,7 +52,10 @@ func TestProbeSaysWhy(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !mpi.Built() {
-			tc.usable, tc.says = false, "not built: rebuild with -tags mpi (Open MPI) or -tags mpich (MPICH)"
+			tc.usable, tc.says = false, "not built: rebuild with -tags mpi (Open MPI) or -tags mpich (MPICH and its ABI), with cgo enabled"
+			if mpi.TaggedWithoutCgo() {
+				tc.says = "not built: this binary was built with an MPI tag (-tags mpi or mpich) but without cgo"
+			}
 		}
 		if v.Usable != tc.usable || !strings.Contains(v.Reason, tc.says) {
 			t.Errorf("%s=%q: Probe %+v; want usable %v, saying %q", cudaaware.AwareEnv, tc.env, v, tc.usable, tc.says)

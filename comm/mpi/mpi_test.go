@@ -31,8 +31,13 @@ func TestRegisteredBetweenLocalAndCUDAAware(t *testing.T) {
 	if v.Usable != mpi.Built() {
 		t.Errorf("Probe %+v in a binary with MPI built in: %v", v, mpi.Built())
 	}
-	if !mpi.Built() && v.Reason != "not built: rebuild with -tags mpi (Open MPI) or -tags mpich (MPICH)" {
-		t.Errorf("Probe reason %q does not say how to rebuild", v.Reason)
+	how := "not built: rebuild with -tags mpi (Open MPI) or -tags mpich (MPICH and its ABI), with cgo enabled"
+	if mpi.TaggedWithoutCgo() {
+		how = "not built: this binary was built with an MPI tag (-tags mpi or mpich) but without cgo (CGO_ENABLED=0, " +
+			"or no C compiler on PATH, which turns cgo off), and MPI needs cgo: rebuild with CGO_ENABLED=1 and a C compiler"
+	}
+	if !mpi.Built() && v.Reason != how {
+		t.Errorf("Probe reason %q does not say how to rebuild (%q)", v.Reason, how)
 	}
 	if mpi.Built() && !strings.Contains(v.Reason, "host-staged") {
 		t.Errorf("Probe reason %q does not say how data moves", v.Reason)

@@ -15,8 +15,7 @@ import (
 // explain how to get MPI instead of failing to build.
 
 // errNotBuilt is what every entry point of a binary built without MPI returns.
-var errNotBuilt = fmt.Errorf("mpi: MPI support is not built into this binary; "+
-	"rebuild with -tags mpi (Open MPI) or -tags mpich (MPICH and its ABI), with cgo enabled: %w", errs.ErrNotBuilt)
+var errNotBuilt = fmt.Errorf("mpi: MPI support is not built into this binary: %s: %w", NotBuiltReason(), errs.ErrNotBuilt)
 
 const family = ""
 

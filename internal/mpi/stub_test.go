@@ -72,14 +72,20 @@ func TestStubEveryEntryPointReturnsErrNotBuilt(t *testing.T) {
 		"BcastBytes":      func() error { _, err := BcastBytes(c, []byte("x"), 0); return err },
 		"AllgatherBytes":  func() error { _, err := AllgatherBytes(c, []byte("x")); return err },
 	}
+	// Built with an MPI tag but without cgo, the advice to add the tag
+	// would be wrong: the binary says that cgo was off.
+	how := "rebuild with -tags mpi (Open MPI) or -tags mpich (MPICH and its ABI), with cgo enabled"
+	if taggedWithoutCgo {
+		how = "built with an MPI tag (-tags mpi or mpich) but without cgo (CGO_ENABLED=0, or no C compiler on PATH, which turns cgo off), and MPI needs cgo: rebuild with CGO_ENABLED=1"
+	}
 	for name, f := range calls {
 		err := f()
 		if !errors.Is(err, errs.ErrNotBuilt) {
 			t.Errorf("%s: got %v, want an error wrapping ErrNotBuilt", name, err)
 			continue
 		}
-		if !strings.Contains(err.Error(), "rebuild with -tags mpi (Open MPI) or -tags mpich (MPICH and its ABI)") {
-			t.Errorf("%s: %q does not say how to rebuild", name, err)
+		if !strings.Contains(err.Error(), how) {
+			t.Errorf("%s: %q does not say how to rebuild (%q)", name, err, how)
 		}
 	}
 }

@@ -118,7 +118,7 @@ func ProbeCUDAAware() comm.Verdict {
 }
 
 // NotBuiltReason is the Probe verdict of a binary built without MPI.
-const NotBuiltReason = "not built: rebuild with -tags mpi (Open MPI) or -tags mpich (MPICH)"
+var NotBuiltReason = "not built: " + mpi.NotBuiltReason()
 
 // localAwareness is this rank's verdict before any exchange.
 func (c *Comm) localAwareness() (awareness, string, error) {
