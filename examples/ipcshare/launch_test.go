@@ -64,3 +64,13 @@ func TestUnderLauncherFiveRanksOnTwoSimulatedNodes(t *testing.T) {
 		t.Fatalf("launcher: %v; want two node lines and the job line, all matching:\n%s", j.Err, j.Output)
 	}
 }
+
+// -np under a launcher of several ranks would make each process a job of
+// its own, every one printing that it matches: each rank refuses instead,
+// and the job fails without a result line.
+func TestUnderLauncherInProcessRanksAreRefused(t *testing.T) {
+	j := launchIpcshare(t, 2, "-np 3 -n 50")
+	if j.Err == nil || strings.Contains(j.Output, "matches") || !strings.Contains(j.Output, "ipcshare: -np:") {
+		t.Fatalf("ipcshare -np 3 on 2 launched ranks: launcher %v; want every rank refused with no result line:\n%s", j.Err, j.Output)
+	}
+}

@@ -58,6 +58,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var comms []comm.Communicator
 	var err error
 	if *np > 0 {
+		// In-process ranks: not under a launcher of several ranks (each
+		// process would run a job of its own), and not on a GPU, which
+		// the local backend does not drive.
+		if err := comm.CheckLauncher(local.Name); err != nil {
+			fmt.Fprintln(stderr, "ipcshare: -np:", err)
+			return 2
+		}
+		if err := local.CheckDeviceSetting(""); err != nil {
+			fmt.Fprintln(stderr, "ipcshare: -np:", err)
+			return 2
+		}
 		comms, err = local.NewGroup(*np)
 	} else {
 		var c comm.Communicator

@@ -119,3 +119,16 @@ func TestNodeCheckCatchesAWrongElement(t *testing.T) {
 		t.Fatalf("one wrong element: partial %+v, err %v; %s", p, err, out.String())
 	}
 }
+
+// In-process ranks run on the host device only: asked for a GPU through
+// GPUCOMM_DEVICE, -np refuses before it makes a rank, naming the setting.
+func TestInProcessRanksRefuseAGPU(t *testing.T) {
+	t.Setenv("GPUCOMM_DEVICE", "cuda")
+	var out, errb bytes.Buffer
+	if code := run([]string{"-np", "2", "-n", "10"}, &out, &errb); code != 2 {
+		t.Fatalf("GPUCOMM_DEVICE=cuda ipcshare -np 2 exited %d, want 2; stdout %q, stderr %q", code, out.String(), errb.String())
+	}
+	if !strings.Contains(errb.String(), "GPUCOMM_DEVICE") || out.Len() != 0 {
+		t.Fatalf("want a refusal naming GPUCOMM_DEVICE and no result line; stdout %q, stderr %q", out.String(), errb.String())
+	}
+}
