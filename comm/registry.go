@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -179,9 +180,21 @@ func Probe(name string) (Verdict, error) {
 }
 
 func unknown(name string) error {
-	return fmt.Errorf("comm: unknown backend %q; registered: %s, or auto (import gpucomm/comm/all to register every backend): %w",
-		name, strings.Join(Backends(), ", "), ErrInvalidArgument)
+	registered := Backends()
+	hint := ""
+	for _, b := range knownBackends {
+		if !slices.Contains(registered, b) {
+			hint = " (import gpucomm/comm/all to register every backend)"
+			break
+		}
+	}
+	return fmt.Errorf("comm: unknown backend %q; registered: %s, or auto%s: %w",
+		name, strings.Join(registered, ", "), hint, ErrInvalidArgument)
 }
+
+// knownBackends are the backends gpucomm/comm/all registers: an unknown
+// name's error advises importing it only while one of them is missing.
+var knownBackends = []string{"local", "mpi", "cudaaware", "nccl"}
 
 // Open opens this process's communicator on the named backend, or on the
 // best usable one for "auto" or "". GPUCOMM_BACKEND, when set, overrides
