@@ -23,9 +23,18 @@ import (
 
 func main() {
 	if err := run(); err != nil {
-		fmt.Fprintf(os.Stderr, "pingpong rank %d: %v\n", mpi.World().Rank(), err)
+		fmt.Fprintf(os.Stderr, "%s: %v\n", who(mpi.World().Rank()), err)
 		mpi.World().Abort(1)
 	}
+}
+
+// who names the rank in an error line: rank is -1 where MPI is not up
+// (not built in, or not started yet).
+func who(rank int) string {
+	if rank < 0 {
+		return "pingpong"
+	}
+	return fmt.Sprintf("pingpong rank %d", rank)
 }
 
 type config struct {

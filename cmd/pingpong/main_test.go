@@ -189,3 +189,13 @@ func TestProgramUnderLauncher(t *testing.T) {
 		}
 	}
 }
+
+// An error line names the rank only where MPI has given it one: a binary
+// without MPI said "pingpong rank -1".
+func TestErrorLinesNameOnlyARealRank(t *testing.T) {
+	for rank, want := range map[int]string{-1: "pingpong", 0: "pingpong rank 0", 3: "pingpong rank 3"} {
+		if got := who(rank); got != want {
+			t.Errorf("who(%d) = %q, want %q", rank, got, want)
+		}
+	}
+}
