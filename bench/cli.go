@@ -250,19 +250,19 @@ func (o *options) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.W
 		}
 		compare = append(compare, r)
 	}
-	if env := os.Getenv("GPUCOMM_BACKEND"); env != "" {
-		if o.set["backend"] && env != o.backend {
-			fmt.Fprintf(stderr, "gpucomm bench: GPUCOMM_BACKEND=%s overrides -backend %s\n", env, o.backend)
-		}
-		o.backend = env
+	if env := os.Getenv("GPUCOMM_BACKEND"); env != "" && o.set["backend"] && env != o.backend {
+		fmt.Fprintf(stderr, "gpucomm bench: GPUCOMM_BACKEND=%s overrides -backend %s\n", env, o.backend)
 	}
+	// note ends each error that the choice of backend causes.
+	var note string
+	o.backend, note = BackendFromEnv(o.backend, o.set["backend"])
 	var opts []comm.Option
 	if o.timeout > 0 {
 		opts = append(opts, comm.WithTimeout(o.timeout))
 	}
 	if o.backend != "auto" && o.backend != "" {
 		if _, err := comm.Probe(o.backend); err != nil {
-			fmt.Fprintf(stderr, "gpucomm bench: %v\n", err)
+			fmt.Fprintf(stderr, "gpucomm bench: %v%s\n", err, note)
 			return ExitUsage
 		}
 	}
@@ -271,7 +271,7 @@ func (o *options) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.W
 			return usageError(fs, "-np %d: want 1 or more ranks", o.np)
 		}
 		if d := strings.ToLower(o.device); d != "" && d != "auto" && d != "host" {
-			return usageError(fs, "-device %s: the local backend runs on simulated host devices only", o.device)
+			return usageError(fs, "-device %s: the local backend runs on simulated host devices only%s", o.device, note)
 		}
 		if _, _, err := cfg.resolve(o.np); err != nil {
 			return usageError(fs, "%v", err)
@@ -279,7 +279,7 @@ func (o *options) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.W
 		// Under mpirun -np 4 each process would be a job of its own, and
 		// GPUCOMM_DEVICE=cuda would be ignored: both are refused.
 		if err := errors.Join(comm.CheckLauncher(local.Name), local.CheckDeviceSetting(o.device)); err != nil {
-			fmt.Fprintf(stderr, "gpucomm bench: %v\n", err)
+			fmt.Fprintf(stderr, "gpucomm bench: %v%s\n", err, note)
 			return ExitFail
 		}
 		bar := newBar(stderr, o.noProgress)
@@ -288,14 +288,14 @@ func (o *options) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.W
 		return o.report(rep, err, compare, stdout, stderr)
 	}
 	if o.set["np"] && o.np != 1 {
-		return usageError(fs, "-np applies to the local backend only; %s takes one rank a process, so set the rank count with mpirun -np", o.backend)
+		return usageError(fs, "-np applies to the local backend only; %s takes one rank a process, so set the rank count with mpirun -np%s", o.backend, note)
 	}
 	if o.device != "" {
 		opts = append(opts, comm.WithDevice(o.device))
 	}
 	c, err := comm.Open(o.backend, opts...)
 	if err != nil {
-		fmt.Fprintf(stderr, "gpucomm bench: %v\n", err)
+		fmt.Fprintf(stderr, "gpucomm bench: %v%s\n", err, note)
 		if errors.Is(err, comm.ErrInvalidArgument) {
 			return ExitUsage
 		}
@@ -315,6 +315,28 @@ func (o *options) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.W
 	rep, err := Run(ctx, c, cfg, bar.progress)
 	bar.finish()
 	return o.report(rep, err, compare, stdout, stderr)
+}
+
+// BackendFromEnv applies GPUCOMM_BACKEND, which overrides -backend, to a
+// command's -backend value (given: whether the command line set it). It
+// returns the backend to run and, when the variable chose it, a note that
+// each error the choice causes ends with, so that a shell that still holds
+// the variable does not leave the user wondering where the backend came
+// from; the note is "" when the variable is unset or agrees with -backend.
+// bench, check and heat all read the variable through it.
+func BackendFromEnv(flagValue string, given bool) (backend, note string) {
+	env := os.Getenv("GPUCOMM_BACKEND")
+	switch {
+	case env == "":
+		return flagValue, ""
+	case given && env == flagValue:
+		return env, ""
+	case given:
+		return env, fmt.Sprintf(" (the backend came from GPUCOMM_BACKEND=%s in the environment, which overrides -backend %s; "+
+			"unset it to choose with -backend)", env, flagValue)
+	}
+	return env, fmt.Sprintf(" (the backend came from GPUCOMM_BACKEND=%s in the environment; "+
+		"unset it to choose with -backend, whose default is %s)", env, flagValue)
 }
 
 // report prints rank 0's report and plot, then gives the exit status.

@@ -14,6 +14,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/driver"
 )
 
 // bench runs Main with GPUCOMM_BACKEND cleared, as a shell would.
@@ -274,4 +277,74 @@ func TestCPUProfileFlag(t *testing.T) {
 	if rc := Main(context.Background(), []string{"-np", "2", "-op", "allreduce", "-b", "8", "-e", "8", "-noprogress", "-cpuprofile", filepath.Join(path, "no", "such")}, &out, &errb); rc == 0 || !strings.Contains(errb.String(), "-cpuprofile") {
 		t.Errorf("exit %d, %q; want a failure naming -cpuprofile", rc, errb.String())
 	}
+}
+
+// GPUCOMM_BACKEND overrides -backend, with a note for the errors it causes
+// that says it did; none when it is unset or names the backend -backend gave.
+func TestBackendFromEnvSaysWhereTheBackendCameFrom(t *testing.T) {
+	for _, c := range []struct {
+		env, flag string
+		given     bool
+		backend   string
+		note      string // "" or what the note must say
+	}{
+		{"", "local", false, "local", ""},
+		{"", "mpi", true, "mpi", ""},
+		{"mpi", "mpi", true, "mpi", ""},
+		{"mpi", "local", false, "mpi", "(the backend came from GPUCOMM_BACKEND=mpi in the environment; unset it to choose with -backend, whose default is local)"},
+		{"mpi", "local", true, "mpi", "(the backend came from GPUCOMM_BACKEND=mpi in the environment, which overrides -backend local; unset it to choose with -backend)"},
+	} {
+		t.Setenv("GPUCOMM_BACKEND", c.env)
+		backend, note := BackendFromEnv(c.flag, c.given)
+		if backend != c.backend || c.note == "" && note != "" || c.note != "" && note != " "+c.note {
+			t.Errorf("GPUCOMM_BACKEND=%q -backend %s (given %v): %q, %q; want %q and note %q", c.env, c.flag, c.given, backend, note, c.backend, c.note)
+		}
+	}
+}
+
+// bench's errors that the choice of backend causes say that
+// GPUCOMM_BACKEND made it, when it did: the README's quick start in a shell
+// that still holds the variable.
+func TestBenchErrorsOfTheBackendChoiceNameGPUCOMMBackend(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		args []string
+		code int
+		says []string
+	}{
+		{oneRankBackend, []string{"-np", "4"}, ExitUsage, []string{"-np applies to the local backend only",
+			"(the backend came from GPUCOMM_BACKEND=" + oneRankBackend + " in the environment; unset it to choose with -backend, whose default is local)"}},
+		{oneRankBackend, []string{"-n", "1"}, ExitFail, []string{oneRankReason, "the backend came from GPUCOMM_BACKEND=" + oneRankBackend}},
+		{"nosuch", []string{"-backend", "local"}, ExitUsage, []string{`unknown backend "nosuch"`,
+			"GPUCOMM_BACKEND=nosuch in the environment, which overrides -backend local"}},
+		{"local", []string{"-backend", oneRankBackend, "-device", "cuda"}, ExitUsage, []string{"the local backend runs on simulated host devices only",
+			"GPUCOMM_BACKEND=local in the environment, which overrides -backend " + oneRankBackend}},
+	} {
+		t.Setenv("GPUCOMM_BACKEND", c.env)
+		var out, errOut bytes.Buffer
+		code := Main(context.Background(), c.args, &out, &errOut)
+		if code != c.code {
+			t.Errorf("GPUCOMM_BACKEND=%s bench %v: exit %d, want %d; stderr:\n%s", c.env, c.args, code, c.code, errOut.String())
+		}
+		for _, want := range c.says {
+			if !strings.Contains(errOut.String(), want) {
+				t.Errorf("GPUCOMM_BACKEND=%s bench %v: stderr does not say %q:\n%s", c.env, c.args, want, errOut.String())
+			}
+		}
+	}
+}
+
+// oneRankBackend stands in for an MPI backend (one rank a process) that
+// cannot open here, ranked below local so that auto still means local.
+const (
+	oneRankBackend = "test-bench-one-rank"
+	oneRankReason  = "no launcher in this test"
+)
+
+func init() {
+	comm.Register(oneRankBackend, driver.Driver{
+		Rank:  -1,
+		Open:  func(comm.Options) (driver.Conn, error) { return nil, errors.New(oneRankReason) },
+		Probe: func() comm.Verdict { return comm.Verdict{Reason: oneRankReason} },
+	})
 }

@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/gpucomm/gpucomm/bench"
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/comm/local"
 	"github.com/gpucomm/gpucomm/conformance"
@@ -49,6 +50,9 @@ type checkFlags struct {
 	probe   bool
 	only    bool
 	set     map[string]bool // the flags given on the command line
+	// envNote ends each error that the choice of backend causes when
+	// GPUCOMM_BACKEND made it (bench.BackendFromEnv); "" otherwise.
+	envNote string
 }
 
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -95,7 +99,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 				printProbeErrors(stderr, -1, *probe)
 			}
 			fmt.Fprintf(stderr, "gpucomm check: %v\n", err)
-			fmt.Fprintf(stderr, "gpucomm check: backend %s did not open: no case ran\n", name)
+			fmt.Fprintf(stderr, "gpucomm check: backend %s did not open: no case ran%s\n", name, f.envNote)
 			return exitFail
 		}
 		defer func() {
@@ -182,12 +186,11 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // checkSetup checks the flags against each other and against the backend,
 // and resolves the backend's name ("auto" included).
 func checkSetup(fs *flag.FlagSet, f *checkFlags, stderr io.Writer) (name string, code int) {
-	if env := os.Getenv("GPUCOMM_BACKEND"); env != "" {
-		if f.set["backend"] && env != f.backend {
-			fmt.Fprintf(stderr, "gpucomm check: GPUCOMM_BACKEND=%s overrides -backend %s\n", env, f.backend)
-		}
-		f.backend = env
+	if env := os.Getenv("GPUCOMM_BACKEND"); env != "" && f.set["backend"] && env != f.backend {
+		fmt.Fprintf(stderr, "gpucomm check: GPUCOMM_BACKEND=%s overrides -backend %s\n", env, f.backend)
 	}
+	f.backend, f.envNote = bench.BackendFromEnv(f.backend, f.set["backend"])
+	note := f.envNote
 	if _, err := regexp.Compile(f.run); err != nil {
 		return "", usageError(fs, "-run: %v", err)
 	}
@@ -203,7 +206,7 @@ func checkSetup(fs *flag.FlagSet, f *checkFlags, stderr io.Writer) (name string,
 	}
 	name, err := resolveBackend(f.backend)
 	if err != nil {
-		fmt.Fprintf(stderr, "gpucomm check: %v\n", err)
+		fmt.Fprintf(stderr, "gpucomm check: %v%s\n", err, note)
 		if errors.Is(err, comm.ErrInvalidArgument) {
 			return "", exitUsage
 		}
@@ -216,14 +219,14 @@ func checkSetup(fs *flag.FlagSet, f *checkFlags, stderr io.Writer) (name string,
 		switch strings.ToLower(strings.TrimSpace(f.device)) {
 		case "", "auto", "host":
 		default:
-			return "", usageError(fs, "-device %s: the local backend runs on simulated host devices only", f.device)
+			return "", usageError(fs, "-device %s: the local backend runs on simulated host devices only%s", f.device, note)
 		}
 		if err := localReady(f.device); err != nil {
-			fmt.Fprintf(stderr, "gpucomm check: %v\n", err)
+			fmt.Fprintf(stderr, "gpucomm check: %v%s\n", err, note)
 			return "", exitFail
 		}
 	} else if f.set["np"] && f.np != 1 {
-		return "", usageError(fs, "-np applies to the local backend only; %s takes one rank a process, so set the rank count with mpirun -np", name)
+		return "", usageError(fs, "-np applies to the local backend only; %s takes one rank a process, so set the rank count with mpirun -np%s", name, note)
 	}
 	v, err := comm.Probe(name)
 	if err != nil {
@@ -231,7 +234,7 @@ func checkSetup(fs *flag.FlagSet, f *checkFlags, stderr io.Writer) (name string,
 		return "", exitFail
 	}
 	if !v.Usable {
-		fmt.Fprintf(stderr, "gpucomm check: backend %s cannot run here: %s\n", name, v.Reason)
+		fmt.Fprintf(stderr, "gpucomm check: backend %s cannot run here: %s%s\n", name, v.Reason, note)
 		return "", exitFail
 	}
 	return name, exitOK

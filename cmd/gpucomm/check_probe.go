@@ -99,7 +99,7 @@ func probeJob(p *probeReport, backend string, c comm.Communicator) {
 				p.add("mpi", levelError, err.Error(), "start it with the launcher of the MPI it is built for, or rebuild it for the launcher's")
 			}
 		} else {
-			p.add("mpi", levelInfo, "this binary is built without MPI (-tags mpi or -tags mpich add it)", "")
+			p.add("mpi", levelInfo, "MPI is not in this binary: "+mpiBuildAdvice(), "")
 		}
 		return
 	}

@@ -155,6 +155,35 @@ func TestShortReasonNamesTheLibraryAndItsVariable(t *testing.T) {
 	}
 }
 
+// "not found" only when no file of any name tried exists: otherwise the
+// loader's own reason, short, for the first name that would not load.
+func TestShortReasonSaysNotFoundOnlyWhenNothingWasFound(t *testing.T) {
+	const nf = ": cannot open shared object file: No such file or directory"
+	for _, c := range []struct{ in, want string }{
+		{"NCCL not usable: nccl: load NCCL: dl: cannot open libnccl.so.2, libnccl.so (libnccl.so.2" + nf + "; libnccl.so" + nf +
+			"): library not found (set GPUCOMM_NCCL_LIB to its path)",
+			"NCCL not usable: libnccl.so.2 not found (set GPUCOMM_NCCL_LIB to its path)"},
+		{"NCCL not usable: nccl: load NCCL: dl: cannot open /etc/passwd (/etc/passwd: invalid ELF header): library not found (named by GPUCOMM_NCCL_LIB)",
+			"NCCL not usable: GPUCOMM_NCCL_LIB=/etc/passwd cannot be loaded: invalid ELF header"},
+		{"NCCL not usable: nccl: load NCCL: dl: cannot open /opt/x/libnccl.so.2 (/opt/x/libnccl.so.2" + nf + "): library not found (named by GPUCOMM_NCCL_LIB)",
+			"NCCL not usable: GPUCOMM_NCCL_LIB=/opt/x/libnccl.so.2 not found"},
+		// Found on the loader's path, but a library it needs is missing:
+		// dlerror names only that one.
+		{"no GPU: devmem: cuda driver: cuda: load the driver API: dl: cannot open libcuda.so.1, libcuda.so (libcudadep.so.3" + nf + "; libcuda.so" + nf +
+			"): library not found (set GPUCOMM_CUDA_LIB to its path)",
+			"no GPU: libcuda.so.1 cannot be loaded: it needs libcudadep.so.3, which is not found (GPUCOMM_CUDA_LIB can name another copy)"},
+		// The first name is absent, the second is there and broken; glibc's
+		// reason holds parentheses of its own.
+		{"nvrtc: load the run-time compiler: dl: cannot open libnvrtc.so.13, libnvrtc.so (libnvrtc.so.13" + nf +
+			"; /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.99' not found (required by /usr/lib/libnvrtc.so)): library not found (set GPUCOMM_NVRTC_LIB to its path)",
+			"libnvrtc.so cannot be loaded: /lib/x86_64-linux-gnu/libc.so.6: version `GLIBC_2.99' not found (required by /usr/lib/libnvrtc.so) (GPUCOMM_NVRTC_LIB can name another copy)"},
+	} {
+		if got := shortReason(c.in); got != c.want {
+			t.Errorf("shortReason(%q) =\n%q\nwant\n%q", c.in, got, c.want)
+		}
+	}
+}
+
 // launchers are the real multi-rank launchers a first-time user runs a
 // binary built without MPI under, with what each must be named as.
 var launchers = []struct {

@@ -82,9 +82,9 @@ func runHeat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
-	if env := os.Getenv("GPUCOMM_BACKEND"); env != "" {
-		f.backend = env
-	}
+	// note ends each error that the choice of backend causes.
+	var note string
+	f.backend, note = bench.BackendFromEnv(f.backend, set["backend"])
 	if f.m == 0 {
 		f.m = f.n
 	}
@@ -98,7 +98,7 @@ func runHeat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return usageError(fs, "-k %d: want 0 (never) or more", f.k)
 	case f.backend != "auto" && f.backend != "":
 		if _, err := comm.Probe(f.backend); err != nil {
-			fmt.Fprintf(stderr, "gpucomm heat: %v\n", err)
+			fmt.Fprintf(stderr, "gpucomm heat: %v%s\n", err, note)
 			return exitUsage
 		}
 	}
@@ -106,7 +106,7 @@ func runHeat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case f.backend == local.Name && f.np < 1:
 		return usageError(fs, "-np %d: want 1 or more ranks", f.np)
 	case f.backend != local.Name && set["np"] && f.np != 1:
-		return usageError(fs, "-np applies to the local backend only; %s takes one rank a process, so set the rank count with mpirun -np", f.backend)
+		return usageError(fs, "-np applies to the local backend only; %s takes one rank a process, so set the rank count with mpirun -np%s", f.backend, note)
 	}
 	if f.decompVal, err = solver.ParseDecomposition(f.decomp); err != nil {
 		return usageError(fs, "-decomp %q: want rows or 2d", f.decomp)
@@ -125,7 +125,7 @@ func runHeat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	comms, err := heatComms(f)
 	if err != nil {
-		fmt.Fprintf(stderr, "gpucomm heat: %v\n", err)
+		fmt.Fprintf(stderr, "gpucomm heat: %v%s\n", err, note)
 		if errors.Is(err, comm.ErrInvalidArgument) {
 			return exitUsage
 		}

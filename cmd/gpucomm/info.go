@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -22,6 +23,7 @@ import (
 	"github.com/gpucomm/gpucomm/internal/launcher"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 	"github.com/gpucomm/gpucomm/internal/mpicomm"
+	"github.com/gpucomm/gpucomm/internal/pipeline"
 )
 
 func init() {
@@ -109,14 +111,19 @@ var otherKnobs = map[string]struct {
 		"auto, vmm or legacy", func(v string) bool {
 			return slices.Contains([]string{"auto", "vmm", "legacy"}, strings.ToLower(strings.TrimSpace(v)))
 		}},
-	"GPUCOMM_TRACE_PIPELINE": {"no pipeline timeline", "host-staged transfers' timeline (SKIP,COUNT %s) on standard error", "", nil},
-	"GPUCOMM_CACHE_DIR":      {"compiled kernels cached under the user cache directory", "compiled kernels cached in %s", "", nil},
-	"GPUCOMM_CUDA_LIB":       {"libcuda.so.1 from the loader's path", "the CUDA driver loaded from %s", "", nil},
-	"GPUCOMM_NVRTC_LIB":      {"libnvrtc from the loader's path", "NVRTC loaded from %s", "", nil},
-	"GPUCOMM_NVRTC_DIR":      {"test.sh has no NVRTC phase (its race phase still compiles every kernel where an NVRTC is on the loader's path)", "test.sh compiles every kernel with the NVRTC in %s (scripts/nvrtc-debian.sh)", "", nil},
-	"GPUCOMM_NCCL_LIB":       {"libnccl.so.2 from the loader's path", "NCCL loaded from %s", "", nil},
-	"GPUCOMM_GPU_TESTS":      {"tests skip what needs a GPU", "tests that need a GPU run when this is 1 (now %s)", "", nil},
-	"GPUCOMM_MPIRUN":         {"MPI tests launch with the mpirun beside their libmpi, else the family's on PATH", "MPI tests launch their ranks with %s", "", nil},
+	"GPUCOMM_TRACE_PIPELINE": {"no pipeline timeline", "host-staged transfers' timeline (SKIP,COUNT %s) on standard error",
+		"SKIP,COUNT, e.g. 20,2", func(v string) bool {
+			// The mpi backend's own parser, which refuses to open on a value it rejects.
+			_, err := pipeline.NewTracer(v)
+			return err == nil
+		}},
+	"GPUCOMM_CACHE_DIR": {"compiled kernels cached under the user cache directory", "compiled kernels cached in %s", "", nil},
+	"GPUCOMM_CUDA_LIB":  {"libcuda.so.1 from the loader's path", "the CUDA driver loaded from %s", "", nil},
+	"GPUCOMM_NVRTC_LIB": {"libnvrtc from the loader's path", "NVRTC loaded from %s", "", nil},
+	"GPUCOMM_NVRTC_DIR": {"test.sh has no NVRTC phase (its race phase still compiles every kernel where an NVRTC is on the loader's path)", "test.sh compiles every kernel with the NVRTC in %s (scripts/nvrtc-debian.sh)", "", nil},
+	"GPUCOMM_NCCL_LIB":  {"libnccl.so.2 from the loader's path", "NCCL loaded from %s", "", nil},
+	"GPUCOMM_GPU_TESTS": {"tests skip what needs a GPU", "tests that need a GPU run when this is 1 (now %s)", "", nil},
+	"GPUCOMM_MPIRUN":    {"MPI tests launch with the mpirun beside their libmpi, else the family's on PATH", "MPI tests launch their ranks with %s", "", nil},
 }
 
 // infoReport is what info gathers; the text and JSON outputs both render it,
@@ -271,7 +278,7 @@ func nodeRoutes(c *mpicomm.Comm, openErr error) ([]string, error) {
 	case openErr != nil:
 		return nil, openErr
 	case c == nil:
-		return []string{"not built: rebuild with -tags mpi (Open MPI) or -tags mpich (MPICH)"}, nil
+		return []string{"not built: " + mpiBuildAdvice()}, nil
 	}
 	mc := c
 	var mine []string
@@ -290,6 +297,11 @@ func nodeRoutes(c *mpicomm.Comm, openErr error) ([]string, error) {
 	}
 	return out, nil
 }
+
+// mpiBuildAdvice says how to build MPI into a binary that lacks it: with a
+// tag, or, where the tag was given but cgo was off (the build then takes the
+// MPI stub without a word), with cgo.
+func mpiBuildAdvice() string { return mpi.NotBuiltReason() }
 
 func gatherInfo() infoReport {
 	rep := infoReport{Problems: []string{}}
@@ -475,23 +487,78 @@ func sizeEffect(n int, off, byDefault, atFormat string) string {
 
 // loaderError matches a dynamic loader's failure with the layers that
 // wrapped it ("nccl: load NCCL: dl: cannot open libnccl.so.2, libnccl.so
-// (...): library not found"); shortReason keeps the library's name.
-var loaderError = regexp.MustCompile(`(?:(?:nccl|nvrtc|cuda|devmem|cuda driver|dl|load [A-Za-z ]+): )*dl: cannot open ([^,\s(]+)[^()]*\([^)]*\)(?:: library not found)?`)
+// (...): library not found (set GPUCOMM_NCCL_LIB to its path)"): the names
+// tried (1), dlerror's reason for each, joined by "; " (2: a reason may hold
+// one level of parentheses, as glibc's "(required by ...)"), and the
+// variable that points gpucomm at the library, unset (3) or set (4), as
+// internal/dl's EnvHint words it.
+var loaderError = regexp.MustCompile(`(?:(?:nccl|nvrtc|cuda|devmem|cuda driver|load [A-Za-z -]+): )*` +
+	`dl: cannot open ([^()]+?) \(((?:[^()]|\([^()]*\))*)\): library not found` +
+	`(?: \((?:set (\w+) to its path|named by (\w+))\))?`)
 
-// libKnobs names the variable that points gpucomm at each library.
+// libKnobs names the variable that points gpucomm at each library, for a
+// loader's error that does not name it.
 var libKnobs = map[string]string{"libnccl": "GPUCOMM_NCCL_LIB", "libcuda": "GPUCOMM_CUDA_LIB", "libnvrtc": "GPUCOMM_NVRTC_LIB"}
 
-// shortReason turns each loader failure in a verdict into "LIB not found
-// (set VAR to its path)", so that a line says what is missing and how to
-// point gpucomm at it instead of every path the loader tried.
+// noSuchFile is dlerror's reason for a name it found no file for.
+const noSuchFile = ": cannot open shared object file: No such file or directory"
+
+// shortReason turns each loader failure in a verdict into one short phrase
+// instead of every path the loader tried and why: "LIB not found (set VAR
+// to its path)" when no file of any name tried exists; otherwise, for the
+// first name whose file would not load, "LIB cannot be loaded: " and the
+// loader's reason (an ELF header it cannot read, a library it needs that is
+// missing, a symbol it cannot resolve). A variable that named the file is
+// said as VAR=FILE.
 func shortReason(s string) string {
 	return loaderError.ReplaceAllStringFunc(s, func(m string) string {
-		lib := loaderError.FindStringSubmatch(m)[1]
-		for prefix, knob := range libKnobs {
-			if strings.HasPrefix(lib, prefix) {
-				return lib + " not found (set " + knob + " to its path)"
+		g := loaderError.FindStringSubmatch(m)
+		names, whys := strings.Split(g[1], ", "), strings.Split(g[2], "; ")
+		if len(whys) != len(names) { // a "; " inside a reason: keep it whole
+			names, whys = names[:1], []string{g[2]}
+		}
+		knob, named := g[3], g[4] != ""
+		if named {
+			knob = g[4]
+		}
+		if knob == "" {
+			for prefix, k := range libKnobs {
+				if strings.HasPrefix(filepath.Base(names[0]), prefix) {
+					knob = k
+				}
 			}
 		}
-		return lib + " not found"
+		return loadFailure(names, whys, knob, named)
 	})
+}
+
+// loadFailure is shortReason's phrase for the names tried and dlerror's
+// reason for each; knob is the variable that points gpucomm at the library
+// ("" when unknown), named whether it named the one file tried.
+func loadFailure(names, whys []string, knob string, named bool) string {
+	lib, why := names[0], ""
+	for i, w := range whys {
+		if w != names[i]+noSuchFile {
+			lib, why = names[i], strings.TrimPrefix(w, names[i]+": ")
+			break
+		}
+	}
+	if named && knob != "" {
+		lib = knob + "=" + lib
+	}
+	if why == "" {
+		if named || knob == "" {
+			return lib + " not found"
+		}
+		return lib + " not found (set " + knob + " to its path)"
+	}
+	if dep, ok := strings.CutSuffix(why, noSuchFile); ok && !strings.Contains(dep, ": ") {
+		// The file is there, but a library it needs is not: dlerror names
+		// only the missing one.
+		why = "it needs " + dep + ", which is not found"
+	}
+	if named || knob == "" {
+		return lib + " cannot be loaded: " + why
+	}
+	return lib + " cannot be loaded: " + why + " (" + knob + " can name another copy)"
 }

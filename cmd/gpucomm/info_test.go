@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/gpucomm/gpucomm/internal/pipeline"
 )
 
 // withSections makes infoSections exactly ss for one test.
@@ -124,5 +126,35 @@ func TestInfoMPIWithoutMPIBuiltSaysSo(t *testing.T) {
 	}
 	if !regexp.MustCompile(`cudaaware\s+not usable\s+not built`).MatchString(out) {
 		t.Errorf("info -mpi without MPI built:\n%s", out)
+	}
+}
+
+// info judges GPUCOMM_TRACE_PIPELINE with the parser the mpi backend opens
+// with: a value the backend would refuse on every rank is flagged invalid
+// with exit 1, a value it takes is described, never the other way round.
+func TestInfoJudgesTheTraceSettingAsTheBackendDoes(t *testing.T) {
+	withSections(t)
+	for _, value := range []string{"abc", "20", "20,0", "-1,2", "1,2,3", "20,x", "20,2", " 3 , 4 ", "0,1"} {
+		t.Run(value, func(t *testing.T) {
+			t.Setenv(pipeline.TraceEnv, value)
+			_, backendErr := pipeline.NewTracer(value)
+			code, out, errOut := runCLI(t, "info")
+			line := regexp.MustCompile(`(?m)^  ` + pipeline.TraceEnv + `\s.*$`).FindString(out)
+			if backendErr != nil {
+				if code != exitFail || !strings.Contains(errOut, fmt.Sprintf("%s=%q: want SKIP,COUNT", pipeline.TraceEnv, value)) {
+					t.Errorf("the backend refuses it (%v), but info exits %d, stderr %q", backendErr, code, errOut)
+				}
+				if !strings.HasSuffix(line, "invalid") {
+					t.Errorf("the table should mark the setting invalid: %q", line)
+				}
+				return
+			}
+			if code != exitOK || strings.Contains(errOut, pipeline.TraceEnv) {
+				t.Errorf("the backend takes it, but info exits %d, stderr %q", code, errOut)
+			}
+			if !strings.Contains(line, "timeline") {
+				t.Errorf("the table should describe the timeline: %q", line)
+			}
+		})
 	}
 }

@@ -120,7 +120,7 @@ var driver dl.Once
 // failure is not remembered, so a later call tries again.
 func Load() error {
 	return driver.Load(func() (*dl.Library, error) {
-		lib, err := dl.Open(dl.Candidates(EnvLib, "libcuda.so.1", "libcuda.so")...)
+		lib, err := dl.OpenEnv(EnvLib, "libcuda.so.1", "libcuda.so")
 		if err != nil {
 			return nil, fmt.Errorf("cuda: load the driver API: %w", err)
 		}

@@ -60,6 +60,19 @@ func Open(names ...string) (*Library, error) {
 		strings.Join(names, ", "), strings.Join(why, "; "), errs.ErrLibraryNotFound)
 }
 
+// OpenEnv opens the library that the environment variable env names or, when
+// it is unset or empty, the first of defaults that opens (Candidates). Its
+// error is Open's, still wrapping errs.ErrLibraryNotFound, followed by
+// EnvHint(env): a user who reads it learns which variable points gpucomm at
+// the library.
+func OpenEnv(env string, defaults ...string) (*Library, error) {
+	lib, err := Open(Candidates(env, defaults...)...)
+	if err != nil {
+		return nil, fmt.Errorf("%w%s", err, EnvHint(env))
+	}
+	return lib, nil
+}
+
 // Sym returns the address of the symbol name. A missing symbol is an error
 // naming it and wrapping errs.ErrLibraryNotFound.
 func (l *Library) Sym(name string) (unsafe.Pointer, error) {

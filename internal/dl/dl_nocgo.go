@@ -21,6 +21,10 @@ type Library struct {
 // Open reports that shared libraries cannot be loaded without cgo.
 func Open(names ...string) (*Library, error) { return nil, errNoCgo }
 
+// OpenEnv reports that shared libraries cannot be loaded without cgo: no
+// variable can help, so the error names none.
+func OpenEnv(env string, defaults ...string) (*Library, error) { return nil, errNoCgo }
+
 // Sym reports that shared libraries cannot be loaded without cgo.
 func (l *Library) Sym(name string) (unsafe.Pointer, error) { return nil, errNoCgo }
 

@@ -27,6 +27,48 @@ func TestOpenMissingLibraryWrapsErrLibraryNotFound(t *testing.T) {
 	}
 }
 
+// OpenEnv's error names the variable that points gpucomm at the library: to
+// set it when it is unset, and that it named the file when it is set; the
+// sentinel stays for errors.Is.
+func TestOpenEnvNamesTheVariable(t *testing.T) {
+	const env = "GPUCOMM_DLTEST_LIB"
+	t.Setenv(env, "")
+	_, err := dl.OpenEnv(env, "libgpucomm-absent.so.9")
+	if !errors.Is(err, errs.ErrLibraryNotFound) {
+		t.Fatalf("OpenEnv with %s unset = %v, want ErrLibraryNotFound", env, err)
+	}
+	if want := "libgpucomm-absent.so.9: cannot open shared object file"; !strings.Contains(err.Error(), want) {
+		t.Errorf("error %q lacks the loader's reason %q", err, want)
+	}
+	if want := "(set " + env + " to its path)"; !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("error %q does not end with %q", err, want)
+	}
+
+	missing := filepath.Join(t.TempDir(), "libabsent.so")
+	t.Setenv(env, missing)
+	_, err = dl.OpenEnv(env, "libgpucomm-absent.so.9")
+	if !errors.Is(err, errs.ErrLibraryNotFound) {
+		t.Fatalf("OpenEnv with %s=%s = %v, want ErrLibraryNotFound", env, missing, err)
+	}
+	if strings.Contains(err.Error(), "libgpucomm-absent.so.9") {
+		t.Errorf("error %q names a default although %s names the only file to try", err, env)
+	}
+	if want := "dl: cannot open " + missing + " "; !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("error %q does not begin with %q", err, want)
+	}
+	if want := "(named by " + env + ")"; !strings.HasSuffix(err.Error(), want) {
+		t.Errorf("error %q does not end with %q", err, want)
+	}
+
+	path := dltest.BuildLib(t, "libfake.so", "int gpucomm_answer(void) { return 42; }\n")
+	t.Setenv(env, path)
+	lib, err := dl.OpenEnv(env, "libgpucomm-absent.so.9")
+	if err != nil || lib.Name != path {
+		t.Fatalf("OpenEnv with %s=%s = %v, %v", env, path, lib, err)
+	}
+	lib.Close()
+}
+
 func TestOpenWithNoNamesFails(t *testing.T) {
 	if _, err := dl.Open(); !errors.Is(err, errs.ErrLibraryNotFound) {
 		t.Fatalf("Open() = %v, want ErrLibraryNotFound", err)

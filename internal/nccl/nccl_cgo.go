@@ -64,7 +64,7 @@ var state struct {
 // retried next time.
 func Load() error {
 	return state.once.Load(func() (*dl.Library, error) {
-		lib, err := dl.Open(dl.Candidates(EnvLib, "libnccl.so.2", "libnccl.so")...)
+		lib, err := dl.OpenEnv(EnvLib, "libnccl.so.2", "libnccl.so")
 		if err != nil {
 			return nil, fmt.Errorf("nccl: load NCCL: %w", err)
 		}

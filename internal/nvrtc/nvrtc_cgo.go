@@ -45,7 +45,7 @@ var lib dl.Once
 // and does nothing once it has succeeded; a failure is retried next time.
 func Load() error {
 	return lib.Load(func() (*dl.Library, error) {
-		l, err := dl.Open(dl.Candidates(EnvLib, "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so")...)
+		l, err := dl.OpenEnv(EnvLib, "libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so")
 		if err != nil {
 			return nil, fmt.Errorf("nvrtc: load the run-time compiler: %w", err)
 		}

@@ -47,7 +47,8 @@ func (l Library) Build(t testing.TB, src string, cflags ...string) string {
 
 // CheckMissingFile checks that, with Env naming a file that does not exist,
 // firstUse (a call that loads the library on first use) and then Load fail
-// with ErrLibraryNotFound, and that Load's error names the file.
+// with ErrLibraryNotFound, and that Load's error names the file and says
+// that Env named it.
 func (l Library) CheckMissingFile(t testing.TB, firstUse func() error) {
 	t.Helper()
 	l.Use(t, filepath.Join(t.TempDir(), l.File))
@@ -61,10 +62,15 @@ func (l Library) CheckMissingFile(t testing.TB, firstUse func() error) {
 	if !strings.Contains(err.Error(), l.File) {
 		t.Errorf("error %q does not name the library %s", err, l.File)
 	}
+	// The variable is what the user can change: the error must name it.
+	if !strings.Contains(err.Error(), "named by "+l.Env) {
+		t.Errorf("error %q does not say that %s named the file", err, l.Env)
+	}
 }
 
 // CheckDefaultsAbsent checks that, with Env empty, Load fails with
-// ErrLibraryNotFound; it skips the test where one of Defaults is installed.
+// ErrLibraryNotFound and an error that says to set Env; it skips the test
+// where one of Defaults is installed.
 func (l Library) CheckDefaultsAbsent(t testing.TB) {
 	t.Helper()
 	if lib, err := dl.Open(l.Defaults...); err == nil {
@@ -72,8 +78,14 @@ func (l Library) CheckDefaultsAbsent(t testing.TB) {
 		t.Skipf("a real %s is installed here", l.File)
 	}
 	l.Use(t, "")
-	if err := l.Load(); !errors.Is(err, errs.ErrLibraryNotFound) {
+	err := l.Load()
+	if !errors.Is(err, errs.ErrLibraryNotFound) {
 		t.Fatalf("Load with the default names %q = %v, want ErrLibraryNotFound", l.Defaults, err)
+	}
+	// The variable that points gpucomm at the library is the fix: the
+	// error must name it.
+	if !strings.Contains(err.Error(), "set "+l.Env+" to its path") {
+		t.Errorf("error %q does not say to set %s", err, l.Env)
 	}
 }
 

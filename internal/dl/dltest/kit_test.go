@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpucomm/gpucomm/internal/dl"
 	"github.com/gpucomm/gpucomm/internal/errs"
 )
 
@@ -74,12 +75,26 @@ func TestLibraryChecksFailOnALoaderThatFindsNothingMissing(t *testing.T) {
 	}
 
 	absent := found
-	absent.Load = func() error { return fmt.Errorf("%w: %s", errs.ErrLibraryNotFound, "somewhere/else.so") }
+	absent.Load = func() error {
+		return fmt.Errorf("%w: %s%s", errs.ErrLibraryNotFound, "somewhere/else.so", dl.EnvHint(absent.Env))
+	}
 	r = run(t, func(tb testing.TB) { absent.CheckMissingFile(tb, absent.Load) })
 	if len(r.failures) != 1 || !strings.Contains(r.failures[0], "does not name the library libdltest.so.1") {
 		t.Errorf("CheckMissingFile of an error that names another file: %q", r.failures)
 	}
+	// An error that names the file but not the variable that points at it.
 	absent.Load = func() error { return fmt.Errorf("%w: libdltest.so.1", errs.ErrLibraryNotFound) }
+	r = run(t, func(tb testing.TB) { absent.CheckMissingFile(tb, absent.Load) })
+	if len(r.failures) != 1 || !strings.Contains(r.failures[0], "does not say that GPUCOMM_DLTEST_LIB named the file") {
+		t.Errorf("CheckMissingFile of an error that does not name the variable: %q", r.failures)
+	}
+	r = run(t, absent.CheckDefaultsAbsent)
+	if len(r.failures) != 1 || !strings.Contains(r.failures[0], "does not say to set GPUCOMM_DLTEST_LIB") {
+		t.Errorf("CheckDefaultsAbsent of an error that does not name the variable: %q", r.failures)
+	}
+	absent.Load = func() error {
+		return fmt.Errorf("%w: libdltest.so.1%s", errs.ErrLibraryNotFound, dl.EnvHint(absent.Env))
+	}
 	for name, check := range map[string]func(testing.TB){
 		"CheckMissingFile":    func(tb testing.TB) { absent.CheckMissingFile(tb, absent.Load) },
 		"CheckDefaultsAbsent": absent.CheckDefaultsAbsent,
