@@ -63,7 +63,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&f.np, "np", 4, "number of in-process ranks `N` (local backend only; under MPI mpirun sets the rank count)")
 	fs.StringVar(&f.run, "run", "", "run only the cases whose name matches `REGEXP`")
 	fs.BoolVar(&f.short, "short", false, "run the quick subset of the suite")
-	fs.DurationVar(&f.timeout, "timeout", 0, "bound each case and each operation by `DURATION` (0: 2m a case, and GPUCOMM_TIMEOUT bounds operations)")
+	fs.DurationVar(&f.timeout, "timeout", 0, "bound each case and each operation by `DURATION` (0: 2m a case, 30s each operation of the probe, and GPUCOMM_TIMEOUT bounds operations)")
 	fs.BoolVar(&f.json, "json", false, "print the report as JSON on stdout")
 	fs.StringVar(&f.device, "device", "", "device `SPEC`: auto, host, cuda or cuda:N (default GPUCOMM_DEVICE, else auto)")
 	fs.BoolVar(&f.probe, "probe", true, "probe first: launcher against library, placement, backends, and each operation content-checked and timed (-probe=false: the suite alone)")

@@ -93,8 +93,11 @@ func runDrill(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFail
 	}
 	if f.rank < 0 || f.rank >= cs[0].Size() {
-		fmt.Fprintf(stderr, "gpucomm drill: -rank %d is not a rank of a %d-rank job\n", f.rank, cs[0].Size())
-		return exitUsage
+		size := cs[0].Size()
+		for _, c := range cs {
+			c.Close()
+		}
+		return usageError(fs, "-rank %d is not a rank of a %d-rank job", f.rank, size)
 	}
 	errs := make([]error, len(cs))
 	var wg sync.WaitGroup

@@ -155,3 +155,15 @@ func TestDrillOnLocalIsDiagnosedByTrace(t *testing.T) {
 		})
 	}
 }
+
+// A -rank outside the job is known only once the job is open: it is a
+// usage error all the same, with the usage hint every other one gives.
+func TestDrillOfARankOutsideTheJobIsAUsageError(t *testing.T) {
+	t.Setenv("GPUCOMM_TRACE_DIR", t.TempDir())
+	t.Setenv("GPUCOMM_BACKEND", "")
+	code, out, errOut := runCLI(t, "drill", "-np", "3", "-rank", "5")
+	if code != exitUsage || !strings.Contains(errOut, "-rank 5 is not a rank of a 3-rank job") ||
+		!strings.Contains(errOut, "Run 'gpucomm drill -h' for usage.") || out != "" {
+		t.Fatalf("drill -np 3 -rank 5: exit %d, stdout %q, stderr %q; want 2, the reason and the usage hint", code, out, errOut)
+	}
+}

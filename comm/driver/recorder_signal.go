@@ -2,6 +2,7 @@ package driver
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -67,11 +68,29 @@ func watchSignal(v string) {
 func ReportTraces(reason string) { reportWrite(WriteTraces(reason)) }
 
 // reportWrite says on standard error where the records went, or why not.
-func reportWrite(paths []string, err error) {
+func reportWrite(paths []string, err error) { reported.say(os.Stderr, paths, err) }
+
+// reported is the records this process has said it wrote: a record written
+// again (each of a local group's ranks that times out writes every rank's)
+// is rewritten in place, and said once.
+var reported = reportedPaths{seen: map[string]bool{}}
+
+type reportedPaths struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// say writes to w a line for each of paths not said before, and err's.
+func (r *reportedPaths) say(w io.Writer, paths []string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, p := range paths {
-		fmt.Fprintf(os.Stderr, "gpucomm: flight record written to %s\n", p)
+		if !r.seen[p] {
+			r.seen[p] = true
+			fmt.Fprintf(w, "gpucomm: flight record written to %s\n", p)
+		}
 	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "gpucomm: %v\n", err)
+		fmt.Fprintf(w, "gpucomm: %v\n", err)
 	}
 }

@@ -531,3 +531,22 @@ func TestConcurrentEndsEndEachOperationOnce(t *testing.T) {
 		}
 	}
 }
+
+// Each record written is said once a process: a local group's ranks that
+// time out each write every rank's records, and the drill printed every
+// path twice. An error is said each time.
+func TestEachRecordWrittenIsSaidOnce(t *testing.T) {
+	r := reportedPaths{seen: map[string]bool{}}
+	var out strings.Builder
+	r.say(&out, []string{"d/a.rank0.json", "d/a.rank1.json"}, nil)
+	r.say(&out, []string{"d/a.rank0.json", "d/a.rank1.json", "d/b.rank0.json"}, errors.New("d/c: disk full"))
+	r.say(&out, nil, errors.New("d/c: disk full"))
+	want := "gpucomm: flight record written to d/a.rank0.json\n" +
+		"gpucomm: flight record written to d/a.rank1.json\n" +
+		"gpucomm: flight record written to d/b.rank0.json\n" +
+		"gpucomm: d/c: disk full\n" +
+		"gpucomm: d/c: disk full\n"
+	if out.String() != want {
+		t.Errorf("said\n%s\nwant\n%s", out.String(), want)
+	}
+}
