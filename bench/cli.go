@@ -88,7 +88,7 @@ func parseDType(s string) (comm.DType, error) {
 		}
 		names = append(names, d.String())
 	}
-	return 0, fmt.Errorf("unknown dtype %q (want %s, or nccl-tests' half, float, double)", s, strings.Join(names, ", "))
+	return 0, fmt.Errorf("unknown dtype %q (want %s, or nccl-tests' char, int, half, float, double, or fp16, bf16, fp32, fp64)", s, strings.Join(names, ", "))
 }
 
 func parseRedop(s string) (comm.Op, error) {
@@ -121,7 +121,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.max, "e", FormatSize(def.MaxBytes), "largest size in `BYTES`")
 	fs.IntVar(&o.factor, "f", def.StepFactor, "multiply the size by `FACTOR` at each step (1: add -i instead)")
 	fs.StringVar(&o.step, "i", FormatSize(def.StepBytes), "with -f 1, add `BYTES` at each step")
-	fs.StringVar(&o.dtype, "d", def.DType.String(), "element `TYPE`: int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, float32, float64")
+	fs.StringVar(&o.dtype, "d", def.DType.String(), "element `TYPE`: int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, float32, float64, or nccl-tests' char, int, half, float, double (and fp16, bf16, fp32, fp64)")
 	fs.StringVar(&o.redop, "o", def.Op.String(), "reduction `OP` of allreduce, reducescatter and reduce: sum, prod, min, max, avg")
 	fs.IntVar(&o.root, "r", def.Root, "`ROOT` rank of broadcast and reduce")
 	fs.IntVar(&o.iters, "n", def.Iters, "timed iterations `N` per size")
@@ -138,7 +138,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.plot, "plot", "", "draw bandwidth and time against size to `FILE` (.png or .svg)")
 	fs.Var(&o.compare, "compare", "overlay earlier -json reports from `FILE`s in the plot (repeat or comma-separate)")
 	fs.StringVar(&o.label, "label", "", "name this run in plots and JSON (default: backend and rank count)")
-	ProgressFlags(fs, &o.noProgress, "no progress bar, even on a terminal", "-progress=false is -noprogress (as heat reads it)")
+	ProgressFlags(fs, &o.noProgress, "no progress bar, even on a terminal", "deprecated: -progress=false is -noprogress (as in heat)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return ExitOK

@@ -348,3 +348,24 @@ func init() {
 		Probe: func() comm.Verdict { return comm.Verdict{Reason: oneRankReason} },
 	})
 }
+
+// -d takes gpucomm's names and nccl-tests' aliases, as -h lists them, and a
+// name it does not take is an error listing both.
+func TestDTypeNamesAndNCCLTestsAliases(t *testing.T) {
+	for name, want := range map[string]comm.DType{
+		"float32": comm.Float32, "bfloat16": comm.BFloat16, "char": comm.Int8, "int": comm.Int32, "half": comm.Float16,
+		"float": comm.Float32, "double": comm.Float64, "fp16": comm.Float16, "bf16": comm.BFloat16, "fp32": comm.Float32, "fp64": comm.Float64,
+		"DOUBLE": comm.Float64,
+	} {
+		if got, err := parseDType(name); err != nil || got != want {
+			t.Errorf("parseDType(%q) = %v, %v; want %v", name, got, err, want)
+		}
+	}
+	_, err := parseDType("quad")
+	if err == nil || !strings.Contains(err.Error(), "float64") || !strings.Contains(err.Error(), "char, int, half") {
+		t.Errorf("parseDType(quad) = %v; want an error listing the names and the aliases", err)
+	}
+	if _, _, errOut := bench(t, "-h"); !strings.Contains(errOut, "char, int, half, float, double (and fp16, bf16, fp32, fp64)") {
+		t.Errorf("bench -h does not list -d's aliases:\n%s", errOut)
+	}
+}
