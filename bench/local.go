@@ -12,29 +12,104 @@ import (
 
 // RunGroup runs cfg on every communicator of an in-process group, one
 // goroutine a rank, and returns rank 0's report. progress hears rank 0.
-// The caller keeps ownership of the communicators.
+// The caller keeps ownership of the communicators; cs[i] must be rank i of
+// a group of len(cs).
+//
+// A rank that cannot set up stops every rank, as in Run. A rank whose run
+// fails later may leave the others waiting for it in a collective, which an
+// in-process rank cannot be called off from (the local backend waits
+// without end unless the group has a timeout): RunGroup returns as soon as
+// such a rank fails, with its error and, for each rank still running, an
+// error wrapping ErrRankFailed. Those ranks' goroutines, and what they
+// hold, are left behind: they end, and free what they hold, if their wait
+// ever ends (a timeout, the group closed under a rank that is not yet
+// waiting), and the group is out of step for good: close it.
 func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress Progress) (*Report, error) {
 	if len(cs) == 0 {
 		return nil, fmt.Errorf("bench: empty group: %w", comm.ErrInvalidArgument)
 	}
-	reports := make([]*Report, len(cs))
-	errs := make([]error, len(cs))
-	var wg sync.WaitGroup
 	for i, c := range cs {
-		wg.Add(1)
+		if c == nil {
+			return nil, fmt.Errorf("bench: communicator %d of the group is nil: %w", i, comm.ErrInvalidArgument)
+		}
+		if c.Rank() != i || c.Size() != len(cs) {
+			return nil, fmt.Errorf("bench: communicator %d of a group of %d is rank %d of %d: want rank %d of %d: %w",
+				i, len(cs), c.Rank(), c.Size(), i, len(cs), comm.ErrInvalidArgument)
+		}
+	}
+	// Rank 0 may go on after RunGroup returns (when another rank failed):
+	// from then on its progress reaches nobody.
+	var mu sync.Mutex
+	over := false
+	defer func() {
+		mu.Lock()
+		over = true
+		mu.Unlock()
+	}()
+	var p Progress
+	if progress != nil {
+		p = func(done, total int) {
+			mu.Lock()
+			defer mu.Unlock()
+			if !over {
+				progress(done, total)
+			}
+		}
+	}
+	type outcome struct {
+		rank   int
+		rep    *Report
+		shared bool
+		err    error
+	}
+	outcomes := make(chan outcome, len(cs)) // never blocks a rank, waited for or not
+	for i, c := range cs {
 		go func() {
-			defer wg.Done()
-			var p Progress
+			var rp Progress
 			if i == 0 {
-				p = progress
+				rp = p
 			}
-			reports[i], errs[i] = Run(ctx, c, cfg, p)
-			if errs[i] != nil {
-				errs[i] = fmt.Errorf("rank %d: %w", i, errs[i])
-			}
+			rep, shared, err := run(ctx, c, cfg, rp)
+			outcomes <- outcome{i, rep, shared, err}
 		}()
 	}
-	wg.Wait()
+	reports := make([]*Report, len(cs))
+	errs := make([]error, len(cs))
+	back := make([]bool, len(cs))
+	take := func(o outcome) {
+		reports[o.rank], back[o.rank] = o.rep, true
+		if o.err != nil {
+			errs[o.rank] = fmt.Errorf("rank %d: %w", o.rank, o.err)
+		}
+	}
+	failed := -1
+	for range cs {
+		o := <-outcomes
+		take(o)
+		if o.err != nil && !o.shared {
+			failed = o.rank
+			break
+		}
+	}
+	if failed >= 0 {
+		// The others may be waiting for the failed rank for good. Take
+		// those that are back already; give up on the rest.
+	drain:
+		for {
+			select {
+			case o := <-outcomes:
+				take(o)
+			default:
+				break drain
+			}
+		}
+		for j, ok := range back {
+			if !ok {
+				errs[j] = fmt.Errorf("rank %d: %w", j, rankFailed{fmt.Sprintf(
+					"bench: rank %d failed, and this rank, which may be waiting for it, is left running", failed)})
+			}
+		}
+	}
 	return reports[0], errors.Join(errs...)
 }
 

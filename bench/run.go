@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
@@ -132,20 +134,57 @@ type runner struct {
 	events     []*devmem.Event // two per iteration; nil when timing by wall clock
 	send, recv devmem.Buffer
 	scratch    devmem.Buffer // for gathering numbers over the communicator
+	status     devmem.Buffer // for telling the other ranks what failed (statusBytes)
 	bl         Baseline
+	// in and out are host memory for the input and a checked output (out
+	// is zero when nothing is checked), off the Go heap, so that too
+	// little of it is an error of setup, which every rank hears of, where
+	// the Go runtime would end the process at the first step.
+	in, out devmem.Buffer
 }
+
+// ErrRankFailed is wrapped by the error of a rank that stopped because
+// another rank failed: one that could not set up (Run), or, in RunGroup, one
+// that failed while this rank may be waiting for it. The failed rank's own
+// error does not wrap it.
+var ErrRankFailed = errors.New("another rank failed")
+
+// rankFailed is an error that wraps ErrRankFailed with its own text.
+type rankFailed struct{ msg string }
+
+func (e rankFailed) Error() string { return e.msg }
+func (e rankFailed) Unwrap() error { return ErrRankFailed }
 
 // Run measures cfg on c and returns the report. Every rank of c calls it
 // with the same cfg, and every rank gets the same report: the numbers are
 // gathered over c itself. progress may be nil.
-func Run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress) (rep *Report, err error) {
+//
+// The ranks set up (a stream, buffers, the baseline) and then tell each
+// other how that went, before anything else, so that a rank that cannot
+// set up (its buffers do not fit, say) keeps no rank waiting: it returns
+// its own error, and every other rank an error wrapping ErrRankFailed that
+// names it and gives its cause. A rank that cannot open the baseline leaves
+// it out on every rank. A rank whose run fails later returns its error at
+// once, and the other ranks may be left waiting for it in a collective, as
+// in any program of collectives: on the MPI backends only a timeout
+// (comm.WithTimeout, GPUCOMM_TIMEOUT) ends that wait; RunGroup stops
+// waiting for such ranks.
+func Run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress) (*Report, error) {
+	rep, _, err := run(ctx, c, cfg, progress)
+	return rep, err
+}
+
+// run is Run, also saying whether its error is shared: one every rank
+// returns at the same point of the run (bad input, a failed set-up, a
+// cancellation), so that no rank is left waiting for this one.
+func run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress) (rep *Report, shared bool, err error) {
 	if c == nil {
-		return nil, fmt.Errorf("bench: nil communicator: %w", comm.ErrInvalidArgument)
+		return nil, true, fmt.Errorf("bench: nil communicator: %w", comm.ErrInvalidArgument)
 	}
 	n, rank := c.Size(), c.Rank()
 	cfg, sizes, err := cfg.resolve(n)
 	if err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	dev := c.Device()
 	var steps []step
@@ -154,7 +193,7 @@ func Run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress
 		for _, size := range sizes {
 			sh, err := ShapeOf(op, size, cfg.DType.Size(), n)
 			if err != nil {
-				return nil, fmt.Errorf("bench: %v: %w", err, comm.ErrInvalidArgument)
+				return nil, true, fmt.Errorf("bench: %v: %w", err, comm.ErrInvalidArgument)
 			}
 			if sh.Count == 0 {
 				continue // less than one element per rank: nothing to move
@@ -167,33 +206,23 @@ func Run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress
 	r := &runner{c: c, cfg: cfg, rank: rank, n: n}
 	defer func() {
 		if cerr := r.close(); cerr != nil && err == nil {
-			err = cerr
+			err, shared = cerr, false
 		}
 	}()
-	if r.s, err = dev.NewStream(); err != nil {
-		return nil, err
+	// The status buffer is small and comes first, so that a rank whose
+	// larger allocations fail can still tell the others. A rank that cannot
+	// have even this one cannot tell them.
+	if r.status, err = r.alloc("status", statusBytes(n)); err != nil {
+		return nil, false, fmt.Errorf("bench: setting up: %w", err)
 	}
-	if r.send, err = dev.Alloc(maxSend); err != nil {
-		return nil, err
-	}
-	if r.recv, err = dev.Alloc(maxRecv); err != nil {
-		return nil, err
-	}
-	if r.scratch, err = dev.Alloc(8 * (cfg.Iters + 1)); err != nil {
-		return nil, err
+	if shared, err = r.setUpTogether(r.setup(dev, maxSend, maxRecv)); err != nil {
+		return nil, shared, err
 	}
 	timing := "wall"
 	if cfg.NoStream {
 		timing = "wall, no stream"
-	} else if dev.Kind() == devmem.CUDA && !cfg.Wall {
+	} else if r.events != nil {
 		timing = "events"
-		for range 2 * cfg.Iters {
-			e, err := dev.NewEvent()
-			if err != nil {
-				return nil, err
-			}
-			r.events = append(r.events, e)
-		}
 	}
 	rep = &Report{
 		Backend: c.Backend(), Ranks: n, Device: dev.Name(), Timing: timing, DType: cfg.DType.String(),
@@ -204,10 +233,8 @@ func Run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress
 	}
 	if cfg.NoBaseline {
 		rep.Baseline = "none: -nobaseline"
-	} else if bl, err := openBaseline(c); err != nil {
-		rep.Baseline = "none: " + err.Error()
-	} else if bl != nil {
-		r.bl, rep.Baseline = bl, bl.Name()
+	} else if rep.Baseline, err = r.openBaselineTogether(rep.Baseline); err != nil {
+		return rep, false, err
 	}
 	if progress != nil {
 		progress(0, len(steps))
@@ -216,21 +243,201 @@ func Run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress
 		// Ranks stop together: any rank that was cancelled stops them all.
 		stop, err := r.agree(ctx.Err() != nil)
 		if err != nil {
-			return rep, err
+			return rep, false, err
 		}
 		if stop {
-			return rep, fmt.Errorf("bench: stopped after %d of %d steps: %w", i, len(steps), context.Canceled)
+			return rep, true, fmt.Errorf("bench: stopped after %d of %d steps: %w", i, len(steps), context.Canceled)
 		}
 		res, err := r.measure(st)
 		if err != nil {
-			return rep, fmt.Errorf("bench: %v of %d bytes: %w", st.op, st.size, err)
+			return rep, false, fmt.Errorf("bench: %v of %d bytes: %w", st.op, st.size, err)
 		}
 		rep.Results = append(rep.Results, res)
 		if progress != nil {
 			progress(i+1, len(steps))
 		}
 	}
-	return rep, nil
+	return rep, false, nil
+}
+
+// allocHook, when a test sets it, makes the runner's allocations in place
+// of alloc, which makes them as a run does; what names the buffer
+// ("status", "send", "recv", "scratch", "host input", "host output").
+var allocHook func(c comm.Communicator, what string, n int, alloc func(n int) (devmem.Buffer, error)) (devmem.Buffer, error)
+
+// allocWith allocates n bytes for the named buffer with alloc.
+func (r *runner) allocWith(what string, n int, alloc func(n int) (devmem.Buffer, error)) (b devmem.Buffer, err error) {
+	if allocHook != nil {
+		b, err = allocHook(r.c, what, n, alloc)
+	} else {
+		b, err = alloc(n)
+	}
+	if err != nil {
+		return devmem.Buffer{}, fmt.Errorf("%s buffer: %w", what, err)
+	}
+	return b, nil
+}
+
+// alloc allocates n bytes of the communicator's device for the named buffer.
+func (r *runner) alloc(what string, n int) (devmem.Buffer, error) {
+	return r.allocWith(what, n, r.c.Device().Alloc)
+}
+
+// setup makes the stream, the buffers and, when timing by events, the
+// events; close releases whatever it made, whether or not it failed.
+func (r *runner) setup(dev *devmem.Device, maxSend, maxRecv int) (err error) {
+	if r.s, err = dev.NewStream(); err != nil {
+		return fmt.Errorf("stream: %w", err)
+	}
+	if r.send, err = r.alloc("send", maxSend); err != nil {
+		return err
+	}
+	if r.recv, err = r.alloc("recv", maxRecv); err != nil {
+		return err
+	}
+	if r.scratch, err = r.alloc("scratch", 8*(r.cfg.Iters+1)); err != nil {
+		return err
+	}
+	// Host memory off the Go heap: a private host device's pinned memory
+	// is an anonymous mapping, allocated or refused on the spot.
+	host := devmem.NewHostDevice()
+	if r.in, err = r.allocWith("host input", maxSend, host.AllocPinned); err != nil {
+		return err
+	}
+	if r.cfg.Checks > 0 {
+		if r.out, err = r.allocWith("host output", maxRecv, host.AllocPinned); err != nil {
+			return err
+		}
+	}
+	if !r.cfg.NoStream && dev.Kind() == devmem.CUDA && !r.cfg.Wall {
+		events := make([]*devmem.Event, 0, 2*r.cfg.Iters)
+		for range 2 * r.cfg.Iters {
+			e, err := dev.NewEvent()
+			if err != nil {
+				r.events = events // for close
+				return fmt.Errorf("timing event: %w", err)
+			}
+			events = append(events, e)
+		}
+		r.events = events
+	}
+	return nil
+}
+
+// setUpTogether tells every rank whether every rank set up (setupErr is
+// this rank's failure, or nil). Every rank comes here, set up or not, so
+// that none waits for a rank that has given up: a rank that could not set
+// up returns its own error, the others one naming it. The error is shared
+// unless telling failed.
+func (r *runner) setUpTogether(setupErr error) (shared bool, err error) {
+	failed, msg, xerr := r.exchange(setupErr)
+	if xerr != nil {
+		if setupErr != nil {
+			return false, fmt.Errorf("bench: setting up: %w (and telling the other ranks failed: %v)", setupErr, xerr)
+		}
+		return false, fmt.Errorf("bench: telling the other ranks that this one set up: %w", xerr)
+	}
+	if setupErr != nil {
+		return true, fmt.Errorf("bench: setting up: %w", setupErr)
+	}
+	if len(failed) == 0 {
+		return true, nil
+	}
+	return true, rankFailed{"bench: " + failedText(failed, "could not set up", msg)}
+}
+
+// openBaselineTogether opens the baseline on every rank and keeps it only
+// if every rank could, since its timings are collective too; it returns the
+// report's Baseline line. none is the line when there is no baseline.
+func (r *runner) openBaselineTogether(none string) (string, error) {
+	bl, err := openBaseline(r.c)
+	if err == nil && bl == nil {
+		err = errors.New(strings.TrimPrefix(none, "none: "))
+	}
+	failed, msg, xerr := r.exchange(err)
+	switch {
+	case xerr != nil:
+		if bl != nil {
+			xerr = errors.Join(xerr, bl.Close())
+		}
+		return none, fmt.Errorf("bench: telling the other ranks whether the baseline opened: %w", xerr)
+	case len(failed) == 0:
+		r.bl = bl
+		return bl.Name(), nil
+	}
+	if bl != nil {
+		if err := bl.Close(); err != nil {
+			return none, fmt.Errorf("bench: closing the baseline that rank %d could not open: %w", failed[0], err)
+		}
+	}
+	if len(failed) == r.n {
+		return "none: " + msg, nil
+	}
+	return "none: " + failedText(failed, "could not open it", msg), nil
+}
+
+// statusMessageBytes is as much of a failure's text as exchange passes on.
+const statusMessageBytes = 1024
+
+// statusBytes is the size of the status buffer of n ranks: a flag a rank
+// and a message.
+func statusBytes(n int) int { return 8*n + statusMessageBytes }
+
+// exchange tells every rank which ranks failed (failure is this rank's, or
+// nil) and the message of the first of them, through the status buffer on
+// no stream. Every rank calls it at the same point of the run.
+func (r *runner) exchange(failure error) (failed []int, msg string, err error) {
+	flags := make([]int64, r.n)
+	if failure != nil {
+		flags[r.rank] = 1
+	}
+	if err := reduceIn(r.c, r.status, flags, comm.Int64, comm.Max); err != nil {
+		return nil, "", err
+	}
+	for i, f := range flags {
+		if f != 0 {
+			failed = append(failed, i)
+		}
+	}
+	if len(failed) == 0 {
+		return nil, "", nil
+	}
+	b, err := r.status.Slice(8*r.n, statusMessageBytes)
+	if err != nil {
+		return nil, "", err
+	}
+	text := make([]byte, statusMessageBytes)
+	if r.rank == failed[0] {
+		copy(text, failure.Error())
+	}
+	if err := devmem.CopyFromHost(b, text, nil); err != nil {
+		return nil, "", err
+	}
+	if err := r.c.Broadcast(b, b, statusMessageBytes, comm.Uint8, failed[0], nil); err != nil {
+		return nil, "", err
+	}
+	if err := devmem.CopyToHost(text, b, nil); err != nil {
+		return nil, "", err
+	}
+	if i := bytes.IndexByte(text, 0); i >= 0 {
+		text = text[:i]
+	}
+	return failed, strings.ToValidUTF8(string(text), ""), nil
+}
+
+// failedText says that the failed ranks did what, and why the first one
+// did: "rank 2 could not set up: why", "ranks 1 and 3 could not set up;
+// rank 1: why".
+func failedText(failed []int, what, msg string) string {
+	if len(failed) == 1 {
+		return fmt.Sprintf("rank %d %s: %s", failed[0], what, msg)
+	}
+	s := make([]string, len(failed))
+	for i, r := range failed {
+		s[i] = fmt.Sprint(r)
+	}
+	ranks := strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+	return fmt.Sprintf("ranks %s %s; rank %d: %s", ranks, what, failed[0], msg)
 }
 
 func (r *runner) close() error {
@@ -244,7 +451,7 @@ func (r *runner) close() error {
 	for _, e := range r.events {
 		errs = append(errs, e.Destroy())
 	}
-	for _, b := range []devmem.Buffer{r.send, r.recv, r.scratch} {
+	for _, b := range []devmem.Buffer{r.send, r.recv, r.scratch, r.status, r.in, r.out} {
 		if !b.IsZero() {
 			errs = append(errs, b.Free())
 		}
@@ -255,14 +462,19 @@ func (r *runner) close() error {
 // gather reduces vals over every rank with op (in place, through the
 // device), so every rank ends with the same numbers.
 func gather[T float64 | int64](r *runner, vals []T, dt comm.DType, op comm.Op) error {
-	b, err := r.scratch.Slice(0, 8*len(vals))
+	return reduceIn(r.c, r.scratch, vals, dt, op)
+}
+
+// reduceIn is gather through the start of buf.
+func reduceIn[T float64 | int64](c comm.Communicator, buf devmem.Buffer, vals []T, dt comm.DType, op comm.Op) error {
+	b, err := buf.Slice(0, 8*len(vals))
 	if err != nil {
 		return err
 	}
 	if err := devmem.CopyFromHost(b, devmem.AsBytes(vals), nil); err != nil {
 		return err
 	}
-	if err := r.c.AllReduce(b, b, len(vals), dt, op, nil); err != nil {
+	if err := c.AllReduce(b, b, len(vals), dt, op, nil); err != nil {
 		return err
 	}
 	return devmem.CopyToHost(devmem.AsBytes(vals), b, nil)
@@ -352,7 +564,7 @@ func (r *runner) measure(st step) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	in := alignedBytes(send.Len())
+	in := hostBytes(r.in, send.Len())
 	fillInput(st.op, cfg.DType, cfg.Op, r.rank, 0, in)
 	if err := devmem.CopyFromHost(send, in, r.own()); err != nil {
 		return Result{}, err
@@ -373,7 +585,7 @@ func (r *runner) measure(st step) (Result, error) {
 	checkAt := checkedIterations(cfg.Iters, cfg.Checks)
 	samples := make([]float64, cfg.Iters)
 	wrongs := make([]int64, len(checkAt))
-	out := alignedBytes(recv.Len())
+	out := hostBytes(r.out, recv.Len())
 	wall := r.events == nil
 	own := r.own()
 	for it := range cfg.Iters {
@@ -437,6 +649,16 @@ func (r *runner) measure(st step) (Result, error) {
 		res.setBaseline(b, st, r.n)
 	}
 	return res, nil
+}
+
+// hostBytes is the first n bytes of a host buffer (page-aligned, so aligned
+// for any element type); nil for the zero Buffer.
+func hostBytes(b devmem.Buffer, n int) []byte {
+	if b.IsZero() {
+		return nil
+	}
+	v, _ := b.Bytes()
+	return v[:n]
 }
 
 // own is the stream of the loop's own copies: the operations' stream, or
