@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpucomm/gpucomm/internal/mpi"
 	"github.com/gpucomm/gpucomm/internal/pipeline"
 )
 
@@ -115,6 +116,12 @@ func TestInfoFlagsMalformedSettings(t *testing.T) {
 // Without MPI in the binary, -mpi has nothing to start: the cudaaware line
 // says how to rebuild and info succeeds. (With MPI, mpitest's InfoCommand
 // runs it under the launcher: here it would end MPI for the test process.)
+// The routes line, and check's probe, say how to get MPI in: the tag, or,
+// where the tag was given but cgo was off (the build then takes the MPI
+// stub without a word), cgo; never "rebuild with -tags mpi" to a binary
+// built with it. This binary's case is checked here; the other runs under
+// CGO_ENABLED=0 go test -tags mpi, and in the binaries that
+// TestABinaryTaggedMPIWithoutCgoSaysCgoWasOff builds.
 func TestInfoMPIWithoutMPIBuiltSaysSo(t *testing.T) {
 	if mpiBuiltForTest {
 		t.Skip("MPI is built in: internal/mpicomm/mpitest runs info -mpi under the launcher")
@@ -127,6 +134,19 @@ func TestInfoMPIWithoutMPIBuiltSaysSo(t *testing.T) {
 	if !regexp.MustCompile(`cudaaware\s+not usable\s+not built`).MatchString(out) {
 		t.Errorf("info -mpi without MPI built:\n%s", out)
 	}
+	m := routesLine.FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("info -mpi prints no routes line:\n%s", out)
+	}
+	checkBuildAdvice(t, m[1], mpi.TaggedWithoutCgo())
+	code, out, errOut = runCLI(t, "check", "-probe-only", "-np", "1")
+	if code != exitOK {
+		t.Fatalf("check -probe-only: exit %d\nstderr:\n%s", code, errOut)
+	}
+	if m = probeMPILine.FindStringSubmatch(out); m == nil {
+		t.Fatalf("check -probe-only prints no mpi line:\n%s", out)
+	}
+	checkBuildAdvice(t, m[1], mpi.TaggedWithoutCgo())
 }
 
 // info judges GPUCOMM_TRACE_PIPELINE with the parser the mpi backend opens

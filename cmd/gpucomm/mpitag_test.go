@@ -7,42 +7,10 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
-	"github.com/gpucomm/gpucomm/internal/mpi"
 )
 
 // routesLine is the line info -mpi prints under its routes heading.
 var routesLine = regexp.MustCompile(`(?m)^Routes of the mpi backend.*\n  (.*)$`)
-
-// A binary without MPI says how to get it in its routes line: the tag, or,
-// where the tag was given but cgo was off (the build then takes the MPI
-// stub without a word), cgo; never "rebuild with -tags mpi" to a binary
-// built with it. This binary's case is checked here; the other case runs
-// under CGO_ENABLED=0 go test -tags mpi, and in the built binary below.
-func TestInfoMPIRoutesSayHowToBuildMPIIn(t *testing.T) {
-	if mpiBuiltForTest {
-		t.Skip("MPI is built in: internal/mpicomm/mpitest runs info -mpi under the launcher")
-	}
-	withSections(t)
-	code, out, errOut := runCLI(t, "info", "-mpi")
-	if code != exitOK {
-		t.Fatalf("exit %d\nstderr:\n%s", code, errOut)
-	}
-	m := routesLine.FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("info -mpi prints no routes line:\n%s", out)
-	}
-	checkBuildAdvice(t, m[1], mpi.TaggedWithoutCgo())
-	// check's probe says the same of MPI.
-	code, out, errOut = runCLI(t, "check", "-probe-only", "-np", "1")
-	if code != exitOK {
-		t.Fatalf("check -probe-only: exit %d\nstderr:\n%s", code, errOut)
-	}
-	if m = probeMPILine.FindStringSubmatch(out); m == nil {
-		t.Fatalf("check -probe-only prints no mpi line:\n%s", out)
-	}
-	checkBuildAdvice(t, m[1], mpi.TaggedWithoutCgo())
-}
 
 // probeMPILine is check's probe line about MPI in a binary without it.
 var probeMPILine = regexp.MustCompile(`(?m)^  mpi +info +MPI is not in this binary: (.*)$`)
