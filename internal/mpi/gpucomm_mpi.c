@@ -387,19 +387,25 @@ static int gc_level_from_mpi(int level) {
 // signal() (SA_RESTART only), counting the notices and chaining to the
 // handler it replaced, Go's; Hydra sends SIGUSR1 to every rank when one dies
 // (-disable-auto-cleanup), and a survivor of a killed node died of it.
-// gc_signals_onstack adds SA_ONSTACK to every handler that lacks it (Go's
-// own always have it), keeping the handler, its mask and its other flags.
+// gc_signals_onstack adds SA_ONSTACK to the handlers that MPI_Init
+// installed without it (before, when not NULL, is every signal's action
+// before MPI_Init; NULL when another library initialised MPI, whose
+// handlers cannot be told from the program's: then every handler that
+// lacks it), keeping the handler, its mask and its other flags. Handlers
+// that were there before MPI_Init, the program's own, are left as they are.
 // A thread without an alternate stack (one of MPI's own) still runs the
 // handler on its own stack, as before.
 static int gc_onstack_fixed;
 
-static void gc_signals_onstack(void) {
+static void gc_signals_onstack(const struct sigaction *before) {
 	for (int sig = 1; sig < NSIG; sig++) {
 		struct sigaction sa;
-		if (sigaction(sig, NULL, &sa) != 0) // glibc's own signals, SIGKILL, ...
+		if (sigaction(sig, NULL, &sa) != 0) // glibc's own signals, ...
 			continue;
 		if (sa.sa_handler == SIG_DFL || sa.sa_handler == SIG_IGN || (sa.sa_flags & SA_ONSTACK))
 			continue;
+		if (before != NULL && before[sig].sa_handler == sa.sa_handler)
+			continue; // not MPI_Init's
 		sa.sa_flags |= SA_ONSTACK;
 		if (sigaction(sig, &sa, NULL) == 0)
 			gc_onstack_fixed++;
@@ -416,11 +422,16 @@ int gc_init(int level, int *provided, int *owned) {
 		rc = MPI_Query_thread(&p);
 	} else {
 		*owned = 1;
+		struct sigaction before[NSIG];
+		for (int sig = 1; sig < NSIG; sig++)
+			if (sigaction(sig, NULL, &before[sig]) != 0)
+				before[sig].sa_handler = SIG_DFL;
 		rc = MPI_Init_thread(NULL, NULL, gc_level_to_mpi(level), &p);
+		// MPI's handlers must suit Go before anything else runs.
+		gc_signals_onstack(before);
 	}
-	// Whoever initialised MPI, its handlers must suit Go before anything
-	// else runs.
-	gc_signals_onstack();
+	if (!*owned)
+		gc_signals_onstack(NULL);
 	if (rc != MPI_SUCCESS)
 		return rc;
 	*provided = gc_level_from_mpi(p);

@@ -274,8 +274,15 @@ var launcherNotice = make(chan os.Signal, 1)
 // that handler SA_ONSTACK, without which a notice that landed on a thread
 // running Go code stopped the Go runtime. GPUCOMM_TRACE_SIGNAL=USR1 still
 // writes the flight records on the notice; FinalizeBoundEnv's bound still
-// ignores it from the barrier on.
-func catchLauncherNotice() { signal.Notify(launcherNotice, syscall.SIGUSR1) }
+// ignores it from the barrier on. A program that ignored SIGUSR1 before
+// MPI started keeps it ignored (MPICH's handler then passes it on to
+// nothing). From here on the rank owns SIGUSR1: a program that resets it
+// (signal.Reset) lets a notice on one of MPI's threads end the rank again.
+func catchLauncherNotice() {
+	if !signal.Ignored(syscall.SIGUSR1) {
+		signal.Notify(launcherNotice, syscall.SIGUSR1)
+	}
+}
 
 func shutDownLocked() error {
 	if acquired > 0 || programRef || state.Load() != stateUp || !owned {
