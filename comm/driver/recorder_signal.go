@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // traceSignals are the signals GPUCOMM_TRACE_SIGNAL may name. USR1 and
@@ -68,26 +69,33 @@ func watchSignal(v string) {
 func ReportTraces(reason string) { reportWrite(WriteTraces(reason)) }
 
 // reportWrite says on standard error where the records went, or why not.
-func reportWrite(paths []string, err error) { reported.say(os.Stderr, paths, err) }
+func reportWrite(paths []string, err error) { reported.say(os.Stderr, time.Now(), paths, err) }
 
-// reported is the records this process has said it wrote: a record written
-// again (each of a local group's ranks that times out writes every rank's)
-// is rewritten in place, and said once.
-var reported = reportedPaths{seen: map[string]bool{}}
+// reported is when this process last said it wrote each record: a record
+// written again at once (each of a local group's ranks that times out
+// writes every rank's, a moment apart) is rewritten in place and said once;
+// one written again later (a second signal, a timeout after a signal's
+// dump) is said again.
+var reported = reportedPaths{said: map[string]time.Time{}}
+
+// sayAgainAfter is how long after a record was said its rewrite is said
+// again.
+const sayAgainAfter = time.Second
 
 type reportedPaths struct {
 	mu   sync.Mutex
-	seen map[string]bool
+	said map[string]time.Time
 }
 
-// say writes to w a line for each of paths not said before, and err's.
-func (r *reportedPaths) say(w io.Writer, paths []string, err error) {
+// say writes to w a line for each of paths not said within sayAgainAfter
+// of now, and err's.
+func (r *reportedPaths) say(w io.Writer, now time.Time, paths []string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, p := range paths {
-		if !r.seen[p] {
-			r.seen[p] = true
+		if last, ok := r.said[p]; !ok || now.Sub(last) >= sayAgainAfter {
 			fmt.Fprintf(w, "gpucomm: flight record written to %s\n", p)
+			r.said[p] = now
 		}
 	}
 	if err != nil {

@@ -532,20 +532,24 @@ func TestConcurrentEndsEndEachOperationOnce(t *testing.T) {
 	}
 }
 
-// Each record written is said once a process: a local group's ranks that
-// time out each write every rank's records, and the drill printed every
-// path twice. An error is said each time.
-func TestEachRecordWrittenIsSaidOnce(t *testing.T) {
-	r := reportedPaths{seen: map[string]bool{}}
+// A record rewritten at once is said once: a local group's ranks that time
+// out each write every rank's records a moment apart, and the drill printed
+// every path twice. Rewritten later (a second signal), it is said again; an
+// error is said each time.
+func TestARecordRewrittenAtOnceIsSaidOnce(t *testing.T) {
+	r := reportedPaths{said: map[string]time.Time{}}
 	var out strings.Builder
-	r.say(&out, []string{"d/a.rank0.json", "d/a.rank1.json"}, nil)
-	r.say(&out, []string{"d/a.rank0.json", "d/a.rank1.json", "d/b.rank0.json"}, errors.New("d/c: disk full"))
-	r.say(&out, nil, errors.New("d/c: disk full"))
+	t0 := time.Date(2026, 12, 5, 22, 0, 0, 0, time.UTC)
+	r.say(&out, t0, []string{"d/a.rank0.json", "d/a.rank1.json"}, nil)
+	r.say(&out, t0.Add(10*time.Millisecond), []string{"d/a.rank0.json", "d/a.rank1.json", "d/b.rank0.json"}, errors.New("d/c: disk full"))
+	r.say(&out, t0.Add(20*time.Millisecond), nil, errors.New("d/c: disk full"))
+	r.say(&out, t0.Add(sayAgainAfter), []string{"d/a.rank0.json", "d/b.rank0.json"}, nil)
 	want := "gpucomm: flight record written to d/a.rank0.json\n" +
 		"gpucomm: flight record written to d/a.rank1.json\n" +
 		"gpucomm: flight record written to d/b.rank0.json\n" +
 		"gpucomm: d/c: disk full\n" +
-		"gpucomm: d/c: disk full\n"
+		"gpucomm: d/c: disk full\n" +
+		"gpucomm: flight record written to d/a.rank0.json\n"
 	if out.String() != want {
 		t.Errorf("said\n%s\nwant\n%s", out.String(), want)
 	}
