@@ -163,8 +163,11 @@ func (e rankFailed) Unwrap() error { return ErrRankFailed }
 // other how that went, before anything else, so that a rank that cannot
 // set up (its buffers do not fit, say) keeps no rank waiting: it returns
 // its own error, and every other rank an error wrapping ErrRankFailed that
-// names it and gives its cause. A rank that cannot open the baseline leaves
-// it out on every rank. A rank whose run fails later returns its error at
+// names it and gives its cause. A rank whose baseline fails to open after
+// the baseline's own collective set-up (NCCL's is one: a Broadcast of its
+// id, then its communicator) leaves it out on every rank; one that fails
+// inside that set-up leaves the others waiting there, as a rank failing
+// later does. A rank whose run fails later returns its error at
 // once, and the other ranks may be left waiting for it in a collective, as
 // in any program of collectives: on the MPI backends only a timeout
 // (comm.WithTimeout, GPUCOMM_TIMEOUT) ends that wait; RunGroup stops
@@ -176,7 +179,8 @@ func Run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress
 
 // run is Run, also saying whether its error is shared: one every rank
 // returns at the same point of the run (bad input, a failed set-up, a
-// cancellation), so that no rank is left waiting for this one.
+// cancellation), or one of releasing what the run held once every step is
+// done, so that no rank is left waiting for this one.
 func run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress) (rep *Report, shared bool, err error) {
 	if c == nil {
 		return nil, true, fmt.Errorf("bench: nil communicator: %w", comm.ErrInvalidArgument)
@@ -206,7 +210,9 @@ func run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress
 	r := &runner{c: c, cfg: cfg, rank: rank, n: n}
 	defer func() {
 		if cerr := r.close(); cerr != nil && err == nil {
-			err, shared = cerr, false
+			// Every collective of the run is behind this rank: none
+			// waits for it.
+			err, shared = cerr, true
 		}
 	}()
 	// The status buffer is small and comes first, so that a rank whose
