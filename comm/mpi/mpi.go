@@ -32,7 +32,7 @@ func Open(o comm.Options) (comm.Communicator, error) {
 // family's launcher).
 func Probe() comm.Verdict {
 	if !mpi.Built() {
-		return comm.Verdict{Reason: mpicomm.NotBuiltReason}
+		return comm.Verdict{Reason: mpicomm.NotBuiltReason()}
 	}
 	if err := mpi.JoinError(); err != nil {
 		return comm.Verdict{Reason: err.Error()}

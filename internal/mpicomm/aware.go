@@ -83,7 +83,7 @@ func Library() string {
 // when MPI is up, or whether the device would be the host device.
 func ProbeCUDAAware() comm.Verdict {
 	if !mpi.Built() {
-		return comm.Verdict{Reason: NotBuiltReason}
+		return comm.Verdict{Reason: NotBuiltReason()}
 	}
 	if err := mpi.JoinError(); err != nil {
 		return comm.Verdict{Reason: err.Error()}
@@ -118,7 +118,7 @@ func ProbeCUDAAware() comm.Verdict {
 }
 
 // NotBuiltReason is the Probe verdict of a binary built without MPI.
-var NotBuiltReason = "not built: " + mpi.NotBuiltReason()
+func NotBuiltReason() string { return "not built: " + mpi.NotBuiltReason() }
 
 // localAwareness is this rank's verdict before any exchange.
 func (c *Comm) localAwareness() (awareness, string, error) {

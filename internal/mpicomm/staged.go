@@ -273,10 +273,13 @@ func (c *Comm) smallReduction(o *op, n int, out devmem.Buffer, lo, hi int) error
 }
 
 // onSmallSlot counts a staged collective that goes as MPI's blocking call
-// and runs fn on the small collectives' slot (smallSlot), which holds n
-// bytes: the call is blocking, so MPI is done with the slot when fn
-// returns.
+// and runs fn on the small collectives' slot (smallSlot), of
+// smallBlockingBytes, which holds the n bytes blocksSmall let through: the
+// call is blocking, so MPI is done with the slot when fn returns.
 func (c *Comm) onSmallSlot(n int, fn func(s *pipeline.Slot) error) error {
+	if n > smallBlockingBytes {
+		return fmt.Errorf("mpicomm: a blocking small collective of %d bytes exceeds its slot of %d", n, smallBlockingBytes)
+	}
 	c.smallBlocking.Add(1)
 	if c.smallSlot == nil {
 		s, err := c.eng.Pool.Take(smallBlockingBytes)
