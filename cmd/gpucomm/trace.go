@@ -238,6 +238,11 @@ func diagnose(g traceGroup) traceFinding {
 				sig = k
 			}
 			f.Summary = fmt.Sprintf("first divergence: collective %d (%s): %s never entered it", s, sig, rankList(absent))
+			if snapshotBehind(g, f.Ranks, absent, colls, s) {
+				f.Summary = fmt.Sprintf("collective %d (%s): %s had not entered it when its record was written; "+
+					"the records were written on a signal, each rank at its own moment, so a job still running shows this too: "+
+					"write them again (a second signal) and see whether %s moved on", s, sig, rankList(absent), rankList(absent))
+			}
 		}
 		for _, r := range absent {
 			tf := g.Files[r]
@@ -298,6 +303,26 @@ func diagnose(g traceGroup) traceFinding {
 		f.Summary = fmt.Sprintf("the ranks agree on all %d collectives and every recorded operation finished", through)
 	}
 	return f
+}
+
+// snapshotBehind reports whether a collective s that the absent ranks did
+// not enter may only be one they had not reached yet: every record was
+// written on the trace signal (the ranks write theirs each at its own
+// moment, while the job runs), and each absent rank's record ends with
+// collective s-1 finished.
+func snapshotBehind(g traceGroup, ranks, absent []int, colls map[int]map[uint64]driver.TraceEntry, s uint64) bool {
+	for _, r := range ranks {
+		if !strings.HasPrefix(g.Files[r].Reason, driver.SignalReasonPrefix) {
+			return false
+		}
+	}
+	for _, r := range absent {
+		prev, ok := colls[r][s-1]
+		if !ok || prev.State != driver.StateDone || g.Files[r].Collectives != s-1 {
+			return false
+		}
+	}
+	return true
 }
 
 func missingDetail(missing []int) []string {

@@ -167,3 +167,37 @@ func TestDrillOfARankOutsideTheJobIsAUsageError(t *testing.T) {
 		t.Fatalf("drill -np 3 -rank 5: exit %d, stdout %q, stderr %q; want 2, the reason and the usage hint", code, out, errOut)
 	}
 }
+
+// Records written on the trace signal are each rank's snapshot at its own
+// moment: a rank one collective behind the others may only not have got
+// there yet, and trace says so rather than that it never entered it
+// (a USR1 to a healthy heat run read "rank 0 never entered collective
+// 2449" beside rank 1's done one). Behind by a collective it has not
+// finished, or with a record written on a timeout, it is the divergence.
+func TestTraceOfASignalSnapshotDoesNotCallALaggingRankStuck(t *testing.T) {
+	const usr1 = driver.SignalReasonPrefix + "user defined signal 1"
+	for _, tc := range []struct {
+		name, reason2, last2 string
+		want                 string
+	}{
+		{"snapshot", usr1, driver.StateDone, "collective 3 (AllReduce(count=32 dtype=float32 op=sum)): rank 2 had not entered it when its record was written; " +
+			"the records were written on a signal, each rank at its own moment, so a job still running shows this too: write them again (a second signal) and see whether rank 2 moved on"},
+		{"timeout", "timeout", driver.StateDone, "first divergence: collective 3 (AllReduce(count=32 dtype=float32 op=sum)): rank 2 never entered it"},
+		{"unfinished", usr1, driver.StateStarted, "first divergence: collective 3 (AllReduce(count=32 dtype=float32 op=sum)): rank 2 never entered it"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for r := range 4 {
+				if r == 2 {
+					writeRecord(t, dir, r, 4, tc.reason2, []driver.TraceEntry{ar(8, ""), ar(16, tc.last2)})
+					continue
+				}
+				writeRecord(t, dir, r, 4, usr1, []driver.TraceEntry{ar(8, ""), ar(16, ""), ar(32, "")})
+			}
+			code, out, fs := traceOf(t, dir)
+			if code != exitFail || len(fs) != 1 || fs[0].OK || fs[0].Coll != 3 || fs[0].Summary != tc.want {
+				t.Fatalf("exit %d, findings %+v; want 1, collective 3, %q\n%s", code, fs, tc.want, out)
+			}
+		})
+	}
+}

@@ -52,7 +52,7 @@ func watchSignal(v string) {
 		signal.Notify(ch, sig)
 		go func() {
 			for range ch {
-				ReportTraces("signal " + sig.String())
+				ReportTraces(SignalReasonPrefix + sig.String())
 				if sig == syscall.SIGTERM || sig == syscall.SIGINT || sig == syscall.SIGHUP {
 					signal.Reset(sig)
 					syscall.Kill(os.Getpid(), sig)
@@ -62,6 +62,11 @@ func watchSignal(v string) {
 		}()
 	})
 }
+
+// SignalReasonPrefix starts the reason of the records written on the trace
+// signal (GPUCOMM_TRACE_SIGNAL): each rank writes its own when the signal
+// reaches it, while the job runs.
+const SignalReasonPrefix = "signal "
 
 // ReportTraces is WriteTraces, then a line on standard error for each
 // record written, or why it was not: what a process about to end (a
