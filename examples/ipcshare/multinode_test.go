@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -29,7 +31,19 @@ func TestMultinodeTwoNodesOfTwoRanksFillOneBufferEach(t *testing.T) {
 			t.Fatalf("output lacks %q (launcher: %v):\n%s", want, j.Err, j.Output)
 		}
 	}
-	if j.Err != nil && !j.Orphaned || strings.Count(j.Output, ": matches") != 3 || strings.Contains(j.Output, "MISMATCH") {
+	// Under MPICH a rank that Debian's MPICH 4.0.2 + UCX leaves in
+	// MPI_Finalize is ended, after the work, by the finalize bound that
+	// nodes.sh sets; Hydra then reports the job failed (status 1), or dies
+	// itself of SIGPIPE writing to the rank's closed PMI connection (seen
+	// once in test.sh): the ranks' output decides, as in
+	// multinode.LaunchUntil.
+	var exit *exec.ExitError
+	bounded := errors.As(j.Err, &exit) && mpi.HydraFinalizeStatus(mpi.Family(), j.Output, exit.ExitCode()) ||
+		mpi.HydraFinalizeBrokenPipe(mpi.Family(), j.Output, j.Err)
+	if bounded {
+		t.Logf("a rank was left in MPI_Finalize and ended by the finalize bound, and the launcher reported %v: the output decides", j.Err)
+	}
+	if j.Err != nil && !j.Orphaned && !bounded || strings.Count(j.Output, ": matches") != 3 || strings.Contains(j.Output, "MISMATCH") {
 		t.Fatalf("launcher: %v; want both node lines and the job line matching:\n%s", j.Err, j.Output)
 	}
 }

@@ -1,8 +1,11 @@
 package mpi
 
 import (
+	"errors"
 	"fmt"
+	"os/exec"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gpucomm/gpucomm/internal/errs"
@@ -51,6 +54,20 @@ const (
 func HydraFinalizeStatus(family, output string, exitCode int) bool {
 	return family == "mpich" && exitCode == 1 &&
 		strings.Contains(output, FinalizeLeftLine) && strings.Contains(output, HydraProvisionalStatus)
+}
+
+// HydraFinalizeBrokenPipe reports whether a job of family's launcher died
+// of SIGPIPE (err, from os/exec) after a rank that the bound ended (its line
+// in output) had closed its PMI connection: MPICH 4.0.2's mpiexec then
+// writes to the closed connection, seen twice on 2026-12-05 across
+// simulated nodes; the ranks' own output then decides the job.
+func HydraFinalizeBrokenPipe(family, output string, err error) bool {
+	var exit *exec.ExitError
+	if family != "mpich" || !errors.As(err, &exit) || !strings.Contains(output, FinalizeLeftLine) {
+		return false
+	}
+	ws, ok := exit.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGPIPE
 }
 
 // finalizeBoundFrom reads FinalizeBoundEnv's value v.

@@ -2,6 +2,7 @@ package mpi
 
 import (
 	"errors"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -68,6 +69,32 @@ func TestHydraFinalizeStatus(t *testing.T) {
 	} {
 		if got := HydraFinalizeStatus(c.family, c.output, c.code); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// A launcher dead of SIGPIPE after the bound ended a rank is judged by the
+// ranks' output under MPICH only, and only with the bound's line there.
+func TestHydraFinalizeBrokenPipe(t *testing.T) {
+	piped := exec.Command("sh", "-c", "kill -PIPE $$").Run()
+	failed := exec.Command("sh", "-c", "exit 1").Run()
+	if piped == nil || failed == nil {
+		t.Fatalf("the shells did not fail: %v, %v", piped, failed)
+	}
+	left := "gpucomm: rank 1: " + FinalizeLeftLine + " 5s after every rank passed the barrier"
+	for _, tc := range []struct {
+		family, output string
+		err            error
+		want           bool
+	}{
+		{"mpich", left, piped, true},
+		{"openmpi", left, piped, false},
+		{"mpich", "rank 1: done", piped, false},
+		{"mpich", left, failed, false},
+		{"mpich", left, nil, false},
+	} {
+		if got := HydraFinalizeBrokenPipe(tc.family, tc.output, tc.err); got != tc.want {
+			t.Errorf("HydraFinalizeBrokenPipe(%s, %q, %v) = %v, want %v", tc.family, tc.output, tc.err, got, tc.want)
 		}
 	}
 }

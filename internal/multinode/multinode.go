@@ -288,7 +288,8 @@ func (n *Nodes) LaunchUntil(t testing.TB, family string, perNode int, limit time
 	case j.Lingered:
 		j.Err = fmt.Errorf("still running %v after its output said it was done, ended: %w", finalizeGrace, err)
 		t.Logf("%s: the job was still running %v after its work was done, and was ended (a rank left in MPI_Finalize, as Debian's MPICH 4.0.2 + UCX does now and then); its output decides", family, finalizeGrace)
-	case done != nil && done(j.Output) && errors.As(err, &exit) && mpi.HydraFinalizeStatus(family, j.Output, exit.ExitCode()):
+	case done != nil && done(j.Output) && (errors.As(err, &exit) && mpi.HydraFinalizeStatus(family, j.Output, exit.ExitCode()) ||
+		mpi.HydraFinalizeBrokenPipe(family, j.Output, err)):
 		// A rank the finalize bound ended closed its PMI connection
 		// before PMI's finalize: Hydra 4.0.2's proxy gives it status 1
 		// until it reaps it, and keeps the 1 when it reads the close
