@@ -250,12 +250,9 @@ func (o *options) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.W
 		}
 		compare = append(compare, r)
 	}
-	if env := os.Getenv("GPUCOMM_BACKEND"); env != "" && o.set["backend"] && env != o.backend {
-		fmt.Fprintf(stderr, "gpucomm bench: GPUCOMM_BACKEND=%s overrides -backend %s\n", env, o.backend)
-	}
 	// note ends each error that the choice of backend causes.
 	var note string
-	o.backend, note = BackendFromEnv(o.backend, o.set["backend"])
+	o.backend, note = BackendFromEnv("gpucomm bench", o.backend, o.set["backend"], stderr)
 	var opts []comm.Option
 	if o.timeout > 0 {
 		opts = append(opts, comm.WithTimeout(o.timeout))
@@ -323,8 +320,11 @@ func (o *options) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.W
 // each error the choice causes ends with, so that a shell that still holds
 // the variable does not leave the user wondering where the backend came
 // from; the note is "" when the variable is unset or agrees with -backend.
-// bench, check and heat all read the variable through it.
-func BackendFromEnv(flagValue string, given bool) (backend, note string) {
+// Where the variable overrides a -backend the command line gave, it also
+// says so at once on stderr, prefixed with cmd ("gpucomm bench"), whether
+// or not an error follows. bench, check and heat all read the variable
+// through it.
+func BackendFromEnv(cmd, flagValue string, given bool, stderr io.Writer) (backend, note string) {
 	env := os.Getenv("GPUCOMM_BACKEND")
 	switch {
 	case env == "":
@@ -332,6 +332,7 @@ func BackendFromEnv(flagValue string, given bool) (backend, note string) {
 	case given && env == flagValue:
 		return env, ""
 	case given:
+		fmt.Fprintf(stderr, "%s: GPUCOMM_BACKEND=%s overrides -backend %s\n", cmd, env, flagValue)
 		return env, fmt.Sprintf(" (the backend came from GPUCOMM_BACKEND=%s in the environment, which overrides -backend %s; "+
 			"unset it to choose with -backend)", env, flagValue)
 	}

@@ -295,9 +295,18 @@ func TestBackendFromEnvSaysWhereTheBackendCameFrom(t *testing.T) {
 		{"mpi", "local", true, "mpi", "(the backend came from GPUCOMM_BACKEND=mpi in the environment, which overrides -backend local; unset it to choose with -backend)"},
 	} {
 		t.Setenv("GPUCOMM_BACKEND", c.env)
-		backend, note := BackendFromEnv(c.flag, c.given)
+		var said strings.Builder
+		backend, note := BackendFromEnv("gpucomm x", c.flag, c.given, &said)
 		if backend != c.backend || c.note == "" && note != "" || c.note != "" && note != " "+c.note {
 			t.Errorf("GPUCOMM_BACKEND=%q -backend %s (given %v): %q, %q; want %q and note %q", c.env, c.flag, c.given, backend, note, c.backend, c.note)
+		}
+		// Said at once only where the variable overrode a -backend given.
+		want := ""
+		if c.given && c.env != "" && c.env != c.flag {
+			want = "gpucomm x: GPUCOMM_BACKEND=" + c.env + " overrides -backend " + c.flag + "\n"
+		}
+		if said.String() != want {
+			t.Errorf("GPUCOMM_BACKEND=%q -backend %s (given %v) said %q on stderr, want %q", c.env, c.flag, c.given, said.String(), want)
 		}
 	}
 }

@@ -186,10 +186,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 // checkSetup checks the flags against each other and against the backend,
 // and resolves the backend's name ("auto" included).
 func checkSetup(fs *flag.FlagSet, f *checkFlags, stderr io.Writer) (name string, code int) {
-	if env := os.Getenv("GPUCOMM_BACKEND"); env != "" && f.set["backend"] && env != f.backend {
-		fmt.Fprintf(stderr, "gpucomm check: GPUCOMM_BACKEND=%s overrides -backend %s\n", env, f.backend)
-	}
-	f.backend, f.envNote = bench.BackendFromEnv(f.backend, f.set["backend"])
+	f.backend, f.envNote = bench.BackendFromEnv("gpucomm check", f.backend, f.set["backend"], stderr)
 	note := f.envNote
 	if _, err := regexp.Compile(f.run); err != nil {
 		return "", usageError(fs, "-run: %v", err)

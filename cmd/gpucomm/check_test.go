@@ -142,14 +142,22 @@ func TestCheckUnknownBackendListsRegisteredOnes(t *testing.T) {
 	}
 }
 
+// A GPUCOMM_BACKEND that overrides the -backend the command line gave is
+// said at once, by each command that reads it (heat said nothing).
 func TestCheckGPUCOMMBackendOverridesTheFlag(t *testing.T) {
 	t.Setenv("GPUCOMM_BACKEND", "nosuch")
-	var out, errOut bytes.Buffer
-	if code := run([]string{"check", "-backend", "local", "-short"}, &out, &errOut); code == exitOK {
-		t.Fatalf("exit 0: GPUCOMM_BACKEND=nosuch was ignored\n%s", out.String())
-	}
-	if !strings.Contains(errOut.String(), "GPUCOMM_BACKEND=nosuch overrides -backend local") {
-		t.Errorf("stderr does not say the variable won:\n%s", errOut.String())
+	for _, args := range [][]string{
+		{"check", "-backend", "local", "-short"},
+		{"bench", "-backend", "local", "-n", "1"},
+		{"heat", "-backend", "local", "-n", "8", "-steps", "1"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := run(args, &out, &errOut); code == exitOK {
+			t.Fatalf("%v: exit 0: GPUCOMM_BACKEND=nosuch was ignored\n%s", args, out.String())
+		}
+		if want := "gpucomm " + args[0] + ": GPUCOMM_BACKEND=nosuch overrides -backend local\n"; !strings.Contains(errOut.String(), want) {
+			t.Errorf("%v: stderr does not say the variable won (%q):\n%s", args, want, errOut.String())
+		}
 	}
 }
 

@@ -84,7 +84,7 @@ func runHeat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	// note ends each error that the choice of backend causes.
 	var note string
-	f.backend, note = bench.BackendFromEnv(f.backend, set["backend"])
+	f.backend, note = bench.BackendFromEnv("gpucomm heat", f.backend, set["backend"], stderr)
 	if f.m == 0 {
 		f.m = f.n
 	}
