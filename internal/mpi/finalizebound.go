@@ -47,24 +47,20 @@ const (
 	HydraProvisionalStatus = "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Hangup (signal 1)"
 )
 
-// HydraFinalizeStatus reports whether a job of family's launcher that ended
-// with exitCode and printed output failed with the status 1 Hydra gives a
-// rank the bound ended with MPI_Finalize unfinished (MPICH only, both
-// lines in the output): the ranks' own output then decides the job.
-func HydraFinalizeStatus(family, output string, exitCode int) bool {
-	return family == "mpich" && exitCode == 1 &&
-		strings.Contains(output, FinalizeLeftLine) && strings.Contains(output, HydraProvisionalStatus)
-}
-
-// HydraFinalizeBrokenPipe reports whether a job of family's launcher died
-// of SIGPIPE (err, from os/exec) after a rank that the bound ended (its line
-// in output) had closed its PMI connection: MPICH 4.0.2's mpiexec then
-// writes to the closed connection, seen twice on 2026-12-05 across
-// simulated nodes; the ranks' own output then decides the job.
-func HydraFinalizeBrokenPipe(family, output string, err error) bool {
+// HydraFinalizeBounded reports whether a job of family's launcher that
+// failed with err (from os/exec) failed only because the bound ended a rank
+// with MPI_Finalize unfinished (MPICH only, the bound's line in output):
+// either Hydra's status 1 for such a rank (exit status 1, its line in
+// output too), or mpiexec dead of SIGPIPE, MPICH 4.0.2's launcher writing
+// to such a rank's closed PMI connection (seen twice on 2026-12-05 across
+// simulated nodes). The ranks' own output then decides the job.
+func HydraFinalizeBounded(family, output string, err error) bool {
 	var exit *exec.ExitError
 	if family != "mpich" || !errors.As(err, &exit) || !strings.Contains(output, FinalizeLeftLine) {
 		return false
+	}
+	if exit.ExitCode() == 1 && strings.Contains(output, HydraProvisionalStatus) {
+		return true
 	}
 	ws, ok := exit.Sys().(syscall.WaitStatus)
 	return ok && ws.Signaled() && ws.Signal() == syscall.SIGPIPE

@@ -52,49 +52,36 @@ func TestFinalizeBoundInFamily(t *testing.T) {
 	}
 }
 
-// Hydra's status 1 for a rank the finalize bound ended is recognised only
-// under MPICH, with exit status 1, and with both its lines in the output.
-func TestHydraFinalizeStatus(t *testing.T) {
-	both := "gpucomm: rank 2: " + FinalizeLeftLine + " 5s after every rank passed the barrier\n" + HydraProvisionalStatus + "\n"
-	for _, c := range []struct {
-		name, family, output string
-		code                 int
-		want                 bool
-	}{
-		{"MPICH, status 1, both lines", "mpich", both, 1, true},
-		{"Open MPI", "openmpi", both, 1, false},
-		{"status 2", "mpich", both, 2, false},
-		{"no finalize line", "mpich", HydraProvisionalStatus + "\n", 1, false},
-		{"no Hydra line", "mpich", "gpucomm: rank 2: MPI_Finalize had not returned 5s\n", 1, false},
-	} {
-		if got := HydraFinalizeStatus(c.family, c.output, c.code); got != c.want {
-			t.Errorf("%s: %v, want %v", c.name, got, c.want)
-		}
-	}
-}
-
-// A launcher dead of SIGPIPE after the bound ended a rank is judged by the
-// ranks' output under MPICH only, and only with the bound's line there.
-func TestHydraFinalizeBrokenPipe(t *testing.T) {
+// A launcher's failure is put down to the finalize bound under MPICH only,
+// with the bound's line in the output, and only for Hydra's status 1 (with
+// its own line there too) or a death by SIGPIPE.
+func TestHydraFinalizeBounded(t *testing.T) {
 	piped := exec.Command("sh", "-c", "kill -PIPE $$").Run()
 	failed := exec.Command("sh", "-c", "exit 1").Run()
-	if piped == nil || failed == nil {
-		t.Fatalf("the shells did not fail: %v, %v", piped, failed)
+	failed2 := exec.Command("sh", "-c", "exit 2").Run()
+	if piped == nil || failed == nil || failed2 == nil {
+		t.Fatalf("the shells did not fail: %v, %v, %v", piped, failed, failed2)
 	}
-	left := "gpucomm: rank 1: " + FinalizeLeftLine + " 5s after every rank passed the barrier"
-	for _, tc := range []struct {
-		family, output string
-		err            error
-		want           bool
+	left := "gpucomm: rank 2: " + FinalizeLeftLine + " 5s after every rank passed the barrier\n"
+	both := left + HydraProvisionalStatus + "\n"
+	for _, c := range []struct {
+		name, family, output string
+		err                  error
+		want                 bool
 	}{
-		{"mpich", left, piped, true},
-		{"openmpi", left, piped, false},
-		{"mpich", "rank 1: done", piped, false},
-		{"mpich", left, failed, false},
-		{"mpich", left, nil, false},
+		{"MPICH, status 1, both lines", "mpich", both, failed, true},
+		{"Open MPI, status 1", "openmpi", both, failed, false},
+		{"status 2", "mpich", both, failed2, false},
+		{"status 1, no finalize line", "mpich", HydraProvisionalStatus + "\n", failed, false},
+		{"status 1, no Hydra line", "mpich", left, failed, false},
+		{"MPICH, SIGPIPE, the bound's line", "mpich", left, piped, true},
+		{"Open MPI, SIGPIPE", "openmpi", left, piped, false},
+		{"SIGPIPE, no finalize line", "mpich", "rank 1: done", piped, false},
+		{"no error", "mpich", both, nil, false},
+		{"not an exit error", "mpich", both, errors.New("exec: not started"), false},
 	} {
-		if got := HydraFinalizeBrokenPipe(tc.family, tc.output, tc.err); got != tc.want {
-			t.Errorf("HydraFinalizeBrokenPipe(%s, %q, %v) = %v, want %v", tc.family, tc.output, tc.err, got, tc.want)
+		if got := HydraFinalizeBounded(c.family, c.output, c.err); got != c.want {
+			t.Errorf("%s: HydraFinalizeBounded(%s, %q, %v) = %v, want %v", c.name, c.family, c.output, c.err, got, c.want)
 		}
 	}
 }

@@ -288,15 +288,15 @@ func (n *Nodes) LaunchUntil(t testing.TB, family string, perNode int, limit time
 	case j.Lingered:
 		j.Err = fmt.Errorf("still running %v after its output said it was done, ended: %w", finalizeGrace, err)
 		t.Logf("%s: the job was still running %v after its work was done, and was ended (a rank left in MPI_Finalize, as Debian's MPICH 4.0.2 + UCX does now and then); its output decides", family, finalizeGrace)
-	case done != nil && done(j.Output) && (errors.As(err, &exit) && mpi.HydraFinalizeStatus(family, j.Output, exit.ExitCode()) ||
-		mpi.HydraFinalizeBrokenPipe(family, j.Output, err)):
+	case done != nil && done(j.Output) && mpi.HydraFinalizeBounded(family, j.Output, err):
 		// A rank the finalize bound ended closed its PMI connection
 		// before PMI's finalize: Hydra 4.0.2's proxy gives it status 1
 		// until it reaps it, and keeps the 1 when it reads the close
-		// after the reaping, whatever status the rank ended with.
+		// after the reaping, whatever status the rank ended with; or
+		// mpiexec writes to the closed connection and dies of SIGPIPE.
 		j.Lingered = true
-		j.Err = fmt.Errorf("after its work was done, Hydra reported the status 1 it gives a rank that ended with MPI_Finalize unfinished (GPUCOMM_MPI_FINALIZE_BOUND): %w", err)
-		t.Logf("%s: a rank ended with MPI_Finalize unfinished after the job's work was done, and Hydra reported its provisional status 1; its output decides", family)
+		j.Err = fmt.Errorf("after its work was done, Hydra failed as it does when a rank ended with MPI_Finalize unfinished (GPUCOMM_MPI_FINALIZE_BOUND): %w", err)
+		t.Logf("%s: a rank ended with MPI_Finalize unfinished after the job's work was done, and Hydra reported its provisional status 1 or died of SIGPIPE (%v); its output decides", family, err)
 	}
 	t.Logf("%s, %d nodes × %d ranks: %v", family, n.N, perNode, j.Elapsed.Round(time.Millisecond))
 	return j
