@@ -299,19 +299,35 @@ func (o *options) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.W
 		return ExitFail
 	}
 	defer c.Close()
-	if c.Rank() != 0 {
-		// Rank 0 speaks for the job; the others report only their own errors.
-		_, err := Run(ctx, c, cfg, nil)
-		if err != nil {
-			fmt.Fprintf(stderr, "gpucomm bench: rank %d: %v\n", c.Rank(), err)
-			return ExitFail
-		}
-		return ExitOK
+	return o.runRank(ctx, c, cfg, compare, stdout, stderr)
+}
+
+// runRank runs one rank of a job of processes and reports: rank 0 speaks
+// for the job, the others report only their own errors. A rank whose run
+// fails where the others may be waiting for it (not at a point every rank
+// stops at together) aborts the job once it has said why (comm.Aborter:
+// MPI_Abort under the MPI backends, which does not return), so that the
+// others do not wait for it for ever when no timeout is set.
+func (o *options) runRank(ctx context.Context, c comm.Communicator, cfg Config, compare []*Report, stdout, stderr io.Writer) int {
+	var code int
+	var bar *bar
+	var progress Progress
+	if c.Rank() == 0 {
+		bar = newBar(stderr, o.noProgress)
+		progress = bar.progress
 	}
-	bar := newBar(stderr, o.noProgress)
-	rep, err := Run(ctx, c, cfg, bar.progress)
-	bar.finish()
-	return o.report(rep, err, compare, stdout, stderr)
+	rep, shared, err := run(ctx, c, cfg, progress)
+	if c.Rank() == 0 {
+		bar.finish()
+		code = o.report(rep, err, compare, stdout, stderr)
+	} else if err != nil {
+		fmt.Fprintf(stderr, "gpucomm bench: rank %d: %v\n", c.Rank(), err)
+		code = ExitFail
+	}
+	if err != nil && !shared {
+		comm.Abort(c, fmt.Errorf("bench: rank %d failed where the other ranks may be waiting for it: %w", c.Rank(), err))
+	}
+	return code
 }
 
 // BackendFromEnv applies GPUCOMM_BACKEND, which overrides -backend, to a

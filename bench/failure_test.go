@@ -218,13 +218,17 @@ func TestARankThatFailsMidRunDoesNotHangTheGroup(t *testing.T) {
 			!strings.HasPrefix(e.Error(), "rank 1: bench: allreduce of 6 bytes: devmem: stream of") {
 			t.Errorf("rank 1's error %v, want its own copy's", e)
 		}
+		// The group was aborted (the local backend's Abort), so the others
+		// came back, none left running.
 		for _, i := range []int{0, 2} {
-			if e := errs[i]; !errors.Is(e, ErrRankFailed) || !strings.Contains(fmt.Sprint(e), "rank 1 failed") {
-				t.Errorf("rank %d's error %v, want one naming rank 1 and wrapping ErrRankFailed", i, e)
+			if e := errs[i]; !errors.Is(e, ErrRankFailed) || !strings.Contains(fmt.Sprint(e), "rank 1 failed, and the group was aborted") {
+				t.Errorf("rank %d's error %v, want one naming rank 1, saying the group was aborted and wrapping ErrRankFailed", i, e)
 			}
 		}
-		if rep != nil {
-			t.Errorf("rank 0, left running, gave a report: %+v", rep)
+		// Rank 0 came back: its report holds the steps done before rank 1
+		// failed, in its first.
+		if rep == nil || len(rep.Results) != 0 {
+			t.Errorf("rank 0's report %+v, want one with no rows", rep)
 		}
 	})
 	t.Run("a collective fails on rank 0", func(t *testing.T) {
@@ -246,9 +250,11 @@ func TestARankThatFailsMidRunDoesNotHangTheGroup(t *testing.T) {
 			!strings.HasPrefix(e.Error(), "rank 0: bench: broadcast of 6 bytes: ") {
 			t.Errorf("rank 0's error %v, want its own broadcast's", e)
 		}
+		// Rank 0's wrapper hides its Abort: the group is aborted through
+		// another rank's.
 		for _, i := range []int{1, 2} {
-			if e := errs[i]; !errors.Is(e, ErrRankFailed) || !strings.Contains(fmt.Sprint(e), "rank 0 failed") {
-				t.Errorf("rank %d's error %v, want one naming rank 0 and wrapping ErrRankFailed", i, e)
+			if e := errs[i]; !errors.Is(e, ErrRankFailed) || !strings.Contains(fmt.Sprint(e), "rank 0 failed, and the group was aborted") {
+				t.Errorf("rank %d's error %v, want one naming rank 0, saying the group was aborted and wrapping ErrRankFailed", i, e)
 			}
 		}
 		// Rank 0 failed itself: its report holds the steps done, checked.
@@ -274,6 +280,88 @@ func TestARankThatFailsMidRunDoesNotHangTheGroup(t *testing.T) {
 			t.Errorf("progress called with %v, want the start and %d steps", calls, rows)
 		}
 	})
+}
+
+// Under a backend of one process a rank (mpi, cudaaware, nccl), the
+// command's rank whose run fails mid-run aborts the job once it has said
+// why, where the others, with no timeout, would wait for it for ever; the
+// ranks here are the local backend's, whose Abort releases them (MPI's
+// ends the job: internal/mpicomm/mpitest's AbortEndsTheJob).
+func TestTheCommandsRankThatFailsMidRunAbortsTheJob(t *testing.T) {
+	t.Cleanup(func() { allocHook = nil })
+	allocHook = func(c comm.Communicator, what string, n int, alloc func(int) (devmem.Buffer, error)) (devmem.Buffer, error) {
+		if c.Rank() == 1 && what == "send" {
+			return devmem.NewHostDevice().Alloc(n) // its first copy of input fails
+		}
+		return alloc(n)
+	}
+	cs, err := local.NewGroup(3) // no timeout
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeGroup(cs)
+	cfg := tiny()
+	cfg.Ops = []Operation{AllReduce}
+	o := &options{noProgress: true}
+	codes := make([]int, 3)
+	outs := make([]bytes.Buffer, 3)
+	errOuts := make([]bytes.Buffer, 3)
+	within(t, "every rank's runRank", func() {
+		var wg sync.WaitGroup
+		for r, c := range cs {
+			wg.Go(func() { codes[r] = o.runRank(context.Background(), c, cfg, nil, &outs[r], &errOuts[r]) })
+		}
+		wg.Wait()
+	})
+	for r, code := range codes {
+		if code != ExitFail {
+			t.Errorf("rank %d: exit %d, want %d; stderr:\n%s", r, code, ExitFail, errOuts[r].String())
+		}
+	}
+	if got := errOuts[1].String(); !strings.HasPrefix(got, "gpucomm bench: rank 1: bench: allreduce of 6 bytes: devmem: stream of") {
+		t.Errorf("rank 1's stderr %q, want its own copy's error first", got)
+	}
+	for _, r := range []int{0, 2} {
+		if got := errOuts[r].String(); !strings.Contains(got, "rank 1 of 3 aborted the job: bench: rank 1 failed where the other ranks may be waiting for it: bench: allreduce of 6 bytes") {
+			t.Errorf("rank %d's stderr %q, want its collective ended by rank 1's abort, with rank 1's reason", r, got)
+		}
+	}
+}
+
+// noAbort hides a communicator's Abort, as a program's wrapper would.
+type noAbort struct{ comm.Communicator }
+
+// Where no communicator of the group has an Abort, RunGroup still returns
+// when a rank fails mid-run, and says the ranks waiting for it are left
+// running.
+func TestARankThatFailsMidRunInAGroupWithoutAbort(t *testing.T) {
+	cs, err := local.NewGroup(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range cs {
+			comm.Abort(c, errors.New("the test is over")) // frees the ranks left waiting
+		}
+		closeGroup(cs)
+	}()
+	wrapped := make([]comm.Communicator, len(cs))
+	for i, c := range cs {
+		wrapped[i] = noAbort{c}
+	}
+	wrapped[0] = noAbort{closesAt{cs[0], new(sync.Once)}}
+	cfg := tiny()
+	cfg.Ops = []Operation{AllReduce, Broadcast}
+	within(t, "RunGroup", func() { _, err = RunGroup(context.Background(), wrapped, cfg, nil) })
+	errs := rankErrors(t, err, 3)
+	if e := errs[0]; e == nil || errors.Is(e, ErrRankFailed) || !errors.Is(e, comm.ErrClosed) {
+		t.Errorf("rank 0's error %v, want its own broadcast's", e)
+	}
+	for _, i := range []int{1, 2} {
+		if e := errs[i]; !errors.Is(e, ErrRankFailed) || !strings.Contains(fmt.Sprint(e), "rank 0 failed, and this rank, which may be waiting for it, is left running") {
+			t.Errorf("rank %d's error %v, want one naming rank 0, saying it is left running and wrapping ErrRankFailed", i, e)
+		}
+	}
 }
 
 func TestABaselineThatSomeRanksCannotOpenIsLeftOut(t *testing.T) {

@@ -16,14 +16,15 @@ import (
 // a group of len(cs).
 //
 // A rank that cannot set up stops every rank, as in Run. A rank whose run
-// fails later may leave the others waiting for it in a collective, which an
-// in-process rank cannot be called off from (the local backend waits
-// without end unless the group has a timeout): RunGroup returns as soon as
-// such a rank fails, with its error and, for each rank still running, an
-// error wrapping ErrRankFailed. Those ranks' goroutines, and what they
-// hold, are left behind: they end, and free what they hold, if their wait
-// ever ends (a timeout, the group closed under a rank that is not yet
-// waiting), and the group is out of step for good: close it.
+// fails later may leave the others waiting for it in a collective: RunGroup
+// then aborts the group (comm.Aborter, through the failed rank's
+// communicator or, where a wrapper hides its Abort, another rank's), which
+// releases them, and returns the failed rank's error and, for each other
+// rank that stopped because of it, an error wrapping ErrRankFailed. The
+// group is then of no further use: close it. Where no communicator of the
+// group has an Abort, RunGroup returns as soon as such a rank fails, and
+// leaves the goroutines of the ranks still running behind: they end, and
+// free what they hold, if their wait ever ends (a timeout, say).
 func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress Progress) (*Report, error) {
 	if len(cs) == 0 {
 		return nil, fmt.Errorf("bench: empty group: %w", comm.ErrInvalidArgument)
@@ -91,7 +92,23 @@ func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress 
 			break
 		}
 	}
-	if failed >= 0 {
+	if failed >= 0 && abortFor(cs, back, failed, errs[failed]) {
+		// The others stop at once: wait for them, and say why they stopped.
+		missing := 0
+		for _, ok := range back {
+			if !ok {
+				missing++
+			}
+		}
+		for range missing {
+			o := <-outcomes
+			take(o)
+			if errors.Is(o.err, comm.ErrAborted) {
+				errs[o.rank] = fmt.Errorf("rank %d: %w", o.rank, rankFailed{fmt.Sprintf(
+					"bench: rank %d failed, and the group was aborted: %v", failed, o.err)})
+			}
+		}
+	} else if failed >= 0 {
 		// The others may be waiting for the failed rank for good. Take
 		// those that are back already; give up on the rest.
 	drain:
@@ -111,6 +128,29 @@ func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress 
 		}
 	}
 	return reports[0], errors.Join(errs...)
+}
+
+// abortFor aborts the group of cs because rank failed with err, when some
+// rank is not back yet and a communicator of the group has an Abort (the
+// failed rank's first); it reports whether it did.
+func abortFor(cs []comm.Communicator, back []bool, failed int, err error) bool {
+	waiting := false
+	for _, ok := range back {
+		waiting = waiting || !ok
+	}
+	if !waiting {
+		return false
+	}
+	reason := fmt.Errorf("bench: %w", err)
+	if comm.Abort(cs[failed], reason) {
+		return true
+	}
+	for _, c := range cs {
+		if comm.Abort(c, reason) {
+			return true
+		}
+	}
+	return false
 }
 
 // RunLocal runs cfg on n in-process ranks of the local backend and returns

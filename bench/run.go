@@ -169,9 +169,10 @@ func (e rankFailed) Unwrap() error { return ErrRankFailed }
 // inside that set-up leaves the others waiting there, as a rank failing
 // later does. A rank whose run fails later returns its error at
 // once, and the other ranks may be left waiting for it in a collective, as
-// in any program of collectives: on the MPI backends only a timeout
-// (comm.WithTimeout, GPUCOMM_TIMEOUT) ends that wait; RunGroup stops
-// waiting for such ranks.
+// in any program of collectives: a timeout (comm.WithTimeout,
+// GPUCOMM_TIMEOUT) ends that wait, and so does the failed rank's
+// comm.Abort, which gpucomm bench calls for such a rank and RunGroup for
+// its in-process ranks.
 func Run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress) (*Report, error) {
 	rep, _, err := run(ctx, c, cfg, progress)
 	return rep, err

@@ -17,6 +17,7 @@ var (
 	ErrDuplicateGPU    = driver.ErrDuplicateGPU    // two ranks on one GPU where the backend forbids it
 	ErrBadHandle       = driver.ErrBadHandle       // an IPC handle that cannot be opened here
 	ErrMismatch        = driver.ErrMismatch        // ranks called different collectives
+	ErrAborted         = driver.ErrAborted         // a rank aborted the job (Aborter)
 )
 
 // Error is the error every backend returns: which backend, operation and

@@ -53,3 +53,35 @@ type NodePath interface {
 type MPIThreads interface {
 	ThreadMultiple() bool
 }
+
+// Aborter gives up on the job of a rank that cannot go on, so that the
+// other ranks are not left waiting for it in a collective or a receive
+// (where, with no timeout, they would wait for ever). reason says why; it
+// is the first thing the job says of the abort. Every backend has it:
+//
+//   - mpi, cudaaware and nccl: Abort writes "gpucomm BACKEND rank R:
+//     Abort: reason" on standard error (and the flight records, with
+//     recording on), then calls MPI_Abort, which ends every process of the
+//     job, this one included, with a failure status: it does not return.
+//     The nccl backend aborts its NCCL communicator first.
+//   - local: the ranks are goroutines of this process, which goes on. Every
+//     operation of the group (and of the groups Split from it, or it from)
+//     that is waiting, and every later one, fails with an error wrapping
+//     ErrAborted (and reason) that names the rank that aborted; Close
+//     releases each communicator as usual.
+//
+// Abort is for a rank's own failure, not a cancellation the ranks agree
+// on: ranks that stop together simply Close.
+type Aborter interface {
+	Abort(reason error)
+}
+
+// Abort calls c's Abort (see Aborter); it returns false, having done
+// nothing, when c is nil or has no Abort (a wrapper that hides it).
+func Abort(c Communicator, reason error) bool {
+	a, ok := c.(Aborter)
+	if ok {
+		a.Abort(reason)
+	}
+	return ok
+}

@@ -21,6 +21,7 @@ var (
 	ErrDuplicateGPU    = errs.ErrDuplicateGPU    // two ranks on one GPU where the backend forbids it
 	ErrBadHandle       = errs.ErrBadHandle       // an IPC handle that cannot be opened here
 	ErrMismatch        = errs.ErrMismatch        // ranks called different collectives
+	ErrAborted         = errs.ErrAborted         // a rank aborted the job (comm.Aborter)
 )
 
 // Error is the error every backend returns: which backend, operation and rank

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -95,11 +96,11 @@ func newGroup(n int, o comm.Options) ([]comm.Communicator, error) {
 	for i := range devs {
 		devs[i] = devmem.NewHostDevice()
 	}
-	return makeGroup(devs, o.Timeout), nil
+	return makeGroup(devs, o.Timeout, &job{aborted: make(chan struct{})}), nil
 }
 
-func makeGroup(devs []*devmem.Device, timeout time.Duration) []comm.Communicator {
-	g := &group{n: len(devs), devs: devs, timeout: timeout, rounds: map[uint64]*round{}, links: map[[2]int]*link{}}
+func makeGroup(devs []*devmem.Device, timeout time.Duration, j *job) []comm.Communicator {
+	g := &group{n: len(devs), devs: devs, timeout: timeout, job: j, rounds: map[uint64]*round{}, links: map[[2]int]*link{}}
 	cs := make([]comm.Communicator, len(devs))
 	for i, d := range devs {
 		c := &Comm{g: g, rank: i, dev: d}
@@ -111,11 +112,39 @@ func makeGroup(devs []*devmem.Device, timeout time.Duration) []comm.Communicator
 	return cs
 }
 
+// job is what the groups of one NewGroup share, those Split from it
+// included: whether a rank aborted it.
+type job struct {
+	once    sync.Once
+	err     error         // why, written before aborted is closed
+	aborted chan struct{} // closed by the first Abort
+}
+
+// abort fails the job's waiting and later operations with err (the first
+// Abort's; later ones change nothing).
+func (j *job) abort(err error) {
+	j.once.Do(func() {
+		j.err = err
+		close(j.aborted)
+	})
+}
+
+// abortErr is why the job was aborted; nil while it has not been.
+func (j *job) abortErr() error {
+	select {
+	case <-j.aborted:
+		return j.err
+	default:
+		return nil
+	}
+}
+
 // group is what the ranks of one communicator share.
 type group struct {
 	n       int
 	devs    []*devmem.Device
 	timeout time.Duration
+	job     *job
 	mu      sync.Mutex
 	rounds  map[uint64]*round // the k-th collective, while ranks meet in it
 	links   map[[2]int]*link  // messages from rank a to rank b, in order
@@ -160,12 +189,26 @@ func (c *Comm) Close() error {
 	return nil
 }
 
-// usable refuses every call once the communicator is closed.
+// usable refuses every call once the communicator is closed or its job
+// aborted.
 func (c *Comm) usable() error {
 	if c.closed.Load() {
 		return comm.ErrClosed
 	}
-	return nil
+	return c.g.job.abortErr()
+}
+
+// Abort gives up on the job (comm.Aborter): every rank's waiting and later
+// operations, in this group and every group of the same NewGroup, fail
+// with an error wrapping comm.ErrAborted and reason that names this rank
+// (its rank in this communicator's group, and the group's size).
+// The first Abort of a job decides the error; the communicators still need
+// their Close.
+func (c *Comm) Abort(reason error) {
+	if reason == nil {
+		reason = errors.New("no reason given")
+	}
+	c.g.job.abort(fmt.Errorf("rank %d of %d aborted the job: %w (%w)", c.rank, c.g.n, reason, comm.ErrAborted))
 }
 
 // dispatch runs a call Front checked: a collective as one round of the group,
@@ -342,17 +385,26 @@ func (g *group) missing(r *round) string {
 	return "ranks that never arrived: " + strings.Join(ranks, ", ")
 }
 
+// wait waits for done, or until the timeout passes or a rank aborts the
+// job, whichever comes first; done wins when it is already closed.
 func (g *group) wait(done <-chan struct{}, why func() string) error {
-	if g.timeout <= 0 {
-		<-done
-		return nil
-	}
-	t := time.NewTimer(g.timeout)
-	defer t.Stop()
 	select {
 	case <-done:
 		return nil
-	case <-t.C:
+	default:
+	}
+	var expired <-chan time.Time
+	if g.timeout > 0 {
+		t := time.NewTimer(g.timeout)
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case <-done:
+		return nil
+	case <-g.job.aborted:
+		return g.job.err
+	case <-expired:
 		return fmt.Errorf("no progress after %v; %s: %w", g.timeout, why(), comm.ErrTimeout)
 	}
 }
@@ -415,7 +467,7 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 				for _, m := range members[i:j] {
 					devs = append(devs, c.g.devs[m.rank])
 				}
-				cs := makeGroup(devs, c.g.timeout)
+				cs := makeGroup(devs, c.g.timeout, c.g.job)
 				byRank := make([]comm.Communicator, c.g.n)
 				for k, m := range members[i:j] {
 					byRank[m.rank] = cs[k]
@@ -447,3 +499,5 @@ func (e frontEngine) Run(call driver.Call) error { return e.c.dispatch(call) }
 func (e frontEngine) RunFlight(call driver.Call, fl driver.Flight) error {
 	return e.c.dispatchFlight(call, fl)
 }
+
+var _ comm.Aborter = (*Comm)(nil)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -524,6 +525,31 @@ func (c *Comm) Close() error {
 	return nil
 }
 
+// Abort gives up on the job of a rank that cannot go on (comm.Aborter): it
+// says why on standard error (and writes the flight records, with
+// recording on), marks the communicator failed, and calls MPI_Abort, which
+// ends every process of the job, this one included, and with them the
+// NCCL kernels of the ranks waiting for this one. It does not return, and
+// takes no lock: it works while another goroutine of this rank is inside
+// NCCL. NCCL's own communicator is not aborted first: the processes' end
+// releases it, where ncclCommAbort could itself wait on a peer.
+func (c *Comm) Abort(reason error) {
+	if reason == nil {
+		reason = errors.New("no reason given")
+	}
+	fmt.Fprintf(os.Stderr, "gpucomm %s rank %d: Abort: %v: calling MPI_Abort, which ends every process of the job\n", Name, c.rank, reason)
+	driver.ReportTraces("Abort: " + reason.Error())
+	c.fail(fmt.Errorf("this rank aborted the job: %w (%w)", reason, comm.ErrAborted))
+	// The launcher forwards output asynchronously, and MPICH's stops
+	// forwarding once a rank aborts: give it a moment to pass on why.
+	time.Sleep(abortGrace)
+	c.boot.abortJob()
+}
+
+// abortGrace is how long Abort waits between saying why it aborts and
+// MPI_Abort.
+const abortGrace = 200 * time.Millisecond
+
 // frontEngine is the communicator as driver.Front's Engine: the methods Front
 // calls stay off the communicator's own exported API, so that no program
 // can run a call past Front's checks.
@@ -536,4 +562,7 @@ func (e frontEngine) RunFlight(call driver.Call, fl driver.Flight) error {
 }
 
 // The extra programs find by type assertion (comm/extras.go).
-var _ comm.StreamWaiter = (*Comm)(nil)
+var (
+	_ comm.StreamWaiter = (*Comm)(nil)
+	_ comm.Aborter      = (*Comm)(nil)
+)

@@ -375,6 +375,48 @@ func TestAsyncErrorAbortsAStuckNCCLCallWithoutATimeout(t *testing.T) {
 	})
 }
 
+// Abort says why, fails the communicator with ErrAborted and the reason,
+// and ends the job through the bootstrap's MPI (MPI_Abort; the fake's
+// returns and aborts its in-process group); Close then aborts NCCL's
+// communicator, and nothing is left.
+func TestAbortFailsTheCommunicatorAndEndsTheJob(t *testing.T) {
+	net := newFakeNet()
+	cs := mustOpenFake(t, net, 2, comm.Options{}, nil)
+	why := errors.New("rank 1 cannot go on")
+	if !comm.Abort(cs[1], why) {
+		t.Fatal("the nccl backend's communicator has no Abort")
+	}
+	if n := cs[1].boot.(*fakeBoot).aborted.Load(); n != 1 {
+		t.Errorf("Abort called MPI_Abort %d times, want once", n)
+	}
+	if n := cs[0].boot.(*fakeBoot).aborted.Load(); n != 0 {
+		t.Errorf("rank 0, which did not abort, called MPI_Abort %d times", n)
+	}
+	buf, err := cs[1].Device().Alloc(16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Free()
+	err = cs[1].AllReduce(buf, buf, 4, comm.Float32, comm.Sum, nil)
+	if !errors.Is(err, comm.ErrAborted) || !errors.Is(err, why) || !strings.Contains(err.Error(), "this rank aborted the job: rank 1 cannot go on") {
+		t.Errorf("AllReduce after Abort: %v; want ErrAborted with the reason", err)
+	}
+	// The other rank's bootstrap calls fail with the job aborted (the fake's
+	// MPI_Abort); with MPI that rank would have ended.
+	if _, err := cs[0].boot.allgather([]byte{1}); !errors.Is(err, comm.ErrAborted) {
+		t.Errorf("rank 0's bootstrap allgather after rank 1's abort: %v; want ErrAborted", err)
+	}
+	for r, c := range cs {
+		err := c.Close()
+		if r == 0 && err != nil {
+			t.Errorf("rank 0: Close: %v", err)
+		}
+	}
+	if n := net.aborts.Load(); n != 1 {
+		t.Errorf("%d NCCL aborts; want the aborting rank's communicator aborted at Close", n)
+	}
+}
+
 // Close on a healthy communicator finalizes and destroys it; the closed
 // communicator refuses everything, Close included.
 func TestClose(t *testing.T) {

@@ -22,7 +22,10 @@ import (
 
 // ---- MPI: a boot over the in-process backend ----
 
-type fakeBoot struct{ c comm.Communicator }
+type fakeBoot struct {
+	c       comm.Communicator
+	aborted atomic.Int32 // abortJob's calls
+}
 
 // fakeWorld is n boots that talk to each other, rank r at index r.
 func fakeWorld(n int) ([]boot, error) {
@@ -112,6 +115,13 @@ func (b *fakeBoot) split(color, key int) (boot, error) {
 func (b *fakeBoot) localRankSize() (int, int, error) { return b.c.Rank(), b.c.Size(), nil }
 
 func (b *fakeBoot) free(bool) error { return b.c.Close() }
+
+// abortJob stands in for MPI_Abort: it counts the call and aborts the
+// in-process group, so that the other ranks' boot calls fail.
+func (b *fakeBoot) abortJob() {
+	b.aborted.Add(1)
+	comm.Abort(b.c, errors.New("fake MPI_Abort"))
+}
 
 // ---- NCCL: engines that meet in this process ----
 

@@ -27,6 +27,9 @@ type boot interface {
 	// free releases the communicator (and its hold on MPI); after a failed
 	// Open or Split, MPI stays up for another communicator.
 	free(failed bool) error
+	// abortJob ends every process of the job (MPI_Abort); it returns only
+	// where the job is not one of processes (the tests' in-process fake).
+	abortJob()
 }
 
 // library makes engines: NCCL in production.

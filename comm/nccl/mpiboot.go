@@ -56,3 +56,6 @@ func (b *mpiBoot) free(failed bool) error {
 	}
 	return errors.Join(b.c.Free(), mpi.Release())
 }
+
+// abortJob is MPI_Abort on MPI_COMM_WORLD: every process of the job ends.
+func (b *mpiBoot) abortJob() { mpi.World().Abort(1) }

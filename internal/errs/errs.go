@@ -18,4 +18,5 @@ var (
 	ErrDuplicateGPU    = errors.New("two ranks share one GPU")
 	ErrBadHandle       = errors.New("bad IPC handle")
 	ErrMismatch        = errors.New("ranks called collectives that do not match")
+	ErrAborted         = errors.New("a rank aborted the job")
 )

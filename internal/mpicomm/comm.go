@@ -126,6 +126,7 @@ type Comm struct {
 }
 
 var _ comm.Communicator = (*Comm)(nil)
+var _ comm.Aborter = (*Comm)(nil)
 
 func (c *Comm) Rank() int              { return c.rank }
 func (c *Comm) Size() int              { return c.size }
@@ -511,15 +512,8 @@ func (c *Comm) Close() error {
 		broken = c.closeTogether()
 	}
 	if broken != nil {
-		fmt.Fprintf(os.Stderr, "gpucomm %s rank %d: Close of a broken communicator (%v): calling MPI_Abort so that no rank hangs in MPI_Finalize\n",
-			c.backend, c.rank, broken)
-		// The flight records (with recording on) would die with the process:
-		// a collective that MPI failed at once, unlike a timeout, wrote none.
-		driver.ReportTraces("Close of a broken communicator: " + broken.Error())
-		// The launcher forwards output asynchronously, and MPICH's stops
-		// forwarding once a rank aborts: give it a moment to pass on why.
-		time.Sleep(abortGrace)
-		mpi.World().Abort(1)
+		c.abortJob(fmt.Sprintf("Close of a broken communicator (%v): calling MPI_Abort so that no rank hangs in MPI_Finalize", broken),
+			"Close of a broken communicator: "+broken.Error())
 	}
 	if err := errors.Join(undelivered, c.teardown(false)); err != nil {
 		return driver.Wrap(c.backend, "Close", c.rank, err)
@@ -527,9 +521,35 @@ func (c *Comm) Close() error {
 	return nil
 }
 
-// abortGrace is how long Close waits between saying why it aborts and
-// MPI_Abort.
+// abortGrace is how long Close and Abort wait between saying why they
+// abort and MPI_Abort.
 const abortGrace = 200 * time.Millisecond
+
+// Abort gives up on the job of a rank that cannot go on (comm.Aborter): it
+// says why on standard error (and writes the flight records, with
+// recording on), then calls MPI_Abort, which ends every process of the
+// job, this one included, so that no rank waits for this one for ever. It
+// does not return, and takes no lock: it works while another goroutine of
+// this rank is stuck in MPI or in an operation of this communicator.
+func (c *Comm) Abort(reason error) {
+	if reason == nil {
+		reason = errors.New("no reason given")
+	}
+	c.abortJob(fmt.Sprintf("Abort: %v: calling MPI_Abort, which ends every process of the job", reason), "Abort: "+reason.Error())
+}
+
+// abortJob says line on standard error as this rank's, writes the flight
+// records with trace as their reason, and ends the job with MPI_Abort.
+func (c *Comm) abortJob(line, trace string) {
+	fmt.Fprintf(os.Stderr, "gpucomm %s rank %d: %s\n", c.backend, c.rank, line)
+	// The flight records (with recording on) would die with the process:
+	// a collective that MPI failed at once, unlike a timeout, wrote none.
+	driver.ReportTraces(trace)
+	// The launcher forwards output asynchronously, and MPICH's stops
+	// forwarding once a rank aborts: give it a moment to pass on why.
+	time.Sleep(abortGrace)
+	mpi.World().Abort(1)
+}
 
 // closeTogether is the barrier of Close under a timeout: it returns once
 // every rank has reached it, or with why MPI failed. It never gives up by

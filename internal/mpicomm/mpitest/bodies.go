@@ -458,6 +458,10 @@ func Timeout(t *testing.T, backend string) {
 		nodeMismatch(t, backend, 2000, 500, comm.WithChunkBytes(comm.MinChunkBytes), comm.WithNodeBytes(8192))
 		return
 	}
+	if scenario == "abort" {
+		abortEndsTheJob(t, backend)
+		return
+	}
 	opts := []comm.Option{comm.WithTimeout(2 * time.Second)}
 	if scenario == "ipc-window" {
 		opts = append(opts, comm.WithNodeBytes(1000)) // the IPC path's messages of a window move together
@@ -490,6 +494,31 @@ func Timeout(t *testing.T, backend string) {
 		}
 	}
 	c.Close() // ends the job on the ranks that timed out
+}
+
+// AbortReason is what the last rank gives Abort in the scenario "abort".
+const AbortReason = "the last rank cannot go on (the abort scenario)"
+
+// abortEndsTheJob: with no timeout anywhere, every rank but the last waits
+// in an AllReduce the last never joins; the last aborts the job instead
+// (comm.Aborter), which must end every process with MPI_Abort, its reason
+// said, where the others would otherwise wait for ever.
+func abortEndsTheJob(t *testing.T, backend string) {
+	c := open(t, backend)
+	last := c.Size() - 1
+	if c.Rank() == last {
+		time.Sleep(300 * time.Millisecond) // the others are waiting by now
+		if !comm.Abort(c, errors.New(AbortReason)) {
+			fmt.Fprintf(os.Stderr, "rank %d: the %s backend's communicator has no Abort: want one\n", c.Rank(), backend)
+			os.Exit(3)
+		}
+		fmt.Fprintf(os.Stderr, "rank %d: Abort returned: want it to end the job\n", c.Rank())
+		os.Exit(3)
+	}
+	x := upload(t, c, Values(c.Rank(), 1<<10))
+	err := comm.AllReduce(c, x, x, comm.Sum, nil)
+	fmt.Fprintf(os.Stderr, "rank %d: the AllReduce the last rank never joined returned %v: want the job ended by its abort\n", c.Rank(), err)
+	os.Exit(3)
 }
 
 // nodeMismatch: rank 0 sends sent float64s through the node path, the

@@ -433,6 +433,12 @@ func UnderLauncher(t *testing.T, backend string, np int, recvGap string) {
 		j := RunRanks(t, np, "^TestRankTimeout$", time.Minute, ScenarioEnv+"=collective")
 		ExpectTimeoutEndsTheJob(t, j, fmt.Sprintf("ranks that never arrived: %d", np-1))
 	})
+	// With no timeout, a rank that cannot go on aborts the job (comm.Aborter)
+	// and the ranks waiting for it in a collective end with it.
+	t.Run("AbortEndsTheJob", func(t *testing.T) {
+		j := RunRanks(t, np, "^TestRankTimeout$", time.Minute, ScenarioEnv+"=abort")
+		ExpectAbortNaming(t, j, fmt.Sprintf("gpucomm %s rank %d: Abort: %s: calling MPI_Abort", backend, np-1, AbortReason))
+	})
 	t.Run("RecvTimeoutNamesTheSender", func(t *testing.T) {
 		j := RunRanks(t, 3, "^TestRankTimeout$", time.Minute, ScenarioEnv+"=recv")
 		ExpectTimeoutEndsTheJob(t, j, recvGap)
