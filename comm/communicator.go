@@ -11,8 +11,8 @@ const Undefined = -1
 //
 // Counts are in elements of dt. Buffers must live on Device(). send and recv
 // may be the same buffer (in place) where the operation allows: every
-// operation but AllToAll accepts it, AllGather and Gather when send is the
-// rank's own block of recv. A nil stream makes the call complete before it
+// collective but AllToAll accepts it, AllGather and Gather when send is the
+// rank's own block of recv; GroupP2P does not. A nil stream makes the call complete before it
 // returns.
 //
 // Every method checks its arguments before it touches memory: a bad count,
@@ -57,7 +57,11 @@ type Communicator interface {
 	Send(buf devmem.Buffer, count int, dt DType, peer int, s *devmem.Stream) error
 	Recv(buf devmem.Buffer, count int, dt DType, peer int, s *devmem.Stream) error
 	// GroupP2P issues several sends and receives as one operation, so that
-	// exchanges in both directions cannot deadlock (a halo exchange).
+	// exchanges in both directions cannot deadlock (a halo exchange). Its
+	// transfers run in no set order: a receive's bytes may not overlap
+	// another entry's (sends may share theirs), so an exchange in place
+	// goes through a second buffer; such a call is refused with
+	// ErrInvalidArgument.
 	GroupP2P(ops []P2P, s *devmem.Stream) error
 	// Barrier returns (or, with a stream, lets the stream go on) once every
 	// rank has reached it.

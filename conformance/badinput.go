@@ -215,6 +215,23 @@ func (r *rank) badInputs() {
 			with("buffer "+bad.why, func(e *comm.P2P) { e.Buf = bad.buf })
 		}
 	}
+	// A receive that shares bytes with another transfer of its group: the
+	// group's order is not set, so each would return nil with wrong data.
+	// Matched on every rank, as above.
+	for _, g := range []struct {
+		what string
+		ops  []comm.P2P
+	}{
+		{"an exchange in place (send and receive of one buffer)",
+			[]comm.P2P{comm.SendTo(right, A(nb), n, dt), comm.RecvFrom(left, A(nb), n, dt)}},
+		{"a receive one element into its send",
+			[]comm.P2P{comm.SendTo(right, A(nb), n, dt), comm.RecvFrom(left, r.view(a, es, nb), n, dt)}},
+		{"two receives into one buffer",
+			[]comm.P2P{comm.SendTo(right, A(nb), n, dt), comm.SendTo(left, A(nb), n, dt),
+				comm.RecvFrom(left, B(nb), n, dt), comm.RecvFrom(right, B(nb), n, dt)}},
+	} {
+		r.try("GroupP2P with "+g.what, inv, args{op: driver.OpGroupP2P, p2p: g.ops}, bufs...)
+	}
 	for i, s := range []*devmem.Stream{otherStream, dead} {
 		what := []string{"a stream of another device", "a destroyed stream"}[i]
 		r.try("GroupP2P with "+what, inv, args{op: driver.OpGroupP2P, p2p: entries(), stream: s}, bufs...)

@@ -98,7 +98,7 @@ func (c Call) Validate(rank, size int, dev *devmem.Device) error {
 				return fmt.Errorf("entry %d: %w", i, err)
 			}
 		}
-		return nil
+		return checkGroupOverlap(c.P2P)
 	case OpSend, OpRecv:
 		kind, buf := SendKind, c.Send
 		if c.Operation == OpRecv {
@@ -242,6 +242,42 @@ func checkP2P(p P2P, rank, size int, dev *devmem.Device, grouped bool) error {
 		what = "recv"
 	}
 	return checkBuf(what, p.Buf, dev, p.Count*p.DType.Size())
+}
+
+// checkGroupOverlap refuses a GroupP2P one of whose receives writes bytes
+// that another entry reads or writes: the transfers of a group run in no
+// set order (the backends post every receive before, or while, the sends
+// read), so such a call, an exchange in place among them, would return
+// nil with wrong data. Sends may share bytes. Each entry is judged on the
+// bytes it moves (Count elements from the start of Buf); ops were checked
+// one by one (checkP2P) before.
+func checkGroupOverlap(ops []P2P) error {
+	for i, p := range ops {
+		if p.Kind != RecvKind || p.Count == 0 {
+			continue
+		}
+		for j, q := range ops {
+			if j == i || q.Count == 0 || !p.Buf.Overlaps(q.Buf) || q.Kind == RecvKind && j < i {
+				continue // two receives are judged once, from the first
+			}
+			a, errA := p.Buf.Slice(0, p.Count*p.DType.Size())
+			b, errB := q.Buf.Slice(0, q.Count*q.DType.Size())
+			if errA != nil || errB != nil || !a.Overlaps(b) {
+				continue
+			}
+			return fmt.Errorf("entry %d (%s) and entry %d (%s) overlap: a GroupP2P's receive may not share bytes with its other transfers, "+
+				"whose order is not set (exchange through a second buffer): %w", min(i, j), describe(ops[min(i, j)]), max(i, j), describe(ops[max(i, j)]), ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// describe names a P2P entry in an error: "receive of 4 float32 from rank 1".
+func describe(p P2P) string {
+	if p.Kind == SendKind {
+		return fmt.Sprintf("send of %d %v to rank %d", p.Count, p.DType, p.Peer)
+	}
+	return fmt.Sprintf("receive of %d %v from rank %d", p.Count, p.DType, p.Peer)
 }
 
 // P2PKind says whether a P2P entry sends or receives.

@@ -80,3 +80,50 @@ func TestValidateInPlace(t *testing.T) {
 		}
 	}
 }
+
+// A GroupP2P's receive may share no byte with its other transfers; sends
+// may share theirs, and each entry is judged on the bytes it moves.
+func TestValidateGroupOverlap(t *testing.T) {
+	dev := devmem.NewHostDevice()
+	buf, err := dev.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Free()
+	other, err := dev.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Free()
+	at := func(off, n int) devmem.Buffer {
+		b, err := buf.Slice(off, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, c := range []struct {
+		name string
+		ops  []P2P
+		says string // "" accepted
+	}{
+		{"two sends of one buffer", []P2P{SendTo(1, buf, 16, Float32), SendTo(2, buf, 16, Float32), RecvFrom(1, other, 16, Float32)}, ""},
+		{"receive beside its send", []P2P{SendTo(1, at(0, 32), 8, Float32), RecvFrom(1, at(32, 32), 8, Float32)}, ""},
+		{"receive past the bytes a send moves", []P2P{SendTo(1, buf, 4, Float32), RecvFrom(1, at(16, 16), 4, Float32)}, ""},
+		{"an empty receive", []P2P{SendTo(1, buf, 4, Float32), RecvFrom(1, buf, 0, Float32)}, ""},
+		{"exchange in place", []P2P{SendTo(1, buf, 4, Float32), RecvFrom(1, buf, 4, Float32)},
+			"entry 0 (send of 4 float32 to rank 1) and entry 1 (receive of 4 float32 from rank 1) overlap"},
+		{"a receive one byte into a send", []P2P{SendTo(2, at(0, 8), 8, Uint8), RecvFrom(1, at(7, 8), 8, Uint8)},
+			"entry 0 (send of 8 uint8 to rank 2) and entry 1 (receive of 8 uint8 from rank 1) overlap"},
+		{"two receives into one buffer", []P2P{RecvFrom(1, other, 2, Int64), SendTo(1, buf, 2, Int64), RecvFrom(2, other, 2, Int64)},
+			"entry 0 (receive of 2 int64 from rank 1) and entry 2 (receive of 2 int64 from rank 2) overlap"},
+	} {
+		err := Call{Operation: OpGroupP2P, P2P: c.ops}.Validate(0, 3, dev)
+		switch {
+		case c.says == "" && err != nil:
+			t.Errorf("%s: %v; want it accepted", c.name, err)
+		case c.says != "" && (!errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), c.says)):
+			t.Errorf("%s: %v; want ErrInvalidArgument saying %q", c.name, err, c.says)
+		}
+	}
+}
