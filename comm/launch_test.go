@@ -144,3 +144,51 @@ func TestAutoLeavesInProcessBackendsOutUnderALauncher(t *testing.T) {
 		t.Errorf("candidates without a launcher %v lack the in-process backend", names)
 	}
 }
+
+// Under a launcher with no backend usable, auto says why the backends that
+// could serve a launched job refused it; in a binary with MPI built in the
+// in-process backends are named as no choice, not as the thing to change
+// (an Open MPI build under MPICH's mpiexec said "open backend mpi,
+// cudaaware, nccl or auto ... instead of local" to a program that opened
+// auto); without MPI, the rebuild comes first.
+func TestAutoUnderALauncherWithNoUsableBackendSaysWhy(t *testing.T) {
+	registerInProc(t)
+	regMu.Lock()
+	saved := drivers
+	drivers = map[string]driver.Driver{
+		"fake-inproc": saved["fake-inproc"],
+		"fake-refuses": {
+			Open:  func(Options) (driver.Conn, error) { return nil, errors.New("never opened") },
+			Probe: func() Verdict { return Verdict{Reason: "built for the other MPI family"} },
+			Rank:  10,
+		},
+	}
+	regMu.Unlock()
+	t.Cleanup(func() { regMu.Lock(); drivers = saved; regMu.Unlock() })
+	clearLaunchers(t)
+	t.Setenv("GPUCOMM_BACKEND", "")
+	t.Setenv("OMPI_COMM_WORLD_SIZE", "4")
+	t.Setenv("OMPI_COMM_WORLD_RANK", "2")
+	_, err := Open("auto")
+	if err == nil {
+		t.Fatal("Open(auto) under mpirun -np 4 with nothing usable succeeded")
+	}
+	want := []string{"fake-refuses: built for the other MPI family", "rank 2 of 4 ranks"}
+	if builtMPI != "" {
+		want = append(want, "comm: auto found no backend for this job (Open MPI mpirun started this process as rank 2 of 4 ranks",
+			"the in-process backends cannot serve a launched job")
+		if strings.Contains(err.Error(), "instead of") || !errors.Is(err, ErrUnsupported) {
+			t.Errorf("%v: want ErrUnsupported, not advice to open another backend instead of the in-process one", err)
+		}
+	} else {
+		want = append(want, "built without MPI", "rebuild it with -tags mpi")
+	}
+	for _, w := range want {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%q does not say %q", err, w)
+		}
+	}
+	if v, perr := Probe("auto"); perr == nil || perr.Error() != err.Error() {
+		t.Errorf("Probe(auto) = %+v, %v; want auto's error %v", v, perr, err)
+	}
+}

@@ -168,8 +168,16 @@ func Backends() []string {
 	return names
 }
 
-// Probe asks the named backend whether it can run here.
+// Probe asks the named backend whether it can run here; for "auto" or "",
+// the backend Open("auto") would try first (Auto), or why there is none.
 func Probe(name string) (Verdict, error) {
+	if name == "" || name == "auto" {
+		n, err := Auto()
+		if err != nil {
+			return Verdict{}, err
+		}
+		name = n
+	}
 	regMu.RLock()
 	d, ok := drivers[name]
 	regMu.RUnlock()
@@ -190,6 +198,21 @@ func unknown(name string) error {
 	}
 	return fmt.Errorf("comm: unknown backend %q; registered: %s, or auto%s: %w",
 		name, strings.Join(registered, ", "), hint, ErrInvalidArgument)
+}
+
+// ApplyOptions applies opts to o in order, as Open does (a backend's own
+// Open uses it too); a nil one is an error wrapping ErrInvalidArgument,
+// and o is then left as it was.
+func ApplyOptions(o *Options, opts ...Option) error {
+	for i, opt := range opts {
+		if opt == nil {
+			return fmt.Errorf("comm: option %d of %d is nil: %w", i+1, len(opts), ErrInvalidArgument)
+		}
+	}
+	for _, opt := range opts {
+		opt(o)
+	}
+	return nil
 }
 
 // knownBackends are the backends gpucomm/comm/all registers: an unknown
@@ -215,8 +238,8 @@ func Open(name string, opts ...Option) (Communicator, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, opt := range opts {
-		opt(&o)
+	if err := ApplyOptions(&o, opts...); err != nil {
+		return nil, err
 	}
 	if err := validate(o, cmp.Or(name, "auto")); err != nil {
 		return nil, err
@@ -280,12 +303,7 @@ func CheckLauncher(name string) error {
 // launcherRefusal says why the in-process backend name cannot serve job, and
 // what to do.
 func launcherRefusal(name string, job launcher.Job) error {
-	size := "several ranks"
-	if job.Size > 0 {
-		size = fmt.Sprintf("%d ranks", job.Size)
-	}
-	head := fmt.Sprintf("comm: backend %s keeps every rank in one process, but %s started this process as rank %d of %s (%s)",
-		name, job.Launcher, job.Rank, size, job.From)
+	head := fmt.Sprintf("comm: backend %s keeps every rank in one process, but %s", name, startedAs(job))
 	if builtMPI == "" {
 		tag := "-tags mpi (Open MPI) or -tags mpich (MPICH)"
 		switch job.Family {
@@ -299,6 +317,16 @@ func launcherRefusal(name string, job launcher.Job) error {
 	}
 	return fmt.Errorf("%s; this binary was built with %s: open backend mpi, cudaaware, nccl or auto (-backend or GPUCOMM_BACKEND) instead of %s: %w",
 		head, builtMPI, name, ErrUnsupported)
+}
+
+// startedAs says how job started this process: "Open MPI's mpirun started
+// this process as rank 1 of 4 ranks (OMPI_COMM_WORLD_RANK)".
+func startedAs(job launcher.Job) string {
+	size := "several ranks"
+	if job.Size > 0 {
+		size = fmt.Sprintf("%d ranks", job.Size)
+	}
+	return fmt.Sprintf("%s started this process as rank %d of %s (%s)", job.Launcher, job.Rank, size, job.From)
 }
 
 // Auto names the backend "auto" tries first: the best backend usable for
@@ -342,7 +370,13 @@ func candidates() ([]string, error) {
 	if all := append(certain, tentative...); len(all) > 0 {
 		return all, nil
 	}
-	if refusal != nil && why != nil {
+	if refusal != nil && why != nil && builtMPI != "" {
+		// MPI is built in: why its backends refused is the cause (another
+		// family's launcher, say); local was never a choice here.
+		return nil, fmt.Errorf("comm: auto found no backend for this job (%s): %s; "+
+			"the in-process backends cannot serve a launched job: %w",
+			startedAs(job), strings.Join(why, "; "), ErrUnsupported)
+	} else if refusal != nil && why != nil {
 		return nil, fmt.Errorf("%w (auto found no backend for a launched job: %s)", refusal, strings.Join(why, "; "))
 	} else if refusal != nil {
 		return nil, refusal

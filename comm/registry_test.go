@@ -332,3 +332,37 @@ func TestErrorMessagesSayEachThingOnce(t *testing.T) {
 		}
 	}
 }
+
+// A nil option is an error, not a panic, and nothing is opened.
+func TestNilOptionIsAnError(t *testing.T) {
+	registerFakes(t)
+	t.Setenv("GPUCOMM_BACKEND", "")
+	fakeOpened = nil
+	c, err := Open("fake-good", WithTimeout(time.Second), nil)
+	if c != nil || !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "option 2 of 2 is nil") {
+		t.Errorf("Open with a nil option = %v, %v; want ErrInvalidArgument naming option 2", c, err)
+	}
+	if len(fakeOpened) != 0 {
+		t.Errorf("the backend opened (%v) despite the nil option", fakeOpened)
+	}
+}
+
+// Probe("auto") answers for the backend auto would try first.
+func TestProbeAutoAnswersForAutosChoice(t *testing.T) {
+	registerFakes(t)
+	t.Setenv("GPUCOMM_BACKEND", "")
+	first, err := Auto() // fake-good, or a real backend registered beside the fakes (-tags mpi)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := Probe(first)
+	if err != nil || !want.Usable {
+		t.Fatalf("Probe(%s) = %+v, %v; want auto's first choice usable", first, want, err)
+	}
+	for _, name := range []string{"auto", ""} {
+		v, err := Probe(name)
+		if err != nil || v != want {
+			t.Errorf("Probe(%q) = %+v, %v; want %s's verdict %+v", name, v, err, first, want)
+		}
+	}
+}

@@ -79,8 +79,8 @@ func NewGroup(n int, opts ...comm.Option) ([]comm.Communicator, error) {
 		return nil, err
 	}
 	o.Device = ""
-	for _, opt := range opts {
-		opt(&o)
+	if err := comm.ApplyOptions(&o, opts...); err != nil {
+		return nil, err
 	}
 	if err := CheckDevice(o.Device); err != nil {
 		return nil, err

@@ -36,8 +36,8 @@ func Open(opts ...comm.Option) (*Comm, error) {
 	if err != nil {
 		return nil, driver.Wrap(Name, "Open", envRank(), err)
 	}
-	for _, opt := range opts {
-		opt(&o)
+	if err := comm.ApplyOptions(&o, opts...); err != nil {
+		return nil, driver.Wrap(Name, "Open", envRank(), err)
 	}
 	return open(o, openWorld, realLibrary())
 }

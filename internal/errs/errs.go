@@ -17,6 +17,6 @@ var (
 	ErrNotCUDAAware    = errors.New("MPI is not CUDA-aware")
 	ErrDuplicateGPU    = errors.New("two ranks share one GPU")
 	ErrBadHandle       = errors.New("bad IPC handle")
-	ErrMismatch        = errors.New("ranks called collectives that do not match")
+	ErrMismatch        = errors.New("the ranks' calls do not match")
 	ErrAborted         = errors.New("a rank aborted the job")
 )
