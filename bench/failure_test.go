@@ -221,8 +221,9 @@ func TestARankThatFailsMidRunDoesNotHangTheGroup(t *testing.T) {
 		// The group was aborted (the local backend's Abort), so the others
 		// came back, none left running.
 		for _, i := range []int{0, 2} {
-			if e := errs[i]; !errors.Is(e, ErrRankFailed) || !strings.Contains(fmt.Sprint(e), "rank 1 failed, and the group was aborted") {
-				t.Errorf("rank %d's error %v, want one naming rank 1, saying the group was aborted and wrapping ErrRankFailed", i, e)
+			if e := errs[i]; !errors.Is(e, ErrRankFailed) || !strings.Contains(fmt.Sprint(e), "rank 1 failed, and this rank stopped: ") ||
+				!strings.Contains(fmt.Sprint(e), "rank 1 of 3 aborted the job") {
+				t.Errorf("rank %d's error %v, want one naming rank 1, saying it aborted the group and wrapping ErrRankFailed", i, e)
 			}
 		}
 		// Rank 0 came back: its report holds the steps done before rank 1
@@ -251,10 +252,10 @@ func TestARankThatFailsMidRunDoesNotHangTheGroup(t *testing.T) {
 			t.Errorf("rank 0's error %v, want its own broadcast's", e)
 		}
 		// Rank 0's wrapper hides its Abort: the group is aborted through
-		// another rank's.
+		// another rank's (unless the others saw rank 0's Close first).
 		for _, i := range []int{1, 2} {
-			if e := errs[i]; !errors.Is(e, ErrRankFailed) || !strings.Contains(fmt.Sprint(e), "rank 0 failed, and the group was aborted") {
-				t.Errorf("rank %d's error %v, want one naming rank 0, saying the group was aborted and wrapping ErrRankFailed", i, e)
+			if e := errs[i]; !errors.Is(e, ErrRankFailed) || !strings.Contains(fmt.Sprint(e), "rank 0 failed, and this rank stopped: ") {
+				t.Errorf("rank %d's error %v, want one naming rank 0, saying this rank stopped and wrapping ErrRankFailed", i, e)
 			}
 		}
 		// Rank 0 failed itself: its report holds the steps done, checked.

@@ -76,9 +76,10 @@ func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress 
 	}
 	reports := make([]*Report, len(cs))
 	errs := make([]error, len(cs))
+	raw := make([]outcome, len(cs))
 	back := make([]bool, len(cs))
 	take := func(o outcome) {
-		reports[o.rank], back[o.rank] = o.rep, true
+		reports[o.rank], back[o.rank], raw[o.rank] = o.rep, true, o
 		if o.err != nil {
 			errs[o.rank] = fmt.Errorf("rank %d: %w", o.rank, o.err)
 		}
@@ -93,7 +94,7 @@ func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress 
 		}
 	}
 	if failed >= 0 && abortFor(cs, back, failed, errs[failed]) {
-		// The others stop at once: wait for them, and say why they stopped.
+		// The others stop at once: wait for them.
 		missing := 0
 		for _, ok := range back {
 			if !ok {
@@ -101,11 +102,23 @@ func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress 
 			}
 		}
 		for range missing {
-			o := <-outcomes
-			take(o)
-			if errors.Is(o.err, comm.ErrAborted) {
-				errs[o.rank] = fmt.Errorf("rank %d: %w", o.rank, rankFailed{fmt.Sprintf(
-					"bench: rank %d failed, and the group was aborted: %v", failed, o.err)})
+			take(<-outcomes)
+		}
+		// The first rank back with an error may have stopped because of
+		// another (it saw that rank's Close): the failed rank is the
+		// first whose error is its own.
+		if stoppedByAnother(raw[failed].err) {
+			for j, o := range raw {
+				if o.err != nil && !o.shared && !stoppedByAnother(o.err) {
+					failed = j
+					break
+				}
+			}
+		}
+		for j, o := range raw {
+			if j != failed && o.err != nil && !o.shared {
+				errs[j] = fmt.Errorf("rank %d: %w", j, rankFailed{fmt.Sprintf(
+					"bench: rank %d failed, and this rank stopped: %v", failed, o.err)})
 			}
 		}
 	} else if failed >= 0 {
@@ -128,6 +141,12 @@ func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress 
 		}
 	}
 	return reports[0], errors.Join(errs...)
+}
+
+// stoppedByAnother reports whether err is a rank's stop caused by another
+// rank: the group aborted, or a rank it waited for gone.
+func stoppedByAnother(err error) bool {
+	return errors.Is(err, comm.ErrAborted) || errors.Is(err, local.ErrPeerClosed)
 }
 
 // abortFor aborts the group of cs because rank failed with err, when some

@@ -58,10 +58,10 @@ type Communicator interface {
 	Recv(buf devmem.Buffer, count int, dt DType, peer int, s *devmem.Stream) error
 	// GroupP2P issues several sends and receives as one operation, so that
 	// exchanges in both directions cannot deadlock (a halo exchange). Its
-	// transfers run in no set order: a receive's bytes may not overlap
-	// another entry's (sends may share theirs), so an exchange in place
-	// goes through a second buffer; such a call is refused with
-	// ErrInvalidArgument.
+	// transfers run in no set order: a receive's bytes may not overlap a
+	// send's, so an exchange in place goes through a second buffer (such a
+	// call is refused with ErrInvalidArgument); sends may share bytes, and
+	// receives may (a bandwidth test's window), one of the messages left.
 	GroupP2P(ops []P2P, s *devmem.Stream) error
 	// Barrier returns (or, with a stream, lets the stream go on) once every
 	// rank has reached it.

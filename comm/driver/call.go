@@ -245,27 +245,29 @@ func checkP2P(p P2P, rank, size int, dev *devmem.Device, grouped bool) error {
 }
 
 // checkGroupOverlap refuses a GroupP2P one of whose receives writes bytes
-// that another entry reads or writes: the transfers of a group run in no
-// set order (the backends post every receive before, or while, the sends
+// that one of its sends reads: the transfers of a group run in no set
+// order (the backends post every receive before, or while, the sends
 // read), so such a call, an exchange in place among them, would return
-// nil with wrong data. Sends may share bytes. Each entry is judged on the
-// bytes it moves (Count elements from the start of Buf); ops were checked
-// one by one (checkP2P) before.
+// nil with wrong data. Sends may share bytes, and so may receives (a
+// bandwidth test's window of receives into one buffer, as osu_bw posts
+// them): the buffer then holds one of the messages, which one not set.
+// Each entry is judged on the bytes it moves (Count elements from the
+// start of Buf); ops were checked one by one (checkP2P) before.
 func checkGroupOverlap(ops []P2P) error {
 	for i, p := range ops {
 		if p.Kind != RecvKind || p.Count == 0 {
 			continue
 		}
 		for j, q := range ops {
-			if j == i || q.Count == 0 || !p.Buf.Overlaps(q.Buf) || q.Kind == RecvKind && j < i {
-				continue // two receives are judged once, from the first
+			if q.Kind != SendKind || q.Count == 0 || !p.Buf.Overlaps(q.Buf) {
+				continue
 			}
 			a, errA := p.Buf.Slice(0, p.Count*p.DType.Size())
 			b, errB := q.Buf.Slice(0, q.Count*q.DType.Size())
 			if errA != nil || errB != nil || !a.Overlaps(b) {
 				continue
 			}
-			return fmt.Errorf("entry %d (%s) and entry %d (%s) overlap: a GroupP2P's receive may not share bytes with its other transfers, "+
+			return fmt.Errorf("entry %d (%s) and entry %d (%s) overlap: a GroupP2P's receive may not share bytes with its sends, "+
 				"whose order is not set (exchange through a second buffer): %w", min(i, j), describe(ops[min(i, j)]), max(i, j), describe(ops[max(i, j)]), ErrInvalidArgument)
 		}
 	}

@@ -100,10 +100,12 @@ func newGroup(n int, o comm.Options) ([]comm.Communicator, error) {
 }
 
 func makeGroup(devs []*devmem.Device, timeout time.Duration, j *job) []comm.Communicator {
-	g := &group{n: len(devs), devs: devs, timeout: timeout, job: j, rounds: map[uint64]*round{}, links: map[[2]int]*link{}}
+	g := &group{n: len(devs), devs: devs, timeout: timeout, job: j, rounds: map[uint64]*round{}, links: map[[2]int]*link{},
+		gone: make([]bool, len(devs)), goneCh: make(chan struct{})}
 	cs := make([]comm.Communicator, len(devs))
 	for i, d := range devs {
 		c := &Comm{g: g, rank: i, dev: d}
+		c.opsDone = sync.NewCond(&c.mu)
 		// The ranks of a group always meet, even for nothing: that is how
 		// it finds a count that differs between them.
 		c.Front = driver.NewFront(driver.FrontConfig{Backend: Name, Rank: i, Size: len(devs), Device: d}, frontEngine{c})
@@ -148,6 +150,11 @@ type group struct {
 	mu      sync.Mutex
 	rounds  map[uint64]*round // the k-th collective, while ranks meet in it
 	links   map[[2]int]*link  // messages from rank a to rank b, in order
+	// gone[r] is set once rank r's Close has waited for its operations:
+	// it will never join a collective or send again. goneCh is closed and
+	// replaced each time a rank goes, to wake the ranks waiting.
+	gone   []bool
+	goneCh chan struct{}
 }
 
 // round is one collective: every rank's call and input.
@@ -170,6 +177,12 @@ type Comm struct {
 	dev    *devmem.Device
 	seq    atomic.Uint64
 	closed atomic.Bool
+	// mu guards ops, this rank's operations begun and not yet ended (queued
+	// on a stream or running), which Close waits for; opsDone is
+	// broadcast when ops falls to 0.
+	mu      sync.Mutex
+	ops     int
+	opsDone *sync.Cond
 }
 
 var _ comm.Communicator = (*Comm)(nil)
@@ -181,12 +194,66 @@ func (c *Comm) LocalSize() int         { return c.g.n }
 func (c *Comm) Backend() string        { return Name }
 func (c *Comm) Device() *devmem.Device { return c.dev }
 
-// Close marks the communicator closed; later calls return ErrClosed.
+// Close marks the communicator closed (later calls return ErrClosed),
+// waits for this rank's operations already queued or running, and then
+// tells the other ranks that this one is gone: one waiting for it in a
+// collective it never joined, or for a message it never sent, fails with
+// ErrClosed naming it, where it would wait for ever.
 func (c *Comm) Close() error {
+	c.mu.Lock()
 	if !c.closed.CompareAndSwap(false, true) {
+		c.mu.Unlock()
 		return driver.Errorf(Name, "Close", c.rank, comm.ErrClosed, "closed twice")
 	}
+	for c.ops > 0 {
+		c.opsDone.Wait()
+	}
+	c.mu.Unlock()
+	c.g.mu.Lock()
+	c.g.gone[c.rank] = true
+	close(c.g.goneCh)
+	c.g.goneCh = make(chan struct{})
+	c.g.mu.Unlock()
 	return nil
+}
+
+// begin counts an operation of this rank as begun, unless the communicator
+// is closed; end counts it ended.
+func (c *Comm) begin(op driver.Operation) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed.Load() {
+		return c.fail(op, comm.ErrClosed, "communicator is closed")
+	}
+	c.ops++
+	return nil
+}
+
+func (c *Comm) end() {
+	c.mu.Lock()
+	c.ops--
+	if c.ops == 0 {
+		c.opsDone.Broadcast()
+	}
+	c.mu.Unlock()
+}
+
+// queue runs task on s (now for a nil stream) as one operation of this
+// rank, counted from now until the task has run (or failed to queue).
+func (c *Comm) queue(op driver.Operation, s *devmem.Stream, task func() error) error {
+	if err := c.begin(op); err != nil {
+		return err
+	}
+	var started atomic.Bool
+	err := s.HostFunc(func() error {
+		started.Store(true)
+		defer c.end()
+		return task()
+	})
+	if err != nil && !started.Load() {
+		c.end() // never queued
+	}
+	return err
 }
 
 // usable refuses every call once the communicator is closed or its job
@@ -233,7 +300,7 @@ func (c *Comm) fail(op driver.Operation, sentinel error, format string, args ...
 // collective queues the call on its stream as one round of the group.
 func (c *Comm) collective(call driver.Call, fl driver.Flight) error {
 	seq := c.seq.Add(1)
-	return call.Stream.HostFunc(func() error {
+	return c.queue(call.Operation, call.Stream, func() error {
 		fl.Started()
 		err := driver.Wrap(Name, call.Operation.String(), c.rank, c.run(seq, call))
 		fl.Ended(err)
@@ -353,7 +420,7 @@ func (g *group) meet(seq uint64, rank int, call driver.Call, in []byte, finish f
 		close(r.done)
 	}
 	g.mu.Unlock()
-	if err := g.wait(r.done, func() string { return g.missing(r) }); err != nil {
+	if err := g.wait(r.done, func() string { return g.missing(r) }, func() error { return g.goneFrom(r) }); err != nil {
 		return nil, fmt.Errorf("%v: %w", call.Signature(), err)
 	}
 	if r.err != nil {
@@ -385,9 +452,11 @@ func (g *group) missing(r *round) string {
 	return "ranks that never arrived: " + strings.Join(ranks, ", ")
 }
 
-// wait waits for done, or until the timeout passes or a rank aborts the
-// job, whichever comes first; done wins when it is already closed.
-func (g *group) wait(done <-chan struct{}, why func() string) error {
+// wait waits for done, or until the timeout passes, a rank aborts the job
+// or hopeless, asked each time a rank of the group goes (Close), says why
+// done can never come, whichever is first; done wins when it is already
+// closed.
+func (g *group) wait(done <-chan struct{}, why func() string, hopeless func() error) error {
 	select {
 	case <-done:
 		return nil
@@ -399,14 +468,57 @@ func (g *group) wait(done <-chan struct{}, why func() string) error {
 		defer t.Stop()
 		expired = t.C
 	}
-	select {
-	case <-done:
-		return nil
-	case <-g.job.aborted:
-		return g.job.err
-	case <-expired:
-		return fmt.Errorf("no progress after %v; %s: %w", g.timeout, why(), comm.ErrTimeout)
+	for {
+		g.mu.Lock()
+		goneCh := g.goneCh
+		g.mu.Unlock()
+		if err := hopeless(); err != nil {
+			select {
+			case <-done: // it came after all
+				return nil
+			default:
+				return err
+			}
+		}
+		select {
+		case <-done:
+			return nil
+		case <-g.job.aborted:
+			return g.job.err
+		case <-expired:
+			return fmt.Errorf("no progress after %v; %s: %w", g.timeout, why(), comm.ErrTimeout)
+		case <-goneCh:
+		}
 	}
+}
+
+// goneFrom says which ranks that round r still waits for have closed
+// their communicators; nil when none has.
+func (g *group) goneFrom(r *round) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var ranks []string
+	for i, ok := range r.arrived {
+		if !ok && g.gone[i] {
+			ranks = append(ranks, fmt.Sprint(i))
+		}
+	}
+	if ranks == nil {
+		return nil
+	}
+	return fmt.Errorf("ranks that closed their communicators without joining it: %s: %w", strings.Join(ranks, ", "), ErrPeerClosed)
+}
+
+// ErrPeerClosed is wrapped by the error of a call that waited for a rank
+// that closed its communicator without joining the collective or sending
+// the message; it wraps comm.ErrClosed.
+var ErrPeerClosed = fmt.Errorf("a rank it waited for closed its communicator: %w", comm.ErrClosed)
+
+// isGone reports whether rank r has closed its communicator.
+func (g *group) isGone(r int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.gone[r]
 }
 
 // mismatch names the ranks whose call differs from rank 0's.
@@ -433,6 +545,10 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	if color < 0 && color != comm.Undefined {
 		return nil, c.fail(driver.OpSplit, comm.ErrInvalidArgument, "color %d: want >= 0 or comm.Undefined", color)
 	}
+	if err := c.begin(driver.OpSplit); err != nil {
+		return nil, err
+	}
+	defer c.end()
 	seq := c.seq.Add(1)
 	type member struct{ color, key, rank int }
 	type result map[int][]comm.Communicator // new communicators by old rank's color, in new-rank order

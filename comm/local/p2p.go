@@ -52,7 +52,18 @@ func (g *group) take(from, to int) (message, error) {
 		}
 		ready := l.ready
 		l.mu.Unlock()
-		if err := g.wait(ready, func() string { return fmt.Sprintf("rank %d never sent", from) }); err != nil {
+		hopeless := func() error {
+			if !g.isGone(from) {
+				return nil
+			}
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if len(l.queue) > 0 {
+				return nil // it sent before it went
+			}
+			return fmt.Errorf("rank %d closed its communicator without sending it: %w", from, ErrPeerClosed)
+		}
+		if err := g.wait(ready, func() string { return fmt.Sprintf("rank %d never sent", from) }, hopeless); err != nil {
 			return message{}, err
 		}
 	}
@@ -60,7 +71,7 @@ func (g *group) take(from, to int) (message, error) {
 
 // p2p queues sends (eager: they never wait) then receives, on the stream.
 func (c *Comm) p2p(call driver.Call, ops []comm.P2P, fl driver.Flight) error {
-	return call.Stream.HostFunc(func() error {
+	return c.queue(call.Operation, call.Stream, func() error {
 		fl.Started()
 		err := c.transfer(call, ops)
 		fl.Ended(err)
