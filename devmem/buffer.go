@@ -1,6 +1,7 @@
 package devmem
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -8,12 +9,16 @@ import (
 
 // allocation is one piece of memory a driver handed out.
 type allocation struct {
-	dev     *Device
-	addr    uintptr // device address, or host address for host-accessible memory
-	host    []byte  // host view; nil when the host cannot touch the memory
-	size    int
-	pinned  bool
-	freed   atomic.Bool
+	dev    *Device
+	addr   uintptr // device address, or host address for host-accessible memory
+	host   []byte  // host view; nil when the host cannot touch the memory
+	size   int
+	pinned bool
+	freed  atomic.Bool // Free or CloseIPC was called: the Buffer is no longer usable
+	// gone is set once the host view may no longer be read: with the
+	// memory's return, or once the work queued before Free or CloseIPC has
+	// run (retire), whichever comes first. Bytes then reports false.
+	gone    atomic.Bool
 	release func() error // returns the memory to the driver
 	shared  *sharedMem   // host driver memory that can be exported
 	vmm     *vmmMem      // GPU memory from the driver's virtual memory management
@@ -45,8 +50,8 @@ func (d *Device) AllocPinned(n int) (Buffer, error) {
 }
 
 func (d *Device) allocate(n int, pinned bool) (Buffer, error) {
-	if d == nil {
-		return Buffer{}, fmt.Errorf("devmem: alloc on nil device: %w", ErrInvalidArgument)
+	if err := d.usable("alloc"); err != nil {
+		return Buffer{}, err
 	}
 	if n < 0 {
 		return Buffer{}, fmt.Errorf("devmem: alloc of %d bytes: %w", n, ErrInvalidArgument)
@@ -67,6 +72,19 @@ func (d *Device) allocate(n int, pinned bool) (Buffer, error) {
 
 // Free returns the allocation to its device. Only the whole allocation can be
 // freed; freeing twice or freeing a view is an error.
+//
+// The Buffer is dead from the call on: every call that takes it refuses it,
+// and the device's Stats no longer count it. Work already queued on a
+// stream still runs on the memory, as it would on a GPU, whose cuMemFree
+// waits for the work the device was given: the memory is returned once
+// every stream that has work queued or running at the Free (on any device:
+// a stream of another device may copy it) has run that work, and at once
+// when none has. Free never waits for that, so a stream's own host function
+// may free what the stream's earlier work used. A GPU stream's work queued
+// behind a host function is not the device's yet, so cuMemFree waits for
+// it likewise. The memory's return fails only where the driver fails; when
+// it was left to a stream, its error is that stream's next Synchronize's,
+// and Free returns nil.
 func (b Buffer) Free() error {
 	if b.a == nil {
 		return fmt.Errorf("devmem: free of the zero Buffer: %w", ErrInvalidArgument)
@@ -77,7 +95,7 @@ func (b Buffer) Free() error {
 	if !b.a.freed.CompareAndSwap(false, true) {
 		return fmt.Errorf("devmem: buffer freed twice: %w", ErrInvalidArgument)
 	}
-	b.a.once.Do(func() { b.a.err = b.a.release() })
+	b.a.once.Do(func() { b.a.err = b.a.free() })
 	st := &b.a.dev.stats
 	if b.a.pinned {
 		st.pinned.Add(-1)
@@ -86,6 +104,28 @@ func (b Buffer) Free() error {
 	}
 	st.bytes.Add(-int64(b.a.size))
 	return b.a.err
+}
+
+// free returns a's memory (Free): an exported allocation's through its
+// export, which keeps it for the views open in this process; any other's
+// once the work queued on streams before this call has run (retire).
+func (a *allocation) free() error {
+	ipcMu.Lock()
+	e := exports[a]
+	ipcMu.Unlock()
+	if e != nil {
+		return e.ownerFree()
+	}
+	return errors.Join(retire(a.dev, a.markGone), retire(nil, func() error {
+		a.gone.Store(true)
+		return a.release()
+	}))
+}
+
+// markGone marks a's host view as no longer to be read (gone).
+func (a *allocation) markGone() error {
+	a.gone.Store(true)
+	return nil
 }
 
 // IsZero reports whether b is the zero Buffer.
@@ -117,9 +157,12 @@ func (b Buffer) Addr() uintptr {
 
 // Bytes is the host view of the buffer, when the host can touch it (pinned
 // memory, and device memory of the host driver). The second result is false
-// otherwise.
+// otherwise, and for a Buffer that was freed (Free) or closed (CloseIPC):
+// at once when no stream of its device had work queued then, else once
+// that work has run (it may resolve the view as it runs). A view obtained
+// earlier must not be used after the Free or CloseIPC.
 func (b Buffer) Bytes() ([]byte, bool) {
-	if b.a == nil || b.a.host == nil {
+	if b.a == nil || b.a.host == nil || b.a.gone.Load() {
 		return nil, false
 	}
 	return b.a.host[b.off : b.off+b.n : b.off+b.n], true

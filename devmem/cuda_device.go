@@ -55,8 +55,8 @@ func (d *Device) PCIBusID() string {
 }
 
 func (d *Device) gpu(op string) (gpuDriver, error) {
-	if d == nil {
-		return nil, fmt.Errorf("devmem: %s of a nil device: %w", op, ErrInvalidArgument)
+	if err := d.usable(op); err != nil {
+		return nil, err
 	}
 	g, ok := d.drv.(gpuDriver)
 	if !ok {
@@ -75,8 +75,8 @@ func (d *Device) gpu(op string) (gpuDriver, error) {
 // driver locks whole pages and two registrations may not share one. On a
 // host device the memory is used as it is.
 func (d *Device) RegisterHost(mem []byte) (Buffer, error) {
-	if d == nil {
-		return Buffer{}, fmt.Errorf("devmem: RegisterHost on a nil device: %w", ErrInvalidArgument)
+	if err := d.usable("RegisterHost"); err != nil {
+		return Buffer{}, err
 	}
 	page := os.Getpagesize()
 	switch {

@@ -17,7 +17,8 @@ import (
 //     unless the right context is current on the calling thread, so a call
 //     made outside cuda.WithContext fails;
 //   - stream work is deferred until something waits for it (a stream or
-//     event synchronize, a wait, a context synchronize), so a missing
+//     event synchronize, a wait, a context synchronize, and cuMemFree,
+//     which waits for the device's work as the real one does), so a missing
 //     synchronisation shows as stale data; the blocking cuMemcpyHtoD
 //     leaves its DMA queued on the legacy stream as the real one may;
 //   - asynchronous host copies refuse memory that is not page-locked;
@@ -253,6 +254,11 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
 	Alloc* a = exact((uintptr_t)p, DEVMEM);
 	if (!a) RET(R_INVALID_VALUE);
 	if (a->dev != cur->dev) RET(R_INVALID_CONTEXT);
+	// As the real one, it waits for the work the device was given.
+	Stream* l;
+	stream(NULL, &l);
+	flush(l);
+	flushdev(cur->dev, 0);
 	munmap((void*)a->base, a->size);
 	if (!a->exported) close(a->fd); // an exported one's file stays: its handle still opens
 	a->kind = 0;

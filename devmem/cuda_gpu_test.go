@@ -407,6 +407,44 @@ func TestCUDAOnGPUHostFuncQueuesLaterWork(t *testing.T) {
 	must(t, errors.Join(s1.Synchronize(), s2.Synchronize()))
 }
 
+// Device memory freed while a copy that reads it waits on the host behind a
+// host function (not handed to CUDA yet, so cuMemFree cannot wait for it)
+// stays allocated until the copy is in CUDA: Free returns at once, with the
+// Stats counting it freed, and the copy reads the freed buffer's bytes.
+// Before the fix cuMemFree ran at Free, and the copy met freed memory.
+func TestCUDAOnGPUFreeWaitsForWorkQueuedBehindAHostFunction(t *testing.T) {
+	d := needCUDA(t)
+	cudaNoLeaks(t, d)
+	s := mustStream(t, d)
+	const n = 1 << 20
+	want := bytes.Repeat([]byte{0x5a, 0x17, 0xc3}, n/3+1)[:n]
+	src, err := d.Alloc(n)
+	must(t, err)
+	must(t, CopyFromHost(src, want, nil))
+	dst := mustAlloc(t, d, n, true)
+	must(t, Memset(dst, 0xee, nil))
+	before := d.Stats()
+	gate := make(chan struct{})
+	must(t, s.HostFunc(func() error { <-gate; return nil }))
+	must(t, CopyN(dst, src, n, s)) // queued on the host, behind the gate
+	freed := make(chan error, 1)
+	go func() { freed <- src.Free() }()
+	select {
+	case err := <-freed:
+		must(t, err)
+	case <-time.After(10 * time.Second):
+		close(gate)
+		t.Fatal("Free waited for a host function")
+	}
+	if st := d.Stats(); st.Buffers != before.Buffers-1 || st.Bytes != before.Bytes-n {
+		t.Errorf("Stats after Free: %+v, want one buffer of %d bytes fewer than %+v", st, n, before)
+	}
+	close(gate)
+	must(t, s.Synchronize())
+	h, _ := dst.Bytes()
+	cudaSameBytes(t, "copied from a buffer freed while the copy was queued", h, want)
+}
+
 // Synchronize runs queued host work itself when no goroutine is running it.
 // With one goroutine queueing host functions and copies while another
 // synchronizes over and over, every host function runs once, in order,

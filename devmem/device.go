@@ -40,7 +40,12 @@ func (k Kind) String() string {
 	return "Kind(" + strconv.Itoa(int(k)) + ")"
 }
 
-// Device is one device: a GPU, or a simulated host device.
+// Device is one device: a GPU, or a simulated host device. Devices come
+// from Open, NewHostDevice and the like; a nil *Device, or a zero Device
+// that none of them made, is no device: every method that returns an error
+// refuses it with one wrapping ErrInvalidArgument, and the accessors that
+// return none (Kind, Ordinal, Name, UUID, PCIBusID, Stats) give their zero
+// answers.
 type Device struct {
 	drv     driver
 	kind    Kind
@@ -50,27 +55,71 @@ type Device struct {
 	stats   stats
 }
 
-// Kind reports the device's driver.
-func (d *Device) Kind() Kind { return d.kind }
+// usable returns an error wrapping ErrInvalidArgument, naming op, unless d
+// is a device that Open, NewHostDevice or the cuda driver made.
+func (d *Device) usable(op string) error {
+	switch {
+	case d == nil:
+		return fmt.Errorf("devmem: %s on a nil device: %w", op, ErrInvalidArgument)
+	case d.drv == nil:
+		return fmt.Errorf("devmem: %s on a zero Device (devices come from Open or NewHostDevice): %w", op, ErrInvalidArgument)
+	}
+	return nil
+}
 
-// Ordinal is the device's index among the driver's devices of this process.
-func (d *Device) Ordinal() int { return d.ordinal }
+// Kind reports the device's driver; 0, which is neither Host nor CUDA, for
+// a nil or zero Device.
+func (d *Device) Kind() Kind {
+	if d == nil {
+		return 0
+	}
+	return d.kind
+}
 
-// Name is the device's product name ("NVIDIA H200", "host").
-func (d *Device) Name() string { return d.name }
+// Ordinal is the device's index among the driver's devices of this process
+// (0 for a nil Device).
+func (d *Device) Ordinal() int {
+	if d == nil {
+		return 0
+	}
+	return d.ordinal
+}
 
-// UUID identifies the device across processes.
-func (d *Device) UUID() [16]byte { return d.uuid }
+// Name is the device's product name ("NVIDIA H200", "host"); "" for a nil
+// or zero Device.
+func (d *Device) Name() string {
+	if d == nil {
+		return ""
+	}
+	return d.name
+}
+
+// UUID identifies the device across processes; it is all zero for a nil or
+// zero Device.
+func (d *Device) UUID() [16]byte {
+	if d == nil {
+		return [16]byte{}
+	}
+	return d.uuid
+}
 
 func (d *Device) String() string {
 	if d == nil {
 		return "<nil device>"
 	}
+	if d.drv == nil {
+		return "<zero device>"
+	}
 	return fmt.Sprintf("%s:%d (%s)", d.kind, d.ordinal, d.name)
 }
 
 // Synchronize waits for all work queued on the device's streams.
-func (d *Device) Synchronize() error { return d.drv.synchronize() }
+func (d *Device) Synchronize() error {
+	if err := d.usable("Synchronize"); err != nil {
+		return err
+	}
+	return d.drv.synchronize()
+}
 
 // Stats counts a device's live objects, so tests can assert nothing leaked.
 type Stats struct {
@@ -84,8 +133,12 @@ type Stats struct {
 
 type stats struct{ buffers, pinned, bytes, streams, events, opened atomic.Int64 }
 
-// Stats returns the device's live-object counts.
+// Stats returns the device's live-object counts (all zero for a nil
+// Device).
 func (d *Device) Stats() Stats {
+	if d == nil {
+		return Stats{}
+	}
 	s := &d.stats
 	return Stats{s.buffers.Load(), s.pinned.Load(), s.bytes.Load(), s.streams.Load(), s.events.Load(), s.opened.Load()}
 }
@@ -144,8 +197,8 @@ func IsGPUSpec(spec string) bool {
 // /proc/meminfo), since its buffers are host memory. Elsewhere the error
 // wraps ErrUnsupported.
 func (d *Device) Memory() (free, total int, err error) {
-	if d == nil {
-		return 0, 0, fmt.Errorf("devmem: Memory of a nil device: %w", ErrInvalidArgument)
+	if err := d.usable("Memory"); err != nil {
+		return 0, 0, err
 	}
 	if d.kind != Host {
 		return d.MemInfo()

@@ -28,6 +28,9 @@ type streamImpl interface {
 	// behind its GPU work (internal/devhook.Task).
 	task(fn func(ctx, handle uintptr) error) error
 	destroy() error
+	// hq is the stream's host queue, which memory freed while it holds
+	// work outlives (retire).
+	hq() *hostQueue
 }
 
 type eventImpl interface {

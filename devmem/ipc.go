@@ -188,6 +188,19 @@ func decodeHandle(r []byte) (handleFields, error) {
 			return f, badHandle("range [%d:+%d] outside the %d-byte VMM allocation", f.off, f.size, x.size)
 		}
 	}
+	if f.kind == Host || f.pinned {
+		// Memfd bytes name the process whose descriptor they open; a
+		// handle whose header names another would be judged by the header
+		// (this process's memory or another's) while the memory it opens
+		// is the other's. (A GPU's driver bytes are the driver's own.)
+		x, err := parseHostIPC(f.drv)
+		if err != nil {
+			return f, err
+		}
+		if x.pid != f.pid {
+			return f, badHandle("exported by process %d, but its memory is process %d's", f.pid, x.pid)
+		}
+	}
 	return f, nil
 }
 
@@ -435,9 +448,9 @@ func (b Buffer) Export() (IPCHandle, error) {
 		if e.token != 0 {
 			served[e.drv] = e
 		}
-		// Free runs this instead of the driver's release, so that views
-		// opened in this process keep the memory until they close.
-		b.a.release = e.ownerFree
+		// Free finds e in exports and runs e.ownerFree instead of the
+		// driver's release, so that views opened in this process keep the
+		// memory until they close.
 	}
 	f := handleFields{kind: b.a.dev.kind, pinned: pinned, vmm: e.vmm, pid: uint32(os.Getpid()), token: e.token,
 		off: uint64(b.off), size: uint64(b.n), uuid: b.a.dev.uuid, node: node, drv: e.drv}
@@ -454,15 +467,19 @@ func (e *export) ownerFree() error {
 	}
 	last := e.views == 0
 	ipcMu.Unlock()
+	err := retire(e.a.dev, e.a.markGone)
 	if last {
-		return e.finalRelease()
+		err = errors.Join(err, retire(nil, e.finalRelease))
 	}
-	return nil
+	return err
 }
 
 // finalRelease closes the descriptor the service sent copies of (processes
-// that imported it keep the memory alive) and returns the memory.
+// that imported it keep the memory alive) and returns the memory, once
+// the owner has freed it and the last view opened here has closed, and the
+// work queued on streams before that has run (retire).
 func (e *export) finalRelease() error {
+	e.a.gone.Store(true)
 	var closeErr error
 	if e.fd >= 0 {
 		if err := unix.Close(e.fd); err != nil {
@@ -537,8 +554,8 @@ func closeStale(d *Device, pid int) int {
 }
 
 func (d *Device) openIPC(h IPCHandle) (Buffer, error) {
-	if d == nil {
-		return Buffer{}, fmt.Errorf("devmem: OpenIPC on nil device: %w", ErrInvalidArgument)
+	if err := d.usable("OpenIPC"); err != nil {
+		return Buffer{}, err
 	}
 	f, err := decodeHandle(h.raw[:])
 	if err != nil {
@@ -662,7 +679,11 @@ func (d *Device) openIPC(h IPCHandle) (Buffer, error) {
 }
 
 // CloseIPC releases a view that OpenIPC returned (the whole view, as
-// returned). The memory stays mapped while other views of it are open.
+// returned). The memory stays mapped while other views of it are open, and
+// for the work queued on streams before the close, as after Free (host
+// memory: the host device's, and pinned memory; a GPU's driver unmaps
+// device memory at once, since it maps a legacy allocation once a process
+// and an open of it may follow).
 func (b Buffer) CloseIPC() error {
 	if b.a == nil {
 		return fmt.Errorf("devmem: CloseIPC of the zero Buffer: %w", ErrInvalidArgument)
@@ -677,32 +698,43 @@ func (b Buffer) CloseIPC() error {
 		ipcMu.Unlock()
 		return fmt.Errorf("devmem: CloseIPC of part of an opened view (offset %d, %d of %d bytes): %w", b.off, b.n, b.a.size, ErrInvalidArgument)
 	}
-	delete(views, b.a)
-	b.a.freed.Store(true)
-	b.a.dev.stats.opened.Add(-1)
-	var release func() error
+	view := b.a
+	delete(views, view)
+	view.freed.Store(true)
+	view.dev.stats.opened.Add(-1)
+	var final *export // its memory is returned once the work queued before has run
+	var err error
 	if e := v.exp; e != nil {
 		e.views--
 		if e.views == 0 && e.freed {
-			release = e.finalRelease
+			final = e
 		}
 	} else if m := v.m; m != nil {
 		m.refs--
 		if m.refs == 0 {
-			// Unmapped before ipcMu is released: an open of the same
-			// allocation, which waits for ipcMu, must find it gone (a GPU's
-			// driver refuses a second legacy mapping while one is there).
+			// Unmapped before ipcMu is released, unless work queued on a
+			// stream may still touch host memory (retire): an open of the
+			// same allocation, which waits for ipcMu, must find it gone (a
+			// GPU's driver refuses a second legacy mapping while one is
+			// there; GPU memory is never left mapped for queued work).
 			m.forget()
-			err := m.unmap()
-			ipcMu.Unlock()
-			return err
+			if m.base.host != nil {
+				err = retire(nil, func() error {
+					view.gone.Store(true)
+					return m.unmap()
+				})
+			} else {
+				view.gone.Store(true)
+				err = m.unmap()
+			}
 		}
 	}
 	ipcMu.Unlock()
-	if release != nil {
-		return release()
+	err = errors.Join(err, retire(view.dev, view.markGone))
+	if final != nil {
+		err = errors.Join(err, retire(nil, final.finalRelease))
 	}
-	return nil
+	return err
 }
 
 // IsOpenedIPC reports whether b is (part of) a view that OpenIPC returned

@@ -85,8 +85,8 @@ func (d *Device) OpenIPCEvent(h IPCEventHandle) (*Event, error) {
 
 // ipcEvents is d's driver's interprocess events, or the error op returns.
 func (d *Device) ipcEvents(op string) (ipcEventDriver, error) {
-	if d == nil {
-		return nil, fmt.Errorf("devmem: %s on a nil device: %w", op, ErrInvalidArgument)
+	if err := d.usable(op); err != nil {
+		return nil, err
 	}
 	drv, ok := d.drv.(ipcEventDriver)
 	if !ok {

@@ -4,19 +4,49 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // asRemote re-encodes h, a handle of host memory of this process, as if
-// another process had exported it: OpenIPC then maps the memfd as it maps
-// another process's (the driver bytes still name this process's
-// descriptor), which lets one process test the rules of remote mappings.
+// another process had exported it: its header and its driver bytes name,
+// as the exporter, a thread of this process other than the main one, whose
+// /proc entry opens the same descriptors (/proc/TID/fd). OpenIPC then maps
+// the memfd as it maps another process's, which lets one process test the
+// rules of remote mappings. (A handle whose header names one process and
+// its driver bytes another is refused.)
 func asRemote(t *testing.T, h IPCHandle) IPCHandle {
 	t.Helper()
-	return reseal(t, h, func(f *handleFields) { f.pid = uint32(os.Getpid()) + 1 })
+	tid := uint32(otherThread())
+	return reseal(t, h, func(f *handleFields) {
+		x, err := parseHostIPC(f.drv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x.pid = tid
+		f.pid, f.drv = tid, x.bytes()
+	})
 }
+
+// otherThread is the id of a thread of this process that is not its main
+// thread and lives as long as the process: a goroutine keeps it locked.
+var otherThread = sync.OnceValue(func() int {
+	for {
+		tid := make(chan int)
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread stays, and stays this goroutine's
+			tid <- unix.Gettid()
+			select {}
+		}()
+		if id := <-tid; id != os.Getpid() {
+			return id
+		}
+	}
+})
 
 // hostFD is the memfd descriptor number of host memory b.
 func hostFD(t *testing.T, b Buffer) int {

@@ -21,8 +21,8 @@ import (
 // the same user can open it, and it lives until its Free and the last
 // opened view's CloseIPC.
 func (d *Device) AllocPinnedShared(n int) (Buffer, error) {
-	if d == nil {
-		return Buffer{}, fmt.Errorf("devmem: AllocPinnedShared on nil device: %w", ErrInvalidArgument)
+	if err := d.usable("AllocPinnedShared"); err != nil {
+		return Buffer{}, err
 	}
 	if n <= 0 {
 		return Buffer{}, fmt.Errorf("devmem: AllocPinnedShared of %d bytes (shared memory needs at least one byte): %w", n, ErrInvalidArgument)

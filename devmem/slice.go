@@ -2,11 +2,14 @@ package devmem
 
 import (
 	"fmt"
+	"math"
 	"unsafe"
 )
 
 // Slice is a typed view of a Buffer: n elements of T. T must be a plain
-// fixed-size value type (numbers, or structs of them) with no pointers.
+// fixed-size value type (numbers, or structs of them) with no pointers, and
+// of non-zero size: a type of size zero (struct{}, [0]float32) has no bytes
+// to view, and AllocSlice and SliceOf refuse it.
 type Slice[T any] struct {
 	buf Buffer
 	n   int
@@ -17,12 +20,20 @@ func elemSize[T any]() int {
 	return int(unsafe.Sizeof(z))
 }
 
-// AllocSlice allocates room for n elements of T on d.
+// AllocSlice allocates room for n elements of T on d. A negative n, an n
+// whose bytes an int cannot count, and an element type of size zero are
+// refused with an error wrapping ErrInvalidArgument, and allocate nothing.
 func AllocSlice[T any](d *Device, n int) (Slice[T], error) {
-	if n < 0 {
+	sz := elemSize[T]()
+	switch {
+	case sz == 0:
+		return Slice[T]{}, fmt.Errorf("devmem: slice of %T, a type of size zero: %w", *new(T), ErrInvalidArgument)
+	case n < 0:
 		return Slice[T]{}, fmt.Errorf("devmem: slice of %d elements: %w", n, ErrInvalidArgument)
+	case n > math.MaxInt/sz:
+		return Slice[T]{}, fmt.Errorf("devmem: slice of %d elements of %d bytes: more bytes than an int counts: %w", n, sz, ErrInvalidArgument)
 	}
-	b, err := d.Alloc(n * elemSize[T]())
+	b, err := d.Alloc(n * sz)
 	if err != nil {
 		return Slice[T]{}, err
 	}
@@ -30,8 +41,15 @@ func AllocSlice[T any](d *Device, n int) (Slice[T], error) {
 }
 
 // SliceOf views b as elements of T; a trailing partial element is left out.
+// For an element type of size zero, which has no bytes to view, it returns
+// the zero Slice: no elements, on no buffer, which every call that takes a
+// buffer refuses with an error wrapping ErrInvalidArgument.
 func SliceOf[T any](b Buffer) Slice[T] {
-	return Slice[T]{buf: b, n: b.Len() / elemSize[T]()}
+	sz := elemSize[T]()
+	if sz == 0 {
+		return Slice[T]{}
+	}
+	return Slice[T]{buf: b, n: b.Len() / sz}
 }
 
 // Len is the number of elements.
@@ -103,9 +121,14 @@ func AsBytes[T any](v []T) []byte {
 }
 
 // FromBytes views bytes as plain values of T, without copying; b must be
-// aligned for T (device and pinned allocations are).
+// aligned for T (device and pinned allocations are). For a T of size zero
+// it returns nil.
 func FromBytes[T any](b []byte) []T {
-	n := len(b) / elemSize[T]()
+	sz := elemSize[T]()
+	if sz == 0 {
+		return nil
+	}
+	n := len(b) / sz
 	if n == 0 {
 		return nil
 	}

@@ -6,7 +6,11 @@ import (
 	"time"
 )
 
-// Stream is an ordered queue of work on one device.
+// Stream is an ordered queue of work on one device. Streams come from
+// Device.NewStream. A nil *Stream is valid wherever a stream is taken and
+// means "now" (see the package documentation); a zero Stream that
+// NewStream did not make is refused by every method that returns an error,
+// with one wrapping ErrInvalidArgument, and has no Device.
 type Stream struct {
 	dev       *Device
 	impl      streamImpl
@@ -15,21 +19,34 @@ type Stream struct {
 
 // NewStream makes a stream on d.
 func (d *Device) NewStream() (*Stream, error) {
+	if err := d.usable("NewStream"); err != nil {
+		return nil, err
+	}
 	impl, err := d.drv.newStream()
 	if err != nil {
 		return nil, err
 	}
+	addLive(impl.hq(), d)
 	d.stats.streams.Add(1)
 	return &Stream{dev: d, impl: impl}, nil
 }
 
-// Device is the stream's device.
-func (s *Stream) Device() *Device { return s.dev }
+// Device is the stream's device: nil for a nil Stream ("now", on no device
+// in particular) and for a zero Stream.
+func (s *Stream) Device() *Device {
+	if s == nil {
+		return nil
+	}
+	return s.dev
+}
 
 // check accepts a nil stream (meaning "now") or a live stream of dev.
 func (s *Stream) check(dev *Device) error {
 	if s == nil {
 		return nil
+	}
+	if s.impl == nil {
+		return fmt.Errorf("devmem: a zero Stream (streams come from Device.NewStream): %w", ErrInvalidArgument)
 	}
 	if s.destroyed.Load() {
 		return fmt.Errorf("devmem: stream was destroyed: %w", ErrInvalidArgument)
@@ -51,8 +68,13 @@ func (s *Stream) Check(dev *Device) error { return s.check(dev) }
 // cuda driver, work queued on s while fn waits or runs is handed to CUDA
 // when fn returns (the GPU never waits for the host), and events recorded
 // on s count as not reached until then. fn must not wait for s itself. With
-// a nil stream fn runs now and its error is returned here.
+// a nil stream fn runs now and its error is returned here. A nil fn is
+// refused at the call, with an error wrapping ErrInvalidArgument, and
+// queues nothing.
 func (s *Stream) HostFunc(fn func() error) error {
+	if fn == nil {
+		return fmt.Errorf("devmem: HostFunc of a nil function: %w", ErrInvalidArgument)
+	}
 	if s == nil {
 		return fn()
 	}
@@ -65,6 +87,9 @@ func (s *Stream) HostFunc(fn func() error) error {
 // hostCall is HostFunc for a call that runs even when the stream's work
 // before it failed, given the failure (internal/devhook.HostCall).
 func (s *Stream) hostCall(call func(before error) error) error {
+	if call == nil {
+		return fmt.Errorf("devmem: HostCall of a nil function: %w", ErrInvalidArgument)
+	}
 	if s == nil {
 		return call(nil)
 	}
@@ -77,6 +102,9 @@ func (s *Stream) hostCall(call func(before error) error) error {
 // hostFuncDeferred is HostFunc for work that nothing needs to start before
 // the stream's next Synchronize (internal/devhook.HostFuncDeferred).
 func (s *Stream) hostFuncDeferred(fn func() error) error {
+	if fn == nil {
+		return fmt.Errorf("devmem: HostFuncDeferred of a nil function: %w", ErrInvalidArgument)
+	}
 	if s == nil {
 		return fn()
 	}
@@ -89,6 +117,9 @@ func (s *Stream) hostFuncDeferred(fn func() error) error {
 // hostWait queues, in stream order, a wait for work already under way
 // elsewhere (internal/devhook.HostWait).
 func (s *Stream) hostWait(wait func() error, poll func() (bool, error), deferred bool) error {
+	if wait == nil {
+		return fmt.Errorf("devmem: HostWait of a nil wait: %w", ErrInvalidArgument)
+	}
 	if s == nil {
 		return wait()
 	}
@@ -160,14 +191,22 @@ func (s *Stream) Destroy() error {
 	if s == nil {
 		return fmt.Errorf("devmem: destroy of a nil stream: %w", ErrInvalidArgument)
 	}
+	if s.impl == nil {
+		return fmt.Errorf("devmem: destroy of a zero Stream (streams come from Device.NewStream): %w", ErrInvalidArgument)
+	}
 	if !s.destroyed.CompareAndSwap(false, true) {
 		return fmt.Errorf("devmem: stream destroyed twice: %w", ErrInvalidArgument)
 	}
 	s.dev.stats.streams.Add(-1)
-	return s.impl.destroy()
+	err := s.impl.destroy()
+	dropLive(s.impl.hq())
+	return err
 }
 
-// Event marks a point in a stream's work, to wait for or to time.
+// Event marks a point in a stream's work, to wait for or to time. Events
+// come from Device.NewEvent (and NewIPCEvent, OpenIPCEvent); a nil *Event,
+// or a zero Event that none of them made, is refused by every method with
+// an error wrapping ErrInvalidArgument.
 type Event struct {
 	dev       *Device
 	impl      eventImpl
@@ -176,6 +215,9 @@ type Event struct {
 
 // NewEvent makes an event on d.
 func (d *Device) NewEvent() (*Event, error) {
+	if err := d.usable("NewEvent"); err != nil {
+		return nil, err
+	}
 	impl, err := d.drv.newEvent()
 	if err != nil {
 		return nil, err
@@ -188,6 +230,8 @@ func (e *Event) check(dev *Device) error {
 	switch {
 	case e == nil:
 		return fmt.Errorf("devmem: nil event: %w", ErrInvalidArgument)
+	case e.impl == nil:
+		return fmt.Errorf("devmem: a zero Event (events come from Device.NewEvent): %w", ErrInvalidArgument)
 	case e.destroyed.Load():
 		return fmt.Errorf("devmem: event was destroyed: %w", ErrInvalidArgument)
 	case dev != nil && e.dev != dev:
@@ -246,6 +290,9 @@ func Elapsed(start, end *Event) (time.Duration, error) {
 func (e *Event) Destroy() error {
 	if e == nil {
 		return fmt.Errorf("devmem: destroy of a nil event: %w", ErrInvalidArgument)
+	}
+	if e.impl == nil {
+		return fmt.Errorf("devmem: destroy of a zero Event (events come from Device.NewEvent): %w", ErrInvalidArgument)
 	}
 	if !e.destroyed.CompareAndSwap(false, true) {
 		return fmt.Errorf("devmem: event destroyed twice: %w", ErrInvalidArgument)

@@ -234,6 +234,21 @@ func (w *sweeper) loop() {
 // must then queue behind it.
 func (s *hostQueue) busyLocked() bool { return s.running || s.lenLocked() > 0 }
 
+// pushIfBusy queues w, as pushLocked does, when host work is queued or
+// running, and reports whether it did; an idle queue is left as it is.
+func (s *hostQueue) pushIfBusy(w work) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.busyLocked() {
+		return false
+	}
+	s.pushLocked(w)
+	return true
+}
+
+// hq is the stream's host queue (streamImpl.hq).
+func (s *hostQueue) hq() *hostQueue { return s }
+
 // pushLocked queues work and starts a drain goroutine unless someone is
 // already running the queue, or will (and so will run this too).
 func (s *hostQueue) pushLocked(w work) {

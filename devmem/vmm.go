@@ -93,8 +93,8 @@ type sharedAllocator interface {
 // another process has it open. GPUCOMM_IPC (IPCModeEnv) chooses otherwise.
 // On the host device it is Alloc's memory, which is shareable already.
 func (d *Device) AllocShared(n int) (Buffer, error) {
-	if d == nil {
-		return Buffer{}, fmt.Errorf("devmem: AllocShared on nil device: %w", ErrInvalidArgument)
+	if err := d.usable("AllocShared"); err != nil {
+		return Buffer{}, err
 	}
 	mode, err := ipcModeFromEnv()
 	if err != nil {

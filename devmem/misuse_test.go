@@ -1,0 +1,282 @@
+package devmem
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+)
+
+// refused runs call and fails the test unless it returns an error wrapping
+// want; a panic is reported as a failure, not a crash of the test binary.
+func refused(t *testing.T, what string, want error, call func() error) {
+	t.Helper()
+	var err error
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("panicked: %v", r)
+			}
+		}()
+		err = call()
+	}()
+	if !errors.Is(err, want) {
+		t.Errorf("%s = %v, want an error wrapping %v", what, err, want)
+	}
+}
+
+// AllocSlice refuses counts whose bytes overflow an int, where it allocated
+// a few bytes and reported a huge Len (or Host panicked), and allocates
+// nothing.
+func TestAllocSliceRefusesCountsThatOverflow(t *testing.T) {
+	d := NewHostDevice()
+	before := d.Stats()
+	cases := []struct {
+		what string
+		call func() (int, error)
+	}{
+		{"float32 (1<<62)+2", func() (int, error) { s, err := AllocSlice[float32](d, (1<<62)+2); return s.Len(), err }},
+		{"float64 (1<<61)+1", func() (int, error) { s, err := AllocSlice[float64](d, (1<<61)+1); return s.Len(), err }},
+		{"float32 MaxInt/4+1", func() (int, error) { s, err := AllocSlice[float32](d, math.MaxInt/4+1); return s.Len(), err }},
+		{"[3]float64 MaxInt/24+1", func() (int, error) { s, err := AllocSlice[[3]float64](d, math.MaxInt/24+1); return s.Len(), err }},
+		{"byte -1", func() (int, error) { s, err := AllocSlice[byte](d, -1); return s.Len(), err }},
+	}
+	for _, c := range cases {
+		n, err := c.call()
+		if !errors.Is(err, ErrInvalidArgument) || n != 0 {
+			t.Errorf("AllocSlice %s = Len %d, %v; want ErrInvalidArgument", c.what, n, err)
+		}
+	}
+	if st := d.Stats(); st != before {
+		t.Errorf("Stats went from %+v to %+v after refused allocations", before, st)
+	}
+	// A count that fits allocates its bytes and holds its elements.
+	s, err := AllocSlice[float64](d, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Free()
+	if s.Len() != 3 || s.Buffer().Len() != 24 {
+		t.Fatalf("AllocSlice[float64](3): Len %d over %d bytes", s.Len(), s.Buffer().Len())
+	}
+	if err := s.CopyFrom([]float64{1.5, -2, 3e300}, nil); err != nil {
+		t.Fatal(err)
+	}
+	h, ok := s.Host()
+	if !ok || len(h) != 3 || h[0] != 1.5 || h[1] != -2 || h[2] != 3e300 {
+		t.Fatalf("Host = %v, %v", h, ok)
+	}
+}
+
+// A type of size zero has no bytes to view: AllocSlice refuses it, and
+// SliceOf gives the zero Slice, which every call refuses, where SliceOf
+// divided by zero.
+func TestSlicesOfZeroSizeTypesAreRefused(t *testing.T) {
+	d := NewHostDevice()
+	before := d.Stats()
+	if s, err := AllocSlice[struct{}](d, 4); !errors.Is(err, ErrInvalidArgument) || s.Len() != 0 {
+		t.Errorf("AllocSlice[struct{}] = Len %d, %v; want ErrInvalidArgument", s.Len(), err)
+	}
+	if s, err := AllocSlice[[0]float32](d, 0); !errors.Is(err, ErrInvalidArgument) || s.Len() != 0 {
+		t.Errorf("AllocSlice[[0]float32] = Len %d, %v; want ErrInvalidArgument", s.Len(), err)
+	}
+	if st := d.Stats(); st != before {
+		t.Errorf("Stats went from %+v to %+v", before, st)
+	}
+	b, err := d.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	var s Slice[struct{}]
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("SliceOf[struct{}] panicked: %v", r)
+			}
+		}()
+		s = SliceOf[struct{}](b)
+	}()
+	if s.Len() != 0 || !s.Buffer().IsZero() {
+		t.Fatalf("SliceOf[struct{}] = Len %d on a buffer of %d bytes; want the zero Slice", s.Len(), s.Buffer().Len())
+	}
+	refused(t, "ToHost of SliceOf[struct{}]", ErrInvalidArgument, func() error { _, err := s.ToHost(nil); return err })
+	refused(t, "CopyFrom into SliceOf[struct{}]", ErrInvalidArgument, func() error { return s.CopyFrom(make([]struct{}, 3), nil) })
+	refused(t, "Sub of SliceOf[struct{}]", ErrInvalidArgument, func() error { _, err := s.Sub(0, 0); return err })
+	if h, ok := s.Host(); ok || h != nil {
+		t.Errorf("Host of SliceOf[struct{}] = %v, %v", h, ok)
+	}
+	if v := FromBytes[struct{}](make([]byte, 8)); v != nil {
+		t.Errorf("FromBytes[struct{}] = %d values, want nil", len(v))
+	}
+}
+
+// A nil or zero Device, Stream or Event is refused with ErrInvalidArgument
+// by every method that returns an error, where several panicked; the
+// accessors without one give zero answers, and a nil function given to
+// HostFunc is refused at the call.
+func TestNilAndZeroDevicesStreamsAndEventsAreRefused(t *testing.T) {
+	for name, d := range map[string]*Device{"nil": nil, "zero": new(Device)} {
+		refused(t, name+" device NewStream", ErrInvalidArgument, func() error { _, err := d.NewStream(); return err })
+		refused(t, name+" device NewEvent", ErrInvalidArgument, func() error { _, err := d.NewEvent(); return err })
+		refused(t, name+" device Synchronize", ErrInvalidArgument, d.Synchronize)
+		refused(t, name+" device Alloc", ErrInvalidArgument, func() error { _, err := d.Alloc(8); return err })
+		refused(t, name+" device AllocPinned", ErrInvalidArgument, func() error { _, err := d.AllocPinned(8); return err })
+		refused(t, name+" device AllocShared", ErrInvalidArgument, func() error { _, err := d.AllocShared(8); return err })
+		refused(t, name+" device AllocPinnedShared", ErrInvalidArgument, func() error { _, err := d.AllocPinnedShared(8); return err })
+		refused(t, name+" device RegisterHost", ErrInvalidArgument, func() error { _, err := d.RegisterHost(make([]byte, 4096)); return err })
+		refused(t, name+" device Memory", ErrInvalidArgument, func() error { _, _, err := d.Memory(); return err })
+		refused(t, name+" device MemInfo", ErrInvalidArgument, func() error { _, _, err := d.MemInfo(); return err })
+		refused(t, name+" device NewIPCEvent", ErrInvalidArgument, func() error { _, err := d.NewIPCEvent(); return err })
+		refused(t, name+" device AllocSlice", ErrInvalidArgument, func() error { _, err := AllocSlice[float32](d, 4); return err })
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("accessors of a %s device panicked: %v", name, r)
+				}
+			}()
+			if d.Kind() != 0 || d.Ordinal() != 0 || d.Name() != "" || d.UUID() != [16]byte{} || d.PCIBusID() != "" || d.Stats() != (Stats{}) {
+				t.Errorf("accessors of a %s device: %v %d %q %x %q %+v; want zero answers", name, d.Kind(), d.Ordinal(), d.Name(), d.UUID(), d.PCIBusID(), d.Stats())
+			}
+			if d.String() == "" {
+				t.Errorf("String of a %s device is empty", name)
+			}
+		}()
+	}
+
+	d := NewHostDevice()
+	before := d.Stats()
+	var nilStream *Stream
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("Device of a nil stream panicked: %v", r)
+			}
+		}()
+		if dev := nilStream.Device(); dev != nil {
+			t.Errorf("Device of a nil stream = %v, want nil", dev)
+		}
+	}()
+	refused(t, "HostFunc(nil) on a nil stream", ErrInvalidArgument, func() error { return nilStream.HostFunc(nil) })
+	s, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	refused(t, "HostFunc(nil) on a stream", ErrInvalidArgument, func() error { return s.HostFunc(nil) })
+	refused(t, "HostCall(nil) on a stream", ErrInvalidArgument, func() error { return s.hostCall(nil) })
+	refused(t, "HostFuncDeferred(nil) on a stream", ErrInvalidArgument, func() error { return s.hostFuncDeferred(nil) })
+	refused(t, "HostWait(nil) on a stream", ErrInvalidArgument, func() error {
+		return s.hostWait(nil, func() (bool, error) { return true, nil }, false)
+	})
+	if err := s.Synchronize(); err != nil {
+		t.Errorf("Synchronize after refused nil functions = %v, want nil: nothing was queued", err)
+	}
+
+	zs := new(Stream)
+	ran := false
+	refused(t, "HostFunc on a zero stream", ErrInvalidArgument, func() error { return zs.HostFunc(func() error { ran = true; return nil }) })
+	if ran {
+		t.Error("HostFunc on a zero stream ran its function")
+	}
+	if dev := zs.Device(); dev != nil {
+		t.Errorf("Device of a zero stream = %v", dev)
+	}
+	buf, err := d.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Free()
+	ev, err := d.NewEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Destroy()
+	refused(t, "Synchronize of a zero stream", ErrInvalidArgument, zs.Synchronize)
+	refused(t, "Query of a zero stream", ErrInvalidArgument, func() error { _, err := zs.Query(); return err })
+	refused(t, "WaitEvent on a zero stream", ErrInvalidArgument, func() error { return zs.WaitEvent(ev) })
+	refused(t, "Check of a zero stream", ErrInvalidArgument, func() error { return zs.Check(d) })
+	refused(t, "Memset on a zero stream", ErrInvalidArgument, func() error { return Memset(buf, 1, zs) })
+	refused(t, "Record of an event on a zero stream", ErrInvalidArgument, func() error { return ev.Record(zs) })
+	refused(t, "task on a zero stream", ErrInvalidArgument, func() error { return zs.task(func(_, _ uintptr) error { return nil }) })
+	refused(t, "enqueue on a zero stream", ErrInvalidArgument, func() error { return zs.enqueue(func(uintptr) error { return nil }) })
+	refused(t, "Destroy of a zero stream", ErrInvalidArgument, zs.Destroy)
+
+	ze := new(Event)
+	refused(t, "Record of a zero event", ErrInvalidArgument, func() error { return ze.Record(nil) })
+	refused(t, "Synchronize of a zero event", ErrInvalidArgument, ze.Synchronize)
+	refused(t, "Done of a zero event", ErrInvalidArgument, func() error { _, err := ze.Done(); return err })
+	refused(t, "Elapsed from a zero event", ErrInvalidArgument, func() error { _, err := Elapsed(ze, ev); return err })
+	refused(t, "Elapsed to a zero event", ErrInvalidArgument, func() error { _, err := Elapsed(ev, ze); return err })
+	refused(t, "ExportIPC of a zero event", ErrInvalidArgument, func() error { _, err := ze.ExportIPC(); return err })
+	refused(t, "WaitEvent for a zero event", ErrInvalidArgument, func() error { return s.WaitEvent(ze) })
+	refused(t, "Destroy of a zero event", ErrInvalidArgument, ze.Destroy)
+
+	if err := s.Synchronize(); err != nil {
+		t.Errorf("Synchronize of the stream after the refusals: %v", err)
+	}
+	if st := d.Stats(); st.Streams != before.Streams+1 || st.Events != before.Events+1 || st.Buffers != before.Buffers+1 {
+		t.Errorf("Stats %+v: want one stream, one event and one buffer more than %+v", st, before)
+	}
+}
+
+// A host handle whose header names one exporting process and its driver
+// bytes (the memfd's) another is refused with ErrBadHandle, by
+// UnmarshalBinary and OpenIPC, and opens nothing; before the fix a handle
+// with only its header's pid changed (and its checksum made again) opened
+// a view of this process's memory that was not seen to overlap it.
+func TestHandleWhosePIDsDisagreeIsRefused(t *testing.T) {
+	d := NewHostDevice()
+	buf := filledHost(t, d, 50, 4096)
+	defer buf.Free()
+	pinned, err := d.AllocPinnedShared(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pinned.Free()
+	for name, b := range map[string]Buffer{"device memory": buf, "pinned memory": pinned} {
+		h, err := b.Export()
+		if err != nil {
+			t.Fatal(err)
+		}
+		forged := map[string]IPCHandle{
+			"header pid changed": reseal(t, h, func(f *handleFields) { f.pid++ }),
+			"driver pid changed": reseal(t, h, func(f *handleFields) {
+				x, err := parseHostIPC(f.drv)
+				if err != nil {
+					t.Fatal(err)
+				}
+				x.pid++
+				f.drv = x.bytes()
+			}),
+		}
+		for how, fh := range forged {
+			raw := fh.raw[:]
+			var into IPCHandle
+			if err := into.UnmarshalBinary(raw); !errors.Is(err, ErrBadHandle) || !into.IsZero() {
+				t.Errorf("%s, %s: UnmarshalBinary = %v; want ErrBadHandle and the handle unchanged", name, how, err)
+			}
+			v, err := d.OpenIPC(fh)
+			if !errors.Is(err, ErrBadHandle) || !v.IsZero() {
+				t.Errorf("%s, %s: OpenIPC = %v (%d bytes, overlapping the original: %v); want ErrBadHandle", name, how, err, v.Len(), v.Overlaps(b))
+				if !v.IsZero() {
+					v.CloseIPC()
+				}
+			}
+		}
+		if st := d.Stats(); st.Opened != 0 || len(mappings) != 0 {
+			t.Errorf("%s: after the refused opens: Opened %d, %d mappings", name, st.Opened, len(mappings))
+		}
+		// The genuine handle still opens, as the memory it names.
+		v, err := d.OpenIPC(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !v.Overlaps(b) {
+			t.Errorf("%s: the genuine handle's view does not overlap the buffer", name)
+		}
+		if err := v.CloseIPC(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
