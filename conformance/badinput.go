@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/comm/driver"
@@ -240,6 +241,22 @@ func (r *rank) badInputs() {
 	r.rejects("Split with color -2", inv, err)
 	if sub != nil {
 		r.failf("Split with color -2 returned a communicator")
+		sub.Close()
+	}
+	// One rank's bad color fails every rank's Split, naming it, where the
+	// others would wait for it.
+	color := 0
+	if me == p-1 {
+		color = -3
+	}
+	sub, err = c.Split(color, me)
+	what := fmt.Sprintf("Split beside rank %d's color -3", p-1)
+	r.rejects(what, inv, err)
+	if err != nil && !strings.Contains(err.Error(), fmt.Sprintf("rank %d: color -3", p-1)) {
+		r.failf("%s: %v does not name rank %d's color", what, err, p-1)
+	}
+	if sub != nil {
+		r.failf("%s returned a communicator", what)
 		sub.Close()
 	}
 

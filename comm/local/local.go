@@ -3,6 +3,7 @@ package local
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -542,8 +543,15 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	if err := c.Check(call); err != nil {
 		return nil, err
 	}
-	if color < 0 && color != comm.Undefined {
-		return nil, c.fail(driver.OpSplit, comm.ErrInvalidArgument, "color %d: want >= 0 or comm.Undefined", color)
+	// A bad color or key (as the MPI backends judge them) still joins the
+	// round, so that every rank fails, naming it, where the others would
+	// wait for it.
+	in := []byte(fmt.Sprintf("%d %d", color, key))
+	switch {
+	case color < 0 && color != comm.Undefined:
+		in = []byte(fmt.Sprintf("bad color %d: want >= 0 or comm.Undefined", color))
+	case color > math.MaxInt32 || key > math.MaxInt32 || key < math.MinInt32:
+		in = []byte(fmt.Sprintf("bad color %d or key %d does not fit MPI's int (the MPI backends refuse it)", color, key))
 	}
 	if err := c.begin(driver.OpSplit); err != nil {
 		return nil, err
@@ -552,9 +560,18 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	seq := c.seq.Add(1)
 	type member struct{ color, key, rank int }
 	type result map[int][]comm.Communicator // new communicators by old rank's color, in new-rank order
-	in := []byte(fmt.Sprintf("%d %d", color, key))
 	var members []member
 	finish := func(r *round) {
+		var bad []string
+		for rank, b := range r.inputs {
+			if why, ok := strings.CutPrefix(string(b), "bad "); ok {
+				bad = append(bad, fmt.Sprintf("rank %d: %s", rank, why))
+			}
+		}
+		if bad != nil {
+			r.result = fmt.Errorf("%s: %w", strings.Join(bad, "; "), comm.ErrInvalidArgument)
+			return
+		}
 		members = members[:0]
 		for rank, b := range r.inputs {
 			var m member
@@ -599,6 +616,9 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 		return nil, driver.Wrap(Name, "Split", c.rank, err)
 	}
 	defer c.g.leave(seq, r)
+	if err, ok := r.result.(error); ok {
+		return nil, driver.Wrap(Name, "Split", c.rank, err)
+	}
 	if color == comm.Undefined {
 		return nil, nil
 	}

@@ -191,12 +191,39 @@ func TestSplitSharesDevicesAndRejectsNegativeColors(t *testing.T) {
 		}
 		subs[r].Close()
 	}
-	for r, c := range cs {
-		sub, err := c.Split(-5, 0)
-		if sub != nil {
+	// Split is collective: every rank calls it, each with color -5.
+	bad := make([]comm.Communicator, 4)
+	errs = each(cs, []int{0, 1, 2, 3}, func(c comm.Communicator) (err error) {
+		bad[c.Rank()], err = c.Split(-5, 0)
+		return err
+	})
+	for r, err := range errs {
+		if bad[r] != nil {
 			t.Errorf("rank %d: Split(-5) returned a communicator", r)
 		}
 		wantError(t, err, comm.ErrInvalidArgument, r, "color -5")
+	}
+	// One rank's bad color (or a key MPI's int cannot hold) fails every
+	// rank, naming it, where the others waited for it for ever.
+	for _, c := range []struct {
+		color, key int
+		says       string
+	}{{-2, 0, "rank 2: color -2: want >= 0 or comm.Undefined"}, {0, 1 << 40, "rank 2: color 0 or key 1099511627776 does not fit MPI's int"}} {
+		errs = each(cs, []int{0, 1, 2, 3}, func(cm comm.Communicator) (err error) {
+			color, key := 0, cm.Rank()
+			if cm.Rank() == 2 {
+				color, key = c.color, c.key
+			}
+			bad[cm.Rank()], err = cm.Split(color, key)
+			return err
+		})
+		for r, err := range errs {
+			if bad[r] != nil {
+				t.Errorf("rank %d: Split beside rank 2's %q returned a communicator", r, c.says)
+				bad[r].Close()
+			}
+			wantError(t, err, comm.ErrInvalidArgument, r, c.says)
+		}
 	}
 }
 

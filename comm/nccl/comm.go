@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -385,16 +386,32 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	if err := c.Check(call); err != nil {
 		return nil, err
 	}
+	var bad string // why this rank's color or key cannot be split on
 	if (color < 0 && color != comm.Undefined) || color > math.MaxInt32 {
-		return nil, c.errorf(driver.OpSplit, comm.ErrInvalidArgument, "color %d: want 0..%d or comm.Undefined", color, math.MaxInt32)
-	}
-	if key < math.MinInt32 || key > math.MaxInt32 {
-		return nil, c.errorf(driver.OpSplit, comm.ErrInvalidArgument, "key %d does not fit MPI's and NCCL's int", key)
+		bad = fmt.Sprintf("color %d: want 0..%d or comm.Undefined", color, math.MaxInt32)
+	} else if key < math.MinInt32 || key > math.MaxInt32 {
+		bad = fmt.Sprintf("key %d does not fit MPI's and NCCL's int", key)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.usableLocked(driver.OpSplit); err != nil {
 		return nil, err
+	}
+	// The ranks first tell each other whether each can split, so that a bad
+	// color or key on one rank fails every rank, where the others would
+	// wait in MPI_Comm_split for it.
+	all, err := c.boot.allgather([]byte(bad))
+	if err != nil {
+		return nil, c.errorf(driver.OpSplit, nil, "telling the ranks whether each can split: %w", err)
+	}
+	var why []string
+	for r, b := range all {
+		if len(b) > 0 {
+			why = append(why, fmt.Sprintf("rank %d: %s", r, b))
+		}
+	}
+	if why != nil {
+		return nil, c.errorf(driver.OpSplit, comm.ErrInvalidArgument, "%s", strings.Join(why, "; "))
 	}
 	nb, err := c.boot.split(color, key)
 	if err != nil {

@@ -450,3 +450,39 @@ func TestSplitRefusesColorsAndKeysOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// One rank's bad color fails every rank's Split, naming it, where the
+// others waited for it in MPI_Comm_split.
+func TestSplitWithOneRanksBadColorFailsEveryRank(t *testing.T) {
+	net := newFakeNet()
+	cs := mustOpenFake(t, net, 3, comm.Options{}, nil)
+	defer closeAll(t, cs)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r, c := range cs {
+		wg.Go(func() {
+			color := 0
+			if r == 1 {
+				color = -7
+			}
+			var sub comm.Communicator
+			sub, errs[r] = c.Split(color, r)
+			if sub != nil {
+				t.Errorf("rank %d: Split beside rank 1's color -7 returned a communicator", r)
+				sub.Close()
+			}
+		})
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Split with one rank's bad color had not returned on every rank after 20 s")
+	}
+	for r, err := range errs {
+		if !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(fmt.Sprint(err), "rank 1: color -7") {
+			t.Errorf("rank %d: %v; want ErrInvalidArgument naming rank 1's color -7", r, err)
+		}
+	}
+}

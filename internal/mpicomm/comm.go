@@ -593,11 +593,12 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	if err := c.Check(call); err != nil {
 		return nil, err
 	}
+	var bad string // why this rank's color or key cannot be split on
 	switch {
 	case color < 0 && color != comm.Undefined:
-		return nil, c.fail(driver.OpSplit, comm.ErrInvalidArgument, "color %d: want >= 0 or comm.Undefined", color)
+		bad = fmt.Sprintf("color %d: want >= 0 or comm.Undefined", color)
 	case color > math.MaxInt32 || key > math.MaxInt32 || key < math.MinInt32:
-		return nil, c.fail(driver.OpSplit, comm.ErrInvalidArgument, "color %d or key %d does not fit MPI's int", color, key)
+		bad = fmt.Sprintf("color %d or key %d does not fit MPI's int", color, key)
 	}
 	if err := c.begin(); err != nil {
 		return nil, c.wrap(driver.OpSplit, err)
@@ -606,6 +607,12 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	o := c.newOp(call, 0)
 	var nc *mpi.Comm
 	err := c.block(o, func() error {
+		// The ranks first tell each other whether each can split, so that
+		// a bad color on one rank fails every rank, where the others would
+		// wait in MPI_Comm_split for it.
+		if err := agreeToSplit(c.p2p, bad); err != nil {
+			return err
+		}
 		var err error
 		nc, err = c.p2p.Split(color, key)
 		return err
@@ -628,6 +635,26 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 		return nil, err
 	}
 	return sub, nil
+}
+
+// agreeToSplit tells every rank of pc why each rank cannot split (bad: this
+// rank's reason, "" when it can): nil when every rank can, else an error
+// wrapping ErrInvalidArgument that names the ranks that cannot and why.
+func agreeToSplit(pc *mpi.Comm, bad string) error {
+	all, err := mpi.AllgatherBytes(pc, []byte(bad))
+	if err != nil {
+		return fmt.Errorf("telling the ranks whether each can split: %w", err)
+	}
+	var why []string
+	for r, b := range all {
+		if len(b) > 0 {
+			why = append(why, fmt.Sprintf("rank %d: %s", r, b))
+		}
+	}
+	if why == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", strings.Join(why, "; "), comm.ErrInvalidArgument)
 }
 
 // saturatingByteSums asks MPI to sum 8-bit vectors that overflow and reports
