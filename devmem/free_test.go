@@ -43,19 +43,6 @@ func testStream(t *testing.T, d *Device) *Stream {
 	return s
 }
 
-// filledHost allocates n bytes on d holding fill(seed, n).
-func filledHost(t *testing.T, d *Device, seed uint64, n int) Buffer {
-	t.Helper()
-	b, err := d.Alloc(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := CopyFromHost(b, fill(seed, n), nil); err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 // Freeing buffers while a stream still has a copy between them queued
 // returns at once (the device's Stats count them freed), and the copy then
 // runs on the memory, which stays mapped until it has: the copy's result is
@@ -67,12 +54,12 @@ func TestFreeWithWorkQueuedKeepsTheMemoryForIt(t *testing.T) {
 	s := testStream(t, d)
 	const n = 4 << 20
 	want := fill(41, n)
-	src := filledHost(t, d, 41, n)
+	src := exportFilled(t, d, 41, n)
 	mid, err := d.Alloc(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dst := filledHost(t, d, 42, n) // poisoned: other bytes than want
+	dst := exportFilled(t, d, 42, n) // poisoned: other bytes than want
 	defer dst.Free()
 	open := gated(t, s)
 	if err := Copy(mid, src, s); err != nil {
@@ -127,7 +114,7 @@ func TestFreeWithWorkQueuedKeepsTheMemoryForIt(t *testing.T) {
 func TestFreeBothSidesOfAQueuedCopy(t *testing.T) {
 	d := NewHostDevice()
 	s := testStream(t, d)
-	src := filledHost(t, d, 43, 8<<20)
+	src := exportFilled(t, d, 43, 8<<20)
 	dst, err := d.Alloc(8 << 20)
 	if err != nil {
 		t.Fatal(err)
@@ -155,8 +142,8 @@ func TestFreeFromAHostFunctionOfTheStreamThatUsesTheBuffer(t *testing.T) {
 	d := NewHostDevice()
 	s := testStream(t, d)
 	const n = 1 << 20
-	src := filledHost(t, d, 44, n)
-	dst := filledHost(t, d, 45, n)
+	src := exportFilled(t, d, 44, n)
+	dst := exportFilled(t, d, 45, n)
 	defer dst.Free()
 	freed := make(chan error, 1)
 	queued := make(chan struct{})
@@ -194,8 +181,8 @@ func TestFreeWaitsForAnotherDevicesStreamThatCopiesIt(t *testing.T) {
 	d1, d2 := NewHostDevice(), NewHostDevice()
 	s := testStream(t, d1)
 	const n = 1 << 20
-	src := filledHost(t, d2, 46, n)
-	dst := filledHost(t, d1, 47, n)
+	src := exportFilled(t, d2, 46, n)
+	dst := exportFilled(t, d1, 47, n)
 	defer dst.Free()
 	open := gated(t, s)
 	if err := CopyPeer(dst, src, n, s); err != nil {
@@ -229,7 +216,7 @@ func TestBytesOfFreedOrClosedBuffersIsNothing(t *testing.T) {
 			t.Errorf("Host of %s = %d elements, %v; want nil, false", what, len(v), ok)
 		}
 	}
-	b := filledHost(t, d, 48, 4096)
+	b := exportFilled(t, d, 48, 4096)
 	view, err := b.Slice(1024, 1024)
 	if err != nil {
 		t.Fatal(err)
@@ -255,7 +242,7 @@ func TestBytesOfFreedOrClosedBuffersIsNothing(t *testing.T) {
 		t.Errorf("Host of a freed slice = %d elements, %v; want nil, false", len(v), ok)
 	}
 
-	exp := filledHost(t, d, 49, 8192)
+	exp := exportFilled(t, d, 49, 8192)
 	defer exp.Free()
 	h, err := exp.Export()
 	if err != nil {

@@ -227,7 +227,7 @@ func TestNilAndZeroDevicesStreamsAndEventsAreRefused(t *testing.T) {
 // a view of this process's memory that was not seen to overlap it.
 func TestHandleWhosePIDsDisagreeIsRefused(t *testing.T) {
 	d := NewHostDevice()
-	buf := filledHost(t, d, 50, 4096)
+	buf := exportFilled(t, d, 50, 4096)
 	defer buf.Free()
 	pinned, err := d.AllocPinnedShared(4096)
 	if err != nil {
