@@ -53,7 +53,11 @@ type Communicator interface {
 	// Scatter sends block r of root's send to rank r's recv.
 	Scatter(send, recv devmem.Buffer, count int, dt DType, root int, s *devmem.Stream) error
 	// Send and Recv move count elements to or from peer; messages between
-	// two ranks arrive in the order sent.
+	// two ranks arrive in the order sent. A receive must give the send's
+	// count and dtype: another count (in bytes) is ErrMismatch, the buffer
+	// left as it was; another dtype of the same total size is caught by the
+	// local backend only (the MPI backends and NCCL compare bytes), and the
+	// bytes arrive as they were sent.
 	Send(buf devmem.Buffer, count int, dt DType, peer int, s *devmem.Stream) error
 	Recv(buf devmem.Buffer, count int, dt DType, peer int, s *devmem.Stream) error
 	// GroupP2P issues several sends and receives as one operation, so that
