@@ -20,8 +20,10 @@ import (
 // then aborts the group (comm.Aborter, through the failed rank's
 // communicator or, where a wrapper hides its Abort, another rank's), which
 // releases them, and returns the failed rank's error and, for each other
-// rank that stopped because of it, an error wrapping ErrRankFailed. The
-// group is then of no further use: close it. Where no communicator of the
+// rank that stopped because of it (the abort, or the failed rank's Close),
+// an error wrapping ErrRankFailed; a rank that failed on its own keeps its
+// own error. The local backend's Abort ends every group of the same
+// local.NewGroup, those Split from it included: close them all. Where no communicator of the
 // group has an Abort, RunGroup returns as soon as such a rank fails, and
 // leaves the goroutines of the ranks still running behind: they end, and
 // free what they hold, if their wait ever ends (a timeout, say).
@@ -116,7 +118,7 @@ func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress 
 			}
 		}
 		for j, o := range raw {
-			if j != failed && o.err != nil && !o.shared {
+			if j != failed && o.err != nil && !o.shared && stoppedByAnother(o.err) {
 				errs[j] = fmt.Errorf("rank %d: %w", j, rankFailed{fmt.Sprintf(
 					"bench: rank %d failed, and this rank stopped: %v", failed, o.err)})
 			}

@@ -63,7 +63,8 @@ type MPIThreads interface {
 //     Abort: reason" on standard error (and the flight records, with
 //     recording on), then calls MPI_Abort, which ends every process of the
 //     job, this one included, with a failure status: it does not return.
-//     The nccl backend aborts its NCCL communicator first.
+//     The nccl backend leaves its NCCL communicator to the process's end
+//     (ncclCommAbort could itself wait on a peer).
 //   - local: the ranks are goroutines of this process, which goes on. Every
 //     operation of the group (and of the groups Split from it, or it from)
 //     that is waiting, and every later one, fails with an error wrapping
@@ -77,7 +78,8 @@ type Aborter interface {
 }
 
 // Abort calls c's Abort (see Aborter); it returns false, having done
-// nothing, when c is nil or has no Abort (a wrapper that hides it).
+// nothing, when c is nil or has no Abort (a wrapper that hides it). A
+// backend's Abort of a nil *Comm does nothing.
 func Abort(c Communicator, reason error) bool {
 	a, ok := c.(Aborter)
 	if ok {

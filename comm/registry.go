@@ -169,7 +169,9 @@ func Backends() []string {
 }
 
 // Probe asks the named backend whether it can run here; for "auto" or "",
-// the backend Open("auto") would try first (Auto), or why there is none.
+// the backend Open("auto") would try first (Auto; GPUCOMM_BACKEND, which
+// Open honours, aside), or why there is none. Probe reads no
+// GPUCOMM_BACKEND.
 func Probe(name string) (Verdict, error) {
 	if name == "" || name == "auto" {
 		n, err := Auto()

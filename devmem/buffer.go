@@ -82,9 +82,12 @@ func (d *Device) allocate(n int, pinned bool) (Buffer, error) {
 // when none has. Free never waits for that, so a stream's own host function
 // may free what the stream's earlier work used. A GPU stream's work queued
 // behind a host function is not the device's yet, so cuMemFree waits for
-// it likewise. The memory's return fails only where the driver fails; when
-// it was left to a stream, its error is that stream's next Synchronize's,
-// and Free returns nil.
+// it likewise. While a stream's work never ends (a collective no rank
+// joins), memory freed after it was queued stays in use, though no longer
+// counted. The memory's return fails only where the driver fails; when it
+// was left to the streams, Free returns nil and the error is the next
+// Synchronize's of the stream whose work ended last, which may be any
+// stream that was busy at the Free.
 func (b Buffer) Free() error {
 	if b.a == nil {
 		return fmt.Errorf("devmem: free of the zero Buffer: %w", ErrInvalidArgument)

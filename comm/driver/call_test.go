@@ -129,3 +129,34 @@ func TestValidateGroupOverlap(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkValidateGroupP2P is Validate's cost for a halo exchange's group
+// (two sends and two receives, slices of one grid) and for a bandwidth
+// window of 64 receives into one buffer.
+func BenchmarkValidateGroupP2P(b *testing.B) {
+	dev := devmem.NewHostDevice()
+	grid, err := dev.Alloc(1 << 16)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer grid.Free()
+	row := func(i int) devmem.Buffer { s, _ := grid.Slice(i*1024, 1024); return s }
+	halo := []P2P{SendTo(1, row(1), 256, Float32), SendTo(2, row(62), 256, Float32), RecvFrom(1, row(0), 256, Float32), RecvFrom(2, row(63), 256, Float32)}
+	window := make([]P2P, 64)
+	for i := range window {
+		window[i] = RecvFrom(1, row(0), 256, Float32)
+	}
+	for _, c := range []struct {
+		name string
+		ops  []P2P
+	}{{"halo", halo}, {"window64", window}} {
+		b.Run(c.name, func(b *testing.B) {
+			call := Call{Operation: OpGroupP2P, P2P: c.ops}
+			for b.Loop() {
+				if err := call.Validate(0, 3, dev); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -8,11 +8,15 @@ import (
 	"time"
 
 	"github.com/gpucomm/gpucomm/comm"
+	"github.com/gpucomm/gpucomm/comm/local"
+	"github.com/gpucomm/gpucomm/devmem"
 )
 
-// Close waits for this rank's operations queued on a stream: the AllReduce
-// the others join later has written its result before Close returns.
-func TestCloseWaitsForTheRanksQueuedOperations(t *testing.T) {
+// Close stops this rank's calls that wait for another rank (they return
+// ErrClosed) and returns without waiting for any other rank; nothing of
+// this rank writes after it, and a collective it joined still ends, right,
+// for the others.
+func TestCloseStopsTheRanksWaitingCalls(t *testing.T) {
 	cs := newGroup(t, 2)
 	s, err := cs[0].Device().NewStream()
 	if err != nil {
@@ -23,31 +27,118 @@ func TestCloseWaitsForTheRanksQueuedOperations(t *testing.T) {
 	if err := comm.AllReduce(cs[0], x, x, comm.Sum, s); err != nil {
 		t.Fatal(err)
 	}
-	closed := make(chan error, 1)
-	go func() { closed <- cs[0].Close() }()
-	select {
-	case err := <-closed:
-		t.Fatalf("Close returned (%v) while its AllReduce still waited for rank 1", err)
-	case <-time.After(50 * time.Millisecond):
+	time.Sleep(20 * time.Millisecond) // it waits for rank 1 by now
+	closeWithin(t, cs[0], "with an AllReduce waiting for rank 1")
+	if err := s.Synchronize(); !errors.Is(err, comm.ErrClosed) || !strings.Contains(fmt.Sprint(err), "closed its communicator while the call waited") {
+		t.Errorf("the AllReduce Close stopped: %v; want ErrClosed saying so", err)
 	}
 	y := float32s(t, cs[1], 10, 20, 30)
 	if err := comm.AllReduce(cs[1], y, y, comm.Sum, nil); err != nil {
+		t.Fatalf("rank 1's AllReduce, which rank 0 joined before its Close: %v", err)
+	}
+	if got, err := y.ToHost(nil); err != nil || got[0] != 11 || got[1] != 22 || got[2] != 33 {
+		t.Errorf("rank 1's AllReduce: %v (%v); want [11 22 33]", got, err)
+	}
+	if got, err := x.ToHost(nil); err != nil || got[0] != 1 || got[1] != 2 || got[2] != 3 {
+		t.Errorf("rank 0's buffer after its Close: %v (%v); want it as it was, [1 2 3]", got, err)
+	}
+}
+
+// Two ranks each with a receive from the other queued both close: neither
+// Close waits for the other (both hung when Close waited for queued calls).
+// And a Close from a host function of the rank's own stream, with a call
+// of that rank queued behind it, returns; the call then fails ErrClosed.
+func TestCloseNeverWaitsForAnotherRank(t *testing.T) {
+	cs := newGroup(t, 2)
+	streams := make([]*devmem.Stream, 2)
+	for r, c := range cs {
+		s, err := c.Device().NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Destroy()
+		streams[r] = s
+		if err := comm.Recv(c, float32s(t, c, 0, 0), 1-r, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	errs := each(cs, []int{0, 1}, func(c comm.Communicator) error { closeWithin(t, c, "with a receive queued"); return nil })
+	for r, s := range streams {
+		if err := s.Synchronize(); !errors.Is(err, comm.ErrClosed) {
+			t.Errorf("rank %d's receive after both closed: %v (%v); want ErrClosed", r, err, errs[r])
+		}
+	}
+
+	cs = newGroup(t, 2)
+	s, err := cs[0].Device().NewStream()
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer s.Destroy()
+	closed := make(chan error, 1)
+	gate := make(chan struct{})
+	if err := s.HostFunc(func() error { <-gate; closed <- cs[0].Close(); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if err := cs[0].Barrier(s); err != nil { // queued behind the Close
+		t.Fatal(err)
+	}
+	close(gate)
 	select {
 	case err := <-closed:
 		if err != nil {
-			t.Fatalf("Close: %v", err)
+			t.Errorf("Close from a host function: %v", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("Close had not returned 10 s after its AllReduce could end")
+		t.Fatal("Close from a host function of its own stream, a Barrier queued behind it, had not returned after 10 s")
 	}
-	got, err := x.ToHost(nil) // the stream's work is done: Close waited for it
-	if err != nil || got[0] != 11 || got[1] != 22 || got[2] != 33 {
-		t.Errorf("rank 0's AllReduce after Close: %v (%v); want [11 22 33]", got, err)
+	if err := s.Synchronize(); !errors.Is(err, comm.ErrClosed) {
+		t.Errorf("the Barrier queued behind the Close: %v; want ErrClosed", err)
 	}
-	if err := s.Synchronize(); err != nil {
-		t.Errorf("the stream after Close: %v", err)
+}
+
+// A rank whose Close stopped its own queued receive is gone for the
+// others: one waiting for it in a collective fails with ErrPeerClosed.
+func TestARankThatClosedWithAQueuedReceiveIsGoneForTheOthers(t *testing.T) {
+	cs := newGroup(t, 2)
+	s, err := cs[0].Device().NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	if err := comm.Recv(cs[0], float32s(t, cs[0], 0), 1, s); err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan error, 1)
+	go func() {
+		y := float32s(t, cs[1], 1)
+		waiting <- comm.AllReduce(cs[1], y, y, comm.Sum, nil)
+	}()
+	time.Sleep(20 * time.Millisecond)
+	closeWithin(t, cs[0], "with a receive queued")
+	select {
+	case err := <-waiting:
+		if !errors.Is(err, local.ErrPeerClosed) || !strings.Contains(fmt.Sprint(err), "without joining it: 0") {
+			t.Errorf("rank 1's AllReduce: %v; want ErrPeerClosed naming rank 0", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("rank 1 still waits 10 s after rank 0 closed")
+	}
+}
+
+// closeWithin closes c, failing t if Close takes more than 10 s.
+func closeWithin(t *testing.T, c comm.Communicator, what string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- c.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("rank %d: Close %s: %v", c.Rank(), what, err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("rank %d: Close %s had not returned after 10 s", c.Rank(), what)
 	}
 }
 

@@ -102,7 +102,10 @@ func newGroup(n int, o comm.Options) ([]comm.Communicator, error) {
 
 func makeGroup(devs []*devmem.Device, timeout time.Duration, j *job) []comm.Communicator {
 	g := &group{n: len(devs), devs: devs, timeout: timeout, job: j, rounds: map[uint64]*round{}, links: map[[2]int]*link{},
-		gone: make([]bool, len(devs)), goneCh: make(chan struct{})}
+		gone: make([]bool, len(devs)), goneCh: make(chan struct{}), closing: make([]chan struct{}, len(devs))}
+	for i := range g.closing {
+		g.closing[i] = make(chan struct{})
+	}
 	cs := make([]comm.Communicator, len(devs))
 	for i, d := range devs {
 		c := &Comm{g: g, rank: i, dev: d}
@@ -156,6 +159,8 @@ type group struct {
 	// replaced each time a rank goes, to wake the ranks waiting.
 	gone   []bool
 	goneCh chan struct{}
+	// closing[r] is closed when rank r's Close begins: its waits stop.
+	closing []chan struct{}
 }
 
 // round is one collective: every rank's call and input.
@@ -195,17 +200,23 @@ func (c *Comm) LocalSize() int         { return c.g.n }
 func (c *Comm) Backend() string        { return Name }
 func (c *Comm) Device() *devmem.Device { return c.dev }
 
-// Close marks the communicator closed (later calls return ErrClosed),
-// waits for this rank's operations already queued or running, and then
-// tells the other ranks that this one is gone: one waiting for it in a
-// collective it never joined, or for a message it never sent, fails with
-// ErrClosed naming it, where it would wait for ever.
+// Close marks the communicator closed: later calls, and this rank's calls
+// still queued on a stream when they come to run, return ErrClosed, and
+// the calls of this rank waiting for another rank stop waiting and return
+// ErrClosed too (a collective this rank joined still ends for the others).
+// Close then waits for this rank's calls that are moving data, so that none
+// writes after it returns, and tells the other ranks that this one is gone:
+// one waiting for it in a collective it never joined, or for a message it
+// never sent, fails with ErrPeerClosed naming it, where it would wait for
+// ever. Close never waits for another rank, and may be called from a
+// stream's host function.
 func (c *Comm) Close() error {
 	c.mu.Lock()
 	if !c.closed.CompareAndSwap(false, true) {
 		c.mu.Unlock()
 		return driver.Errorf(Name, "Close", c.rank, comm.ErrClosed, "closed twice")
 	}
+	close(c.g.closing[c.rank])
 	for c.ops > 0 {
 		c.opsDone.Wait()
 	}
@@ -218,8 +229,8 @@ func (c *Comm) Close() error {
 	return nil
 }
 
-// begin counts an operation of this rank as begun, unless the communicator
-// is closed; end counts it ended.
+// begin counts a call of this rank as running, unless the communicator is
+// closed; end counts it ended.
 func (c *Comm) begin(op driver.Operation) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -239,22 +250,17 @@ func (c *Comm) end() {
 	c.mu.Unlock()
 }
 
-// queue runs task on s (now for a nil stream) as one operation of this
-// rank, counted from now until the task has run (or failed to queue).
+// queue runs task on s (now for a nil stream) as one call of this rank,
+// counted as running while the task runs; a task that comes to run once
+// the communicator is closed returns ErrClosed instead.
 func (c *Comm) queue(op driver.Operation, s *devmem.Stream, task func() error) error {
-	if err := c.begin(op); err != nil {
-		return err
-	}
-	var started atomic.Bool
-	err := s.HostFunc(func() error {
-		started.Store(true)
+	return s.HostFunc(func() error {
+		if err := c.begin(op); err != nil {
+			return err
+		}
 		defer c.end()
 		return task()
 	})
-	if err != nil && !started.Load() {
-		c.end() // never queued
-	}
-	return err
 }
 
 // usable refuses every call once the communicator is closed or its job
@@ -273,6 +279,9 @@ func (c *Comm) usable() error {
 // The first Abort of a job decides the error; the communicators still need
 // their Close.
 func (c *Comm) Abort(reason error) {
+	if c == nil {
+		return
+	}
 	if reason == nil {
 		reason = errors.New("no reason given")
 	}
@@ -421,7 +430,7 @@ func (g *group) meet(seq uint64, rank int, call driver.Call, in []byte, finish f
 		close(r.done)
 	}
 	g.mu.Unlock()
-	if err := g.wait(r.done, func() string { return g.missing(r) }, func() error { return g.goneFrom(r) }); err != nil {
+	if err := g.wait(rank, r.done, func() string { return g.missing(r) }, func() error { return g.goneFrom(r) }); err != nil {
 		return nil, fmt.Errorf("%v: %w", call.Signature(), err)
 	}
 	if r.err != nil {
@@ -453,11 +462,11 @@ func (g *group) missing(r *round) string {
 	return "ranks that never arrived: " + strings.Join(ranks, ", ")
 }
 
-// wait waits for done, or until the timeout passes, a rank aborts the job
-// or hopeless, asked each time a rank of the group goes (Close), says why
-// done can never come, whichever is first; done wins when it is already
-// closed.
-func (g *group) wait(done <-chan struct{}, why func() string, hopeless func() error) error {
+// wait waits, for rank, for done, or until the timeout passes, a rank
+// aborts the job, rank's own Close begins, or hopeless, asked each time a
+// rank of the group goes (Close), says why done can never come, whichever
+// is first; done wins when it is already closed.
+func (g *group) wait(rank int, done <-chan struct{}, why func() string, hopeless func() error) error {
 	select {
 	case <-done:
 		return nil
@@ -486,6 +495,8 @@ func (g *group) wait(done <-chan struct{}, why func() string, hopeless func() er
 			return nil
 		case <-g.job.aborted:
 			return g.job.err
+		case <-g.closing[rank]:
+			return fmt.Errorf("this rank closed its communicator while the call waited (%s): %w", why(), comm.ErrClosed)
 		case <-expired:
 			return fmt.Errorf("no progress after %v; %s: %w", g.timeout, why(), comm.ErrTimeout)
 		case <-goneCh:
@@ -550,8 +561,10 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	switch {
 	case color < 0 && color != comm.Undefined:
 		in = []byte(fmt.Sprintf("bad color %d: want >= 0 or comm.Undefined", color))
-	case color > math.MaxInt32 || key > math.MaxInt32 || key < math.MinInt32:
-		in = []byte(fmt.Sprintf("bad color %d or key %d does not fit MPI's int (the MPI backends refuse it)", color, key))
+	case color > math.MaxInt32:
+		in = []byte(fmt.Sprintf("bad color %d does not fit MPI's int (the MPI backends refuse it)", color))
+	case key > math.MaxInt32 || key < math.MinInt32:
+		in = []byte(fmt.Sprintf("bad key %d does not fit MPI's int (the MPI backends refuse it)", key))
 	}
 	if err := c.begin(driver.OpSplit); err != nil {
 		return nil, err

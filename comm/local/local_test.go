@@ -208,7 +208,7 @@ func TestSplitSharesDevicesAndRejectsNegativeColors(t *testing.T) {
 	for _, c := range []struct {
 		color, key int
 		says       string
-	}{{-2, 0, "rank 2: color -2: want >= 0 or comm.Undefined"}, {0, 1 << 40, "rank 2: color 0 or key 1099511627776 does not fit MPI's int"}} {
+	}{{-2, 0, "rank 2: color -2: want >= 0 or comm.Undefined"}, {0, 1 << 40, "rank 2: key 1099511627776 does not fit MPI's int"}, {1 << 40, 0, "rank 2: color 1099511627776 does not fit MPI's int"}} {
 		errs = each(cs, []int{0, 1, 2, 3}, func(cm comm.Communicator) (err error) {
 			color, key := 0, cm.Rank()
 			if cm.Rank() == 2 {

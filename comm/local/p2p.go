@@ -63,7 +63,7 @@ func (g *group) take(from, to int) (message, error) {
 			}
 			return fmt.Errorf("rank %d closed its communicator without sending it: %w", from, ErrPeerClosed)
 		}
-		if err := g.wait(ready, func() string { return fmt.Sprintf("rank %d never sent", from) }, hopeless); err != nil {
+		if err := g.wait(to, ready, func() string { return fmt.Sprintf("rank %d never sent", from) }, hopeless); err != nil {
 			return message{}, err
 		}
 	}

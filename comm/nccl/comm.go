@@ -551,6 +551,9 @@ func (c *Comm) Close() error {
 // NCCL. NCCL's own communicator is not aborted first: the processes' end
 // releases it, where ncclCommAbort could itself wait on a peer.
 func (c *Comm) Abort(reason error) {
+	if c == nil {
+		return
+	}
 	if reason == nil {
 		reason = errors.New("no reason given")
 	}

@@ -532,6 +532,9 @@ const abortGrace = 200 * time.Millisecond
 // does not return, and takes no lock: it works while another goroutine of
 // this rank is stuck in MPI or in an operation of this communicator.
 func (c *Comm) Abort(reason error) {
+	if c == nil {
+		return
+	}
 	if reason == nil {
 		reason = errors.New("no reason given")
 	}
