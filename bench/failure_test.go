@@ -171,6 +171,19 @@ func TestTheCommandReportsARankThatCannotSetUpInsteadOfHanging(t *testing.T) {
 	}
 }
 
+// sendOnAnotherDevice puts rank's send buffer on a device of its own, for
+// the rest of t: that rank's first copy of input, on its stream, fails in
+// the middle of a run, while the others go on to the collective.
+func sendOnAnotherDevice(t *testing.T, rank int) {
+	t.Cleanup(func() { allocHook = nil })
+	allocHook = func(c comm.Communicator, what string, n int, alloc func(int) (devmem.Buffer, error)) (devmem.Buffer, error) {
+		if c.Rank() == rank && what == "send" {
+			return devmem.NewHostDevice().Alloc(n)
+		}
+		return alloc(n)
+	}
+}
+
 // closesAt closes its own communicator at the first Broadcast it is asked
 // for on a stream (a measured one), then makes the call, which the backend
 // refuses: a collective that fails on one rank only, in the middle of a
@@ -197,13 +210,7 @@ func TestARankThatFailsMidRunDoesNotHangTheGroup(t *testing.T) {
 	t.Run("a copy fails on rank 1", func(t *testing.T) {
 		// Rank 1's send buffer is on another device: its first copy of
 		// input, on its stream, fails; the others go on to the warm-up.
-		t.Cleanup(func() { allocHook = nil })
-		allocHook = func(c comm.Communicator, what string, n int, alloc func(int) (devmem.Buffer, error)) (devmem.Buffer, error) {
-			if c.Rank() == 1 && what == "send" {
-				return devmem.NewHostDevice().Alloc(n)
-			}
-			return alloc(n)
-		}
+		sendOnAnotherDevice(t, 1)
 		cs, err := local.NewGroup(3)
 		if err != nil {
 			t.Fatal(err)
@@ -289,13 +296,7 @@ func TestARankThatFailsMidRunDoesNotHangTheGroup(t *testing.T) {
 // ranks here are the local backend's, whose Abort releases them (MPI's
 // ends the job: internal/mpicomm/mpitest's AbortEndsTheJob).
 func TestTheCommandsRankThatFailsMidRunAbortsTheJob(t *testing.T) {
-	t.Cleanup(func() { allocHook = nil })
-	allocHook = func(c comm.Communicator, what string, n int, alloc func(int) (devmem.Buffer, error)) (devmem.Buffer, error) {
-		if c.Rank() == 1 && what == "send" {
-			return devmem.NewHostDevice().Alloc(n) // its first copy of input fails
-		}
-		return alloc(n)
-	}
+	sendOnAnotherDevice(t, 1)
 	cs, err := local.NewGroup(3) // no timeout
 	if err != nil {
 		t.Fatal(err)
@@ -337,13 +338,7 @@ type noAbort struct{ comm.Communicator }
 // running. Rank 0's first copy of input fails (its send buffer is on
 // another device); it keeps its communicator open, so the others wait.
 func TestARankThatFailsMidRunInAGroupWithoutAbort(t *testing.T) {
-	t.Cleanup(func() { allocHook = nil })
-	allocHook = func(c comm.Communicator, what string, n int, alloc func(int) (devmem.Buffer, error)) (devmem.Buffer, error) {
-		if c.Rank() == 0 && what == "send" {
-			return devmem.NewHostDevice().Alloc(n)
-		}
-		return alloc(n)
-	}
+	sendOnAnotherDevice(t, 0)
 	cs, err := local.NewGroup(3)
 	if err != nil {
 		t.Fatal(err)
