@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/gpucomm/gpucomm/devmem"
 )
@@ -340,4 +341,38 @@ func RecvCall(buf devmem.Buffer, count int, dt DType, peer int, s *devmem.Stream
 func GroupCall(ops []P2P, s *devmem.Stream) (Call, []P2P) {
 	ops = append([]P2P(nil), ops...)
 	return Call{Operation: OpGroupP2P, P2P: ops, Stream: s}, ops
+}
+
+// SplitRefusal says why a rank cannot split on color and key (a color
+// below 0 other than -1, comm.Undefined; a color or key that MPI's and
+// NCCL's int cannot hold); "" when it can. Every backend judges Split's
+// arguments by it.
+func SplitRefusal(color, key int) string {
+	switch {
+	case color < 0 && color != -1:
+		return fmt.Sprintf("color %d: want >= 0 or comm.Undefined", color)
+	case color > math.MaxInt32:
+		return fmt.Sprintf("color %d does not fit MPI's int", color)
+	case key > math.MaxInt32 || key < math.MinInt32:
+		return fmt.Sprintf("key %d does not fit MPI's int", key)
+	}
+	return ""
+}
+
+// SplitRefusals is the error every rank of a Split returns when some rank
+// cannot split (why[r] is rank r's SplitRefusal, empty where it can): one
+// wrapping ErrInvalidArgument naming each such rank and why; nil when every
+// rank can. The ranks exchange their refusals first, so that one rank's bad
+// color fails them all instead of leaving the others in the split.
+func SplitRefusals(why [][]byte) error {
+	var bad []string
+	for r, w := range why {
+		if len(w) > 0 {
+			bad = append(bad, fmt.Sprintf("rank %d: %s", r, w))
+		}
+	}
+	if bad == nil {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", strings.Join(bad, "; "), ErrInvalidArgument)
 }

@@ -160,3 +160,28 @@ func BenchmarkValidateGroupP2P(b *testing.B) {
 		})
 	}
 }
+
+// Split's arguments are judged alike on every backend, and the refusals
+// the ranks exchanged name each rank that cannot split.
+func TestSplitRefusal(t *testing.T) {
+	for _, c := range []struct {
+		color, key int
+		says       string
+	}{
+		{0, 0, ""}, {-1, 5, ""}, {1<<31 - 1, -1 << 31, ""},
+		{-2, 0, "color -2: want >= 0 or comm.Undefined"},
+		{1 << 31, 0, "color 2147483648 does not fit MPI's int"},
+		{0, -1<<31 - 1, "key -2147483649 does not fit MPI's int"},
+	} {
+		if got := SplitRefusal(c.color, c.key); got != c.says {
+			t.Errorf("SplitRefusal(%d, %d) = %q, want %q", c.color, c.key, got, c.says)
+		}
+	}
+	if err := SplitRefusals([][]byte{nil, {}, nil}); err != nil {
+		t.Errorf("no refusal: %v", err)
+	}
+	err := SplitRefusals([][]byte{nil, []byte("color -2: x"), nil, []byte("key 9: y")})
+	if !errors.Is(err, ErrInvalidArgument) || err.Error() != "rank 1: color -2: x; rank 3: key 9: y: invalid argument" {
+		t.Errorf("two refusals: %v", err)
+	}
+}

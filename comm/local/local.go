@@ -1,9 +1,9 @@
 package local
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"sort"
 	"strings"
@@ -558,13 +558,8 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	// round, so that every rank fails, naming it, where the others would
 	// wait for it.
 	in := []byte(fmt.Sprintf("%d %d", color, key))
-	switch {
-	case color < 0 && color != comm.Undefined:
-		in = []byte(fmt.Sprintf("bad color %d: want >= 0 or comm.Undefined", color))
-	case color > math.MaxInt32:
-		in = []byte(fmt.Sprintf("bad color %d does not fit MPI's int (the MPI backends refuse it)", color))
-	case key > math.MaxInt32 || key < math.MinInt32:
-		in = []byte(fmt.Sprintf("bad key %d does not fit MPI's int (the MPI backends refuse it)", key))
+	if why := driver.SplitRefusal(color, key); why != "" {
+		in = []byte("bad " + why)
 	}
 	if err := c.begin(driver.OpSplit); err != nil {
 		return nil, err
@@ -575,14 +570,14 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	type result map[int][]comm.Communicator // new communicators by old rank's color, in new-rank order
 	var members []member
 	finish := func(r *round) {
-		var bad []string
+		why := make([][]byte, len(r.inputs))
 		for rank, b := range r.inputs {
-			if why, ok := strings.CutPrefix(string(b), "bad "); ok {
-				bad = append(bad, fmt.Sprintf("rank %d: %s", rank, why))
+			if w, ok := bytes.CutPrefix(b, []byte("bad ")); ok {
+				why[rank] = w
 			}
 		}
-		if bad != nil {
-			r.result = fmt.Errorf("%s: %w", strings.Join(bad, "; "), comm.ErrInvalidArgument)
+		if err := driver.SplitRefusals(why); err != nil {
+			r.result = err
 			return
 		}
 		members = members[:0]

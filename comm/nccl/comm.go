@@ -3,9 +3,7 @@ package nccl
 import (
 	"errors"
 	"fmt"
-	"math"
 	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -386,12 +384,7 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	if err := c.Check(call); err != nil {
 		return nil, err
 	}
-	var bad string // why this rank's color or key cannot be split on
-	if (color < 0 && color != comm.Undefined) || color > math.MaxInt32 {
-		bad = fmt.Sprintf("color %d: want 0..%d or comm.Undefined", color, math.MaxInt32)
-	} else if key < math.MinInt32 || key > math.MaxInt32 {
-		bad = fmt.Sprintf("key %d does not fit MPI's and NCCL's int", key)
-	}
+	bad := driver.SplitRefusal(color, key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.usableLocked(driver.OpSplit); err != nil {
@@ -404,14 +397,8 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	if err != nil {
 		return nil, c.errorf(driver.OpSplit, nil, "telling the ranks whether each can split: %w", err)
 	}
-	var why []string
-	for r, b := range all {
-		if len(b) > 0 {
-			why = append(why, fmt.Sprintf("rank %d: %s", r, b))
-		}
-	}
-	if why != nil {
-		return nil, c.errorf(driver.OpSplit, comm.ErrInvalidArgument, "%s", strings.Join(why, "; "))
+	if err := driver.SplitRefusals(all); err != nil {
+		return nil, c.errorf(driver.OpSplit, nil, "%w", err)
 	}
 	nb, err := c.boot.split(color, key)
 	if err != nil {

@@ -596,13 +596,7 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	if err := c.Check(call); err != nil {
 		return nil, err
 	}
-	var bad string // why this rank's color or key cannot be split on
-	switch {
-	case color < 0 && color != comm.Undefined:
-		bad = fmt.Sprintf("color %d: want >= 0 or comm.Undefined", color)
-	case color > math.MaxInt32 || key > math.MaxInt32 || key < math.MinInt32:
-		bad = fmt.Sprintf("color %d or key %d does not fit MPI's int", color, key)
-	}
+	bad := driver.SplitRefusal(color, key)
 	if err := c.begin(); err != nil {
 		return nil, c.wrap(driver.OpSplit, err)
 	}
@@ -640,24 +634,15 @@ func (c *Comm) Split(color, key int) (comm.Communicator, error) {
 	return sub, nil
 }
 
-// agreeToSplit tells every rank of pc why each rank cannot split (bad: this
-// rank's reason, "" when it can): nil when every rank can, else an error
-// wrapping ErrInvalidArgument that names the ranks that cannot and why.
+// agreeToSplit tells every rank of pc why each rank cannot split (bad:
+// this rank's driver.SplitRefusal): nil when every rank can, else
+// driver.SplitRefusals's error.
 func agreeToSplit(pc *mpi.Comm, bad string) error {
 	all, err := mpi.AllgatherBytes(pc, []byte(bad))
 	if err != nil {
 		return fmt.Errorf("telling the ranks whether each can split: %w", err)
 	}
-	var why []string
-	for r, b := range all {
-		if len(b) > 0 {
-			why = append(why, fmt.Sprintf("rank %d: %s", r, b))
-		}
-	}
-	if why == nil {
-		return nil
-	}
-	return fmt.Errorf("%s: %w", strings.Join(why, "; "), comm.ErrInvalidArgument)
+	return driver.SplitRefusals(all)
 }
 
 // saturatingByteSums asks MPI to sum 8-bit vectors that overflow and reports
