@@ -23,11 +23,7 @@ func TestAbortReleasesTheRanksWaitingForTheAbortingOne(t *testing.T) {
 	why := errors.New("rank 1 cannot go on: its input file is gone")
 	const poison = float32(-7.5)
 	recvBuf := float32s(t, cs[3], poison, poison)
-	s, err := cs[2].Device().NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	s := newStream(t, cs[2])
 	y := float32s(t, cs[2], 3, 4)
 	if err := comm.AllReduce(cs[2], y, y, comm.Sum, s); err != nil {
 		t.Fatalf("queuing an AllReduce on a stream: %v", err)

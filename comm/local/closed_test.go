@@ -18,11 +18,7 @@ import (
 // for the others.
 func TestCloseStopsTheRanksWaitingCalls(t *testing.T) {
 	cs := newGroup(t, 2)
-	s, err := cs[0].Device().NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	s := newStream(t, cs[0])
 	x := float32s(t, cs[0], 1, 2, 3)
 	if err := comm.AllReduce(cs[0], x, x, comm.Sum, s); err != nil {
 		t.Fatal(err)
@@ -52,11 +48,7 @@ func TestCloseNeverWaitsForAnotherRank(t *testing.T) {
 	cs := newGroup(t, 2)
 	streams := make([]*devmem.Stream, 2)
 	for r, c := range cs {
-		s, err := c.Device().NewStream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Destroy()
+		s := newStream(t, c)
 		streams[r] = s
 		if err := comm.Recv(c, float32s(t, c, 0, 0), 1-r, s); err != nil {
 			t.Fatal(err)
@@ -71,11 +63,7 @@ func TestCloseNeverWaitsForAnotherRank(t *testing.T) {
 	}
 
 	cs = newGroup(t, 2)
-	s, err := cs[0].Device().NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	s := newStream(t, cs[0])
 	closed := make(chan error, 1)
 	gate := make(chan struct{})
 	if err := s.HostFunc(func() error { <-gate; closed <- cs[0].Close(); return nil }); err != nil {
@@ -102,11 +90,7 @@ func TestCloseNeverWaitsForAnotherRank(t *testing.T) {
 // others: one waiting for it in a collective fails with ErrPeerClosed.
 func TestARankThatClosedWithAQueuedReceiveIsGoneForTheOthers(t *testing.T) {
 	cs := newGroup(t, 2)
-	s, err := cs[0].Device().NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
+	s := newStream(t, cs[0])
 	if err := comm.Recv(cs[0], float32s(t, cs[0], 0), 1, s); err != nil {
 		t.Fatal(err)
 	}
@@ -183,4 +167,15 @@ func TestWaitingForARankThatClosedFailsNamingIt(t *testing.T) {
 	if v, _ := got.ToHost(nil); v[0] != 5 || v[1] != 6 {
 		t.Errorf("the receive that failed wrote %v", v)
 	}
+}
+
+// newStream makes a stream on c's device, destroyed when t ends.
+func newStream(t *testing.T, c comm.Communicator) *devmem.Stream {
+	t.Helper()
+	s, err := c.Device().NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Destroy() })
+	return s
 }
