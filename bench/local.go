@@ -23,10 +23,11 @@ import (
 // rank that stopped because of it (the abort, or the failed rank's Close),
 // an error wrapping ErrRankFailed; a rank that failed on its own keeps its
 // own error. The local backend's Abort ends every group of the same
-// local.NewGroup, those Split from it included: close them all. Where no communicator of the
-// group has an Abort, RunGroup returns as soon as such a rank fails, and
-// leaves the goroutines of the ranks still running behind: they end, and
-// free what they hold, if their wait ever ends (a timeout, say).
+// local.NewGroup, those Split from it included: close them all. Where no
+// communicator of the group has an Abort, RunGroup returns as soon as such
+// a rank fails, and leaves the goroutines of the ranks still running
+// behind: they end, and free what they hold, if their wait ever ends (a
+// timeout, say).
 func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress Progress) (*Report, error) {
 	if len(cs) == 0 {
 		return nil, fmt.Errorf("bench: empty group: %w", comm.ErrInvalidArgument)
@@ -95,14 +96,14 @@ func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress 
 			break
 		}
 	}
-	if failed >= 0 && abortFor(cs, back, failed, errs[failed]) {
-		// The others stop at once: wait for them.
-		missing := 0
-		for _, ok := range back {
-			if !ok {
-				missing++
-			}
+	missing := 0
+	for _, ok := range back {
+		if !ok {
+			missing++
 		}
+	}
+	if failed >= 0 && missing > 0 && abortFor(cs, failed, errs[failed]) {
+		// The others stop at once: wait for them.
 		for range missing {
 			take(<-outcomes)
 		}
@@ -151,17 +152,10 @@ func stoppedByAnother(err error) bool {
 	return errors.Is(err, comm.ErrAborted) || errors.Is(err, local.ErrPeerClosed)
 }
 
-// abortFor aborts the group of cs because rank failed with err, when some
-// rank is not back yet and a communicator of the group has an Abort (the
-// failed rank's first); it reports whether it did.
-func abortFor(cs []comm.Communicator, back []bool, failed int, err error) bool {
-	waiting := false
-	for _, ok := range back {
-		waiting = waiting || !ok
-	}
-	if !waiting {
-		return false
-	}
+// abortFor aborts the group of cs because rank failed with err, through
+// the first communicator of the group that has an Abort (the failed rank's
+// first); it reports whether one had.
+func abortFor(cs []comm.Communicator, failed int, err error) bool {
 	reason := fmt.Errorf("bench: %w", err)
 	if comm.Abort(cs[failed], reason) {
 		return true
