@@ -43,9 +43,10 @@ else
   phase "NVRTC phase skipped: GPUCOMM_NVRTC_DIR is unset (scripts/nvrtc-debian.sh DIR fetches one; .ci/run does)"
 fi
 
-# Packages whose behaviour depends on the MPI build tag.
+# Packages whose behaviour depends on the MPI build tag (comm: its registry
+# then holds the mpi and cudaaware backends beside the tests' fakes).
 mpi_pkgs=$(go list -tags mpi -f '{{if or .CgoFiles .TestGoFiles .XTestGoFiles}}{{.ImportPath}}{{end}}' \
-  ./internal/mpi/... ./internal/mpicomm/... ./comm/mpi/... ./comm/cudaaware/... ./comm/nccl/... ./bench/... ./devmem/... ./cmd/... 2>/dev/null || true)
+  ./comm ./internal/mpi/... ./internal/mpicomm/... ./comm/mpi/... ./comm/cudaaware/... ./comm/nccl/... ./bench/... ./devmem/... ./cmd/... 2>/dev/null || true)
 
 # has_family FAMILY: pkg-config knows the family's library and the family's
 # own launcher is installed. Debian's mpich package also provides "mpirun",

@@ -25,6 +25,7 @@ var (
 
 func registerFakes(t *testing.T) {
 	t.Helper()
+	onlyFakes(t)
 	// The fakes leave with the test, so that "auto" in the examples, which
 	// run in this binary after the tests, sees only the real backends.
 	t.Cleanup(func() {
@@ -62,6 +63,30 @@ func registerFakes(t *testing.T) {
 			Rank: f.rank,
 		})
 	}
+}
+
+// onlyFakes sets the real backends this binary registers aside for the
+// test (comm/all, imported by the examples, brings local, and mpi and
+// cudaaware under the mpi tags, which outrank every fake and open as a
+// singleton), so that "auto" and Backends see the fakes alone.
+func onlyFakes(t *testing.T) {
+	t.Helper()
+	regMu.Lock()
+	aside := map[string]driver.Driver{}
+	for name, d := range drivers {
+		if !strings.HasPrefix(name, "fake-") {
+			aside[name] = d
+			delete(drivers, name)
+		}
+	}
+	regMu.Unlock()
+	t.Cleanup(func() {
+		regMu.Lock()
+		defer regMu.Unlock()
+		for name, d := range aside {
+			drivers[name] = d
+		}
+	})
 }
 
 func TestOpenPicksBestUsableAndAppliesOptions(t *testing.T) {
