@@ -2,10 +2,17 @@ package comm
 
 import (
 	"errors"
-	"github.com/gpucomm/gpucomm/comm/driver"
+	"go/parser"
+	"go/token"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpucomm/gpucomm/comm/driver"
 )
 
 type fakeComm struct {
@@ -389,5 +396,29 @@ func TestProbeAutoAnswersForAutosChoice(t *testing.T) {
 		if err != nil || v != want {
 			t.Errorf("Probe(%q) = %+v, %v; want %s's verdict %+v", name, v, err, first, want)
 		}
+	}
+}
+
+// knownBackends repeats what comm/all imports (comm cannot import it: all
+// imports the backends, which import comm); the two lists must agree, or
+// an unknown name's error advises the import wrongly.
+func TestKnownBackendsAreWhatAllImports(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("all", "all.go"), nil, parser.ImportsOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var imported []string
+	for _, im := range f.Imports {
+		p, err := strconv.Unquote(im.Path.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		imported = append(imported, path.Base(p))
+	}
+	known := slices.Clone(knownBackends)
+	slices.Sort(imported)
+	slices.Sort(known)
+	if !slices.Equal(imported, known) {
+		t.Fatalf("comm/all imports %v, knownBackends says %v", imported, known)
 	}
 }
