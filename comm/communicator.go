@@ -67,6 +67,10 @@ type Communicator interface {
 	// send's, so an exchange in place goes through a second buffer (such a
 	// call is refused with ErrInvalidArgument); sends may share bytes, and
 	// receives may (a bandwidth test's window), one of the messages left.
+	// Transfers to the rank itself are allowed here alone and pair up in
+	// the call, the k-th send to self with the k-th receive from self, of
+	// the same count and dtype; an unpaired one is refused with
+	// ErrInvalidArgument (a receive from self could never be met).
 	GroupP2P(ops []P2P, s *devmem.Stream) error
 	// Barrier returns (or, with a stream, lets the stream go on) once every
 	// rank has reached it.

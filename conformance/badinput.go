@@ -229,6 +229,15 @@ func (r *rank) badInputs() {
 			[]comm.P2P{comm.SendTo(right, A(nb), n, dt), comm.RecvFrom(left, r.view(a, es, nb), n, dt)}},
 		{"a receive into its second send",
 			[]comm.P2P{comm.SendTo(left, B(nb), n, dt), comm.RecvFrom(left, A(nb), n, dt), comm.SendTo(right, A(nb), n, dt)}},
+		// Transfers to the rank itself pair up inside the group: a receive
+		// from self with no send would wait for ever (nothing else can
+		// send it), a send to self with no receive leave a message behind.
+		{"a receive from itself without its send",
+			[]comm.P2P{comm.SendTo(right, A(nb), n, dt), comm.RecvFrom(left, B(nb), n, dt), comm.RecvFrom(me, B(nb), n, dt)}},
+		{"a send to itself without its receive",
+			[]comm.P2P{comm.SendTo(right, A(nb), n, dt), comm.RecvFrom(left, B(nb), n, dt), comm.SendTo(me, A(nb), n, dt)}},
+		{"a send to itself of another count than its receive",
+			[]comm.P2P{comm.SendTo(me, A(nb), n, dt), comm.RecvFrom(me, B(nb), n-1, dt)}},
 	} {
 		r.try("GroupP2P with "+g.what, inv, args{op: driver.OpGroupP2P, p2p: g.ops}, bufs...)
 	}

@@ -99,6 +99,9 @@ func (c Call) Validate(rank, size int, dev *devmem.Device) error {
 				return fmt.Errorf("entry %d: %w", i, err)
 			}
 		}
+		if err := checkSelfPairs(c.P2P, rank); err != nil {
+			return err
+		}
 		return checkGroupOverlap(c.P2P)
 	case OpSend, OpRecv:
 		kind, buf := SendKind, c.Send
@@ -243,6 +246,49 @@ func checkP2P(p P2P, rank, size int, dev *devmem.Device, grouped bool) error {
 		what = "recv"
 	}
 	return checkBuf(what, p.Buf, dev, p.Count*p.DType.Size())
+}
+
+// checkSelfPairs refuses a GroupP2P whose transfers to this rank itself do
+// not pair up: the k-th send to self goes to the k-th receive from self,
+// of the same count and dtype. Only this rank could meet a receive from
+// itself, and it is inside this call, so an unpaired one would wait for
+// ever (under MPI, so would a send too large to go eagerly), and one
+// paired across calls would work on one backend and hang on another
+// (NCCL refuses it).
+func checkSelfPairs(ops []P2P, rank int) error {
+	var sends, recvs int
+	for _, p := range ops {
+		if p.Peer == rank {
+			if p.Kind == SendKind {
+				sends++
+			} else {
+				recvs++
+			}
+		}
+	}
+	if sends != recvs {
+		return fmt.Errorf("%d sends to this rank itself and %d receives from itself: each send to self needs its receive in the same GroupP2P: %w",
+			sends, recvs, ErrInvalidArgument)
+	}
+	if sends == 0 {
+		return nil
+	}
+	si, ri := 0, 0
+	for k := 0; k < sends; k++ {
+		for ops[si].Peer != rank || ops[si].Kind != SendKind {
+			si++
+		}
+		for ops[ri].Peer != rank || ops[ri].Kind != RecvKind {
+			ri++
+		}
+		if snd, rcv := ops[si], ops[ri]; snd.Count != rcv.Count || snd.DType != rcv.DType {
+			return fmt.Errorf("entry %d (%s) pairs with entry %d (%s): the k-th send to self goes to the k-th receive from self, "+
+				"and the two must agree on count and dtype: %w", si, describe(snd), ri, describe(rcv), ErrInvalidArgument)
+		}
+		si++
+		ri++
+	}
+	return nil
 }
 
 // checkGroupOverlap refuses a GroupP2P one of whose receives writes bytes

@@ -130,6 +130,52 @@ func TestValidateGroupOverlap(t *testing.T) {
 	}
 }
 
+// Transfers to the rank itself pair up in the group, the k-th send to self
+// with the k-th receive from self, on count and dtype; a receive without
+// its send (it waited for ever) or a send without its receive is refused.
+func TestValidateSelfPairs(t *testing.T) {
+	dev := devmem.NewHostDevice()
+	var bufs [4]devmem.Buffer
+	for i := range bufs {
+		b, err := dev.Alloc(64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Free()
+		bufs[i] = b
+	}
+	a, b, c, d := bufs[0], bufs[1], bufs[2], bufs[3]
+	for _, tc := range []struct {
+		name string
+		ops  []P2P
+		says string // "" accepted
+	}{
+		{"a pair", []P2P{RecvFrom(1, b, 4, Float32), SendTo(1, a, 4, Float32)}, ""},
+		{"two pairs among other ranks' transfers", []P2P{SendTo(1, a, 4, Float32), RecvFrom(0, d, 8, Uint8), SendTo(2, a, 2, Int64), SendTo(1, c, 8, Uint8), RecvFrom(1, b, 4, Float32), RecvFrom(1, d, 8, Uint8), SendTo(0, c, 2, Int64)}, ""},
+		{"others' transfers only", []P2P{SendTo(2, a, 4, Float32), RecvFrom(2, b, 4, Float32)}, ""},
+		{"a receive from itself alone", []P2P{SendTo(2, a, 4, Float32), RecvFrom(1, b, 4, Float32)},
+			"0 sends to this rank itself and 1 receives from itself"},
+		{"a send to itself alone", []P2P{SendTo(1, a, 4, Float32), RecvFrom(2, b, 4, Float32)},
+			"1 sends to this rank itself and 0 receives from itself"},
+		{"two receives, one send", []P2P{SendTo(1, a, 4, Float32), RecvFrom(1, b, 4, Float32), RecvFrom(1, c, 4, Float32)},
+			"1 sends to this rank itself and 2 receives from itself"},
+		{"a pair of two counts", []P2P{SendTo(1, a, 4, Float32), RecvFrom(1, b, 3, Float32)},
+			"entry 0 (send of 4 float32 to rank 1) pairs with entry 1 (receive of 3 float32 from rank 1)"},
+		{"a pair of two dtypes of one size", []P2P{RecvFrom(1, b, 4, Int32), SendTo(1, a, 4, Float32)},
+			"entry 1 (send of 4 float32 to rank 1) pairs with entry 0 (receive of 4 int32 from rank 1)"},
+		{"pairs in the wrong order", []P2P{SendTo(1, a, 4, Float32), SendTo(1, c, 2, Int64), RecvFrom(1, d, 2, Int64), RecvFrom(1, b, 4, Float32)},
+			"entry 0 (send of 4 float32 to rank 1) pairs with entry 2 (receive of 2 int64 from rank 1)"},
+	} {
+		err := Call{Operation: OpGroupP2P, P2P: tc.ops}.Validate(1, 3, dev)
+		switch {
+		case tc.says == "" && err != nil:
+			t.Errorf("%s: %v; want it accepted", tc.name, err)
+		case tc.says != "" && (!errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), tc.says)):
+			t.Errorf("%s: %v; want ErrInvalidArgument saying %q", tc.name, err, tc.says)
+		}
+	}
+}
+
 // BenchmarkValidateGroupP2P is Validate's cost for a halo exchange's group
 // (two sends and two receives, slices of one grid) and for a bandwidth
 // window of 64 receives into one buffer.

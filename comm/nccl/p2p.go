@@ -119,10 +119,7 @@ func (c *Comm) allToAll(call driver.Call, fl driver.Flight) error {
 // with the k-th receive from self, as NCCL pairs them; each pair must agree
 // on count and type.
 func (c *Comm) pointToPoint(call driver.Call, ops []comm.P2P, fl driver.Flight) error {
-	p, err := c.p2pPlan(call.Operation, ops)
-	if err != nil {
-		return err
-	}
+	p := c.p2pPlan(ops)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if err := c.usableLocked(call.Operation); err != nil {
@@ -134,7 +131,7 @@ func (c *Comm) pointToPoint(call driver.Call, ops []comm.P2P, fl driver.Flight) 
 	return c.runLocked(&call, fl, p.enqueueOn(c))
 }
 
-func (c *Comm) p2pPlan(op driver.Operation, ops []comm.P2P) (plan, error) {
+func (c *Comm) p2pPlan(ops []comm.P2P) plan {
 	var p plan
 	var sends, recvs []comm.P2P // to and from self
 	for _, o := range ops {
@@ -147,15 +144,11 @@ func (c *Comm) p2pPlan(op driver.Operation, ops []comm.P2P) (plan, error) {
 			recvs = append(recvs, o)
 		}
 	}
-	if len(sends) != len(recvs) {
-		return p, c.errorf(op, comm.ErrInvalidArgument, "%d sends to self and %d receives from self: each send to self needs its receive in the same group", len(sends), len(recvs))
-	}
+	// Validate (checkSelfPairs) paired them: as many of each, the k-th of
+	// each agreeing on count and type.
 	for k, snd := range sends {
 		rcv := recvs[k]
-		if snd.Count != rcv.Count || snd.DType != rcv.DType {
-			return p, c.errorf(op, comm.ErrInvalidArgument, "send to self %d of %d %v meets a receive of %d %v", k, snd.Count, snd.DType, rcv.Count, rcv.DType)
-		}
 		p.copy(rcv.Buf, 0, snd.Buf, 0, snd.Count*snd.DType.Size())
 	}
-	return p, nil
+	return p
 }
