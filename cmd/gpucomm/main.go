@@ -92,6 +92,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if name == "check" || name == "bench" || name == "heat" {
+		// Before any rank waits for another (agree.go).
+		if why := agreeOnArgs(rest); why != "" {
+			return stopDisagreeing(name, why, stderr)
+		}
 		warnPlacement(name, stderr)
 	}
 	// Ctrl-C cancels the context, so a command can stop and still report.
