@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/gpucomm/gpucomm/devmem"
@@ -27,6 +28,17 @@ func foldSize(typ string) int {
 	return 8
 }
 
+// foldBytes is the bytes of n elements of typ, refusing for op a negative
+// n or one whose bytes overflow int (which would wrap round to a size that
+// short buffers pass, and launch a kernel over n elements of them).
+func foldBytes(op, typ string, n int) (int, error) {
+	size := foldSize(typ)
+	if n < 0 || n > math.MaxInt/size {
+		return 0, invalid(op, "%d elements of %q (at most %d, the bytes an int holds)", n, typ, math.MaxInt/size)
+	}
+	return n * size, nil
+}
+
 // Fold combines n elements of src into acc (acc[i] = acc[i] op src[i]), in
 // stream order on s, on a CUDA device: the kernels of reduce.cu, which
 // match comm/driver's ReduceInto bit for bit. kernels sits below comm, so
@@ -37,10 +49,10 @@ func Fold(s *devmem.Stream, typ, op string, acc, src devmem.Buffer, n int) error
 	if !slices.Contains(FoldTypes, typ) || !slices.Contains(FoldOps, op) {
 		return invalid("Fold", "no fold of %q with %q (types %v, ops %v)", typ, op, FoldTypes, FoldOps)
 	}
-	if n < 0 {
-		return invalid("Fold", "%d elements", n)
+	bytes, err := foldBytes("Fold", typ, n)
+	if err != nil {
+		return err
 	}
-	bytes := n * foldSize(typ)
 	dev, err := target("Fold", s, arg{"acc", acc, bytes}, arg{"src", src, bytes})
 	if err != nil || n == 0 {
 		return err
@@ -70,7 +82,11 @@ func Divide(s *devmem.Stream, typ string, acc devmem.Buffer, n, by int) error {
 	if !slices.Contains(FoldTypes, typ) || by <= 0 || n < 0 {
 		return invalid("Divide", "%d elements of %q by %d", n, typ, by)
 	}
-	dev, err := target("Divide", s, arg{"acc", acc, n * foldSize(typ)})
+	bytes, err := foldBytes("Divide", typ, n)
+	if err != nil {
+		return err
+	}
+	dev, err := target("Divide", s, arg{"acc", acc, bytes})
 	if err != nil || n == 0 {
 		return err
 	}
@@ -110,7 +126,10 @@ func Reduce(s *devmem.Stream, typ, op string, dsts, srcs []devmem.Buffer, n, by 
 	if len(srcs) == 0 || len(srcs) > MaxReduceRanks || len(dsts) == 0 || len(dsts) > MaxReduceRanks {
 		return invalid("Reduce", "%d sources and %d destinations (1 to %d of each)", len(srcs), len(dsts), MaxReduceRanks)
 	}
-	bytes := n * foldSize(typ)
+	bytes, err := foldBytes("Reduce", typ, n)
+	if err != nil {
+		return err
+	}
 	dev, err := target("Reduce", s, arg{"source 0", srcs[0], bytes})
 	if err != nil {
 		return err

@@ -48,7 +48,7 @@ func cellBits(v float64, dt DType) uint64 {
 // it bit for bit.
 func FieldChecksum(field []float64, n, m int, dt DType) (uint64, error) {
 	switch {
-	case n < 1 || m < 1 || len(field) != n*m:
+	case n < 1 || m < 1 || len(field)%m != 0 || len(field)/m != n: // n*m may overflow
 		return 0, invalid("FieldChecksum of %d values as a %d×%d field", len(field), n, m)
 	case dt != Float64 && dt != Float32:
 		return 0, invalid("FieldChecksum in element type %d", int(dt))

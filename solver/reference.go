@@ -2,6 +2,7 @@ package solver
 
 import (
 	"math"
+	"math/big"
 
 	"github.com/gpucomm/gpucomm/kernels"
 )
@@ -12,7 +13,9 @@ import (
 // widened exactly) and the residual of the last step that reduced it (NaN
 // if none did), summed in float64 in row order. Every run of the solver,
 // whatever its backend, device, ranks and decomposition, must give this
-// field bit for bit, and this residual within ResidualTolerance.
+// field bit for bit, and this residual within ResidualTolerance. It
+// refuses, with ErrInvalidArgument, a grid whose fields would take more
+// than 1 TiB of host memory (maxHostGridBytes).
 func Reference(cfg Config, steps int) (field []float64, residual float64, err error) {
 	cfg, err = cfg.normalized()
 	if err != nil {
@@ -21,12 +24,33 @@ func Reference(cfg Config, steps int) (field []float64, residual float64, err er
 	if steps < 0 {
 		return nil, 0, invalid("%d steps", steps)
 	}
+	// Two fields in the element type to step, and the float64 one returned.
+	if err := hostGridFits("Reference", cfg.N, cfg.M, 2*cfg.DType.Size()+8); err != nil {
+		return nil, 0, err
+	}
 	if cfg.DType == Float32 {
 		field, residual = reference[float32](cfg, steps)
 	} else {
 		field, residual = reference[float64](cfg, steps)
 	}
 	return field, residual, nil
+}
+
+// maxHostGridBytes is the most host memory, in bytes, that Reference, and
+// Solver.Gather at its root, take for the fields of one grid: 1 TiB. A
+// larger grid is refused with ErrInvalidArgument rather than left to fail
+// in make (a panic, or the process killed for want of memory).
+const maxHostGridBytes = 1 << 40
+
+// hostGridFits refuses, for op, an n×m grid of perCell bytes a cell whose
+// bytes pass maxHostGridBytes, computing them without overflow.
+func hostGridFits(op string, n, m, perCell int) error {
+	if n >= 0 && m > 0 && perCell > 0 && n <= maxHostGridBytes/perCell/m {
+		return nil
+	}
+	bytes := new(big.Int).Mul(big.NewInt(int64(n)), big.NewInt(int64(m)))
+	bytes.Mul(bytes, big.NewInt(int64(perCell)))
+	return invalid("%s of a %d×%d grid: %v bytes of host memory, more than the %d allowed", op, n, m, bytes, maxHostGridBytes)
 }
 
 func reference[T kernels.Float](cfg Config, steps int) ([]float64, float64) {

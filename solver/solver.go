@@ -696,6 +696,11 @@ func (s *solverT[T]) gather(root int) ([]float64, error) {
 		return nil, invalid("Gather to root %d of %d ranks", root, size)
 	}
 	cfg := s.cfg
+	// The float64 field and the blocks copied to the host, at the root; every
+	// rank refuses alike, before the collective.
+	if err := hostGridFits("Gather", cfg.N, cfg.M, 8+cfg.DType.Size()); err != nil {
+		return nil, err
+	}
 	blockLen := ceilDiv(cfg.N-2, cfg.Px) * ceilDiv(cfg.M-2, cfg.Py)
 	block, err := devmem.AllocSlice[T](s.dev, blockLen)
 	if err != nil {
