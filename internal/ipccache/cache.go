@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 
 	"github.com/gpucomm/gpucomm/devmem"
@@ -62,7 +63,8 @@ type Stats struct {
 	// Stale counts idle entries closed because an open met
 	// devmem.ErrAlreadyMapped: their exporter had freed them and allocated
 	// what the open named in their place, which a GPU does not map beside
-	// them.
+	// them; or because devmem refused an open of a handle this process
+	// exported (ErrBadHandle): the process has freed that memory since.
 	Stale   int64
 	Entries int   // allocations open now
 	Views   int   // views open now (an allocation may have several ranges open)
@@ -107,7 +109,7 @@ type entry struct {
 	// the mappings it made and no other open communicator uses, rather than
 	// leaving them to the cache's limits. Nil for an entry opened through
 	// Cache.Open only.
-	holders map[*Handle]struct{}
+	holders map[*share]struct{}
 }
 
 type view struct {
@@ -147,29 +149,54 @@ func (c *Cache) closeStale(d *devmem.Device, pid int) int {
 }
 
 // Ref is a peer buffer opened through the cache. Its Buf is valid until
-// Release.
+// Release. A copy of a Ref is the same Ref: one Release, through any of
+// them, gives it back.
 type Ref struct {
 	Buf devmem.Buffer
 	Hit bool // served by a view already open
-	c   *Cache
-	e   *entry
-	hd  *Handle // the Handle it was opened through, if any
+	p   *pin
+}
+
+// pin is a Ref's hold on its entry, which every copy of the Ref shares, so
+// that a second Release through a copy is refused like one through the
+// same pointer.
+type pin struct {
+	c        *Cache
+	e        *entry
+	hd       *share // the state of the Handle it was opened through, if any
+	released bool   // under c.mu
 }
 
 // Open returns the memory h names, opening it unless an open view of the
-// same allocation already covers its range.
+// same allocation already covers its range. A handle this process exported
+// is opened through devmem every time (in its exporter that maps nothing
+// and asks no driver), so that memory the process has freed since is
+// refused as devmem refuses it (ErrBadHandle), not served from an entry
+// kept of it; an idle such entry is closed then.
 func (c *Cache) Open(h devmem.IPCHandle) (*Ref, error) { return c.open(h, nil) }
 
-func (c *Cache) open(h devmem.IPCHandle, hd *Handle) (*Ref, error) {
+func (c *Cache) open(h devmem.IPCHandle, hd *share) (*Ref, error) {
+	if c == nil || c.dev == nil {
+		return nil, fmt.Errorf("ipccache: Open through a Cache that New did not make (nil or the zero Cache): %w", devmem.ErrInvalidArgument)
+	}
 	key, err := KeyOf(h)
 	if err != nil {
 		return nil, err
 	}
 	off, n := h.Offset(), h.Size()
+	// Memory this process exported is served by devmem only while the
+	// process has not freed it, which only devmem's open asks.
+	own := h.PID() == os.Getpid()
 	c.mu.Lock()
-	if r, err := c.hitLocked(key, off, n, hd); r != nil || err != nil {
+	if err := c.closedLocked(hd); err != nil {
 		c.mu.Unlock()
-		return r, err
+		return nil, err
+	}
+	if !own {
+		if r, err := c.hitLocked(key, off, n, hd); r != nil || err != nil {
+			c.mu.Unlock()
+			return r, err
+		}
 	}
 	c.mu.Unlock()
 	// Opened without the lock: an open that meets devmem.ErrAlreadyMapped
@@ -178,6 +205,11 @@ func (c *Cache) open(h devmem.IPCHandle, hd *Handle) (*Ref, error) {
 	// mapping) has devmem call closeStale, which takes it, and open again.
 	buf, err := c.dev.OpenIPC(h)
 	if err != nil {
+		if own && errors.Is(err, devmem.ErrBadHandle) {
+			c.mu.Lock()
+			c.dropFreedLocked(key)
+			c.mu.Unlock()
+		}
 		return nil, err
 	}
 	c.mu.Lock()
@@ -209,9 +241,9 @@ func (c *Cache) open(h devmem.IPCHandle, hd *Handle) (*Ref, error) {
 
 // hitLocked serves the range [off, off+n) of key's allocation from a view
 // open already, or returns nil.
-func (c *Cache) hitLocked(key Key, off, n int, hd *Handle) (*Ref, error) {
-	if c.closed || (hd != nil && hd.closed) {
-		return nil, fmt.Errorf("ipccache: Open after Close: %w", devmem.ErrInvalidArgument)
+func (c *Cache) hitLocked(key Key, off, n int, hd *share) (*Ref, error) {
+	if err := c.closedLocked(hd); err != nil {
+		return nil, err
 	}
 	e := c.entries[key]
 	if e == nil {
@@ -231,6 +263,28 @@ func (c *Cache) hitLocked(key Key, off, n int, hd *Handle) (*Ref, error) {
 		}
 	}
 	return nil, nil
+}
+
+// closedLocked refuses an Open after the cache's or hd's Close.
+func (c *Cache) closedLocked(hd *share) error {
+	if c.closed || (hd != nil && hd.closed) {
+		return fmt.Errorf("ipccache: Open after Close: %w", devmem.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// dropFreedLocked closes key's entry, if idle, after devmem refused an open
+// of a handle of it that this process exported: the process has freed the
+// memory (the entry's views are what still keep it).
+func (c *Cache) dropFreedLocked(key Key) {
+	e := c.entries[key]
+	if e == nil || e.refs > 0 {
+		return
+	}
+	c.stale++
+	if err := c.dropLocked(e); err != nil {
+		c.errs = append(c.errs, err)
+	}
 }
 
 // dropStaleLocked closes the idle entries of allocations of process pid,
@@ -253,7 +307,7 @@ func (c *Cache) dropStaleLocked(pid int) int {
 }
 
 // take pins e for a new Ref, with c.mu held.
-func (c *Cache) take(e *entry, buf devmem.Buffer, hit bool, hd *Handle) *Ref {
+func (c *Cache) take(e *entry, buf devmem.Buffer, hit bool, hd *share) *Ref {
 	if e.refs == 0 {
 		c.inUse++
 	}
@@ -262,26 +316,32 @@ func (c *Cache) take(e *entry, buf devmem.Buffer, hit bool, hd *Handle) *Ref {
 		hd.refs++
 		if _, ok := hd.held[e]; !ok {
 			if e.holders == nil {
-				e.holders = map[*Handle]struct{}{}
+				e.holders = map[*share]struct{}{}
 			}
 			e.holders[hd] = struct{}{}
 			hd.held[e] = struct{}{}
 		}
 	}
 	c.lru.MoveToFront(e.elem)
-	return &Ref{Buf: buf, Hit: hit, c: c, e: e, hd: hd}
+	return &Ref{Buf: buf, Hit: hit, p: &pin{c: c, e: e, hd: hd}}
 }
 
-// Release gives the Ref back; its Buf must not be used after. Releasing
-// twice is an error.
+// Release gives the Ref back; its Buf, and every copy's, must not be used
+// after. Releasing twice, through the same Ref or a copy of it, is an error
+// that changes nothing.
 func (r *Ref) Release() error {
-	if r == nil || r.c == nil {
-		return fmt.Errorf("ipccache: Release of a Ref released already: %w", devmem.ErrInvalidArgument)
+	if r == nil || r.p == nil {
+		return fmt.Errorf("ipccache: Release of a Ref that Open did not return (nil or the zero Ref): %w", devmem.ErrInvalidArgument)
 	}
-	c, e, hd := r.c, r.e, r.hd
-	r.c, r.e, r.hd, r.Buf = nil, nil, nil, devmem.Buffer{}
+	p := r.p
+	c, e, hd := p.c, p.e, p.hd
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if p.released {
+		return fmt.Errorf("ipccache: Release of a Ref released already (through it or a copy of it): %w", devmem.ErrInvalidArgument)
+	}
+	p.released = true
+	r.Buf = devmem.Buffer{}
 	if hd != nil {
 		hd.refs--
 	}
@@ -340,6 +400,9 @@ func (c *Cache) dropLocked(e *entry) error {
 
 // Stats returns the counters.
 func (c *Cache) Stats() Stats {
+	if c == nil {
+		return Stats{}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.statsLocked()
@@ -354,6 +417,9 @@ func (c *Cache) statsLocked() Stats {
 // Release; it fails, naming how many, when some are in use, and with any
 // error closing a view met since the cache was made. Open fails after it.
 func (c *Cache) Close() error {
+	if c == nil || c.dev == nil {
+		return fmt.Errorf("ipccache: Close of a Cache that New did not make (nil or the zero Cache): %w", devmem.ErrInvalidArgument)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
@@ -393,13 +459,30 @@ type sharedKey struct {
 }
 
 // Handle is one user's share of the process's cache of a device: its Opens
-// go through the shared entries; it counts its own hits, misses and Refs.
+// go through the shared entries; it counts its own hits, misses and Refs. A
+// copy of a Handle is the same Handle: one Close, through any of them,
+// closes it.
 type Handle struct {
+	s *share
+}
+
+// share is a Handle's state, which every copy of the Handle shares; its
+// fields are under c.mu.
+type share struct {
 	c            *Cache
 	hits, misses int64
 	refs         int // its Refs not yet released
 	closed       bool
 	held         map[*entry]struct{} // the entries it holds (entry.holders)
+}
+
+// share returns hd's state, or an error naming what was tried when hd is
+// not a Handle that Shared returned.
+func (hd *Handle) share(what string) (*share, error) {
+	if hd == nil || hd.s == nil {
+		return nil, fmt.Errorf("ipccache: %s a Handle that Shared did not return (nil or the zero Handle): %w", what, devmem.ErrInvalidArgument)
+	}
+	return hd.s, nil
 }
 
 // Shared returns a Handle on the process's cache of handles opened on dev's
@@ -429,36 +512,63 @@ func Shared(dev *devmem.Device, l Limits) (*Handle, error) {
 	c.mu.Lock()
 	c.users++
 	c.mu.Unlock()
-	return &Handle{c: c, held: map[*entry]struct{}{}}, nil
+	return &Handle{&share{c: c, held: map[*entry]struct{}{}}}, nil
 }
 
 // Open is Cache.Open through the shared cache, counted for hd.
-func (hd *Handle) Open(h devmem.IPCHandle) (*Ref, error) { return hd.c.open(h, hd) }
+func (hd *Handle) Open(h devmem.IPCHandle) (*Ref, error) {
+	s, err := hd.share("Open through")
+	if err != nil {
+		return nil, err
+	}
+	return s.c.open(h, s)
+}
 
 // Stats are the shared cache's counters, but Hits and Misses are hd's own
-// and InUse is hd's Refs not yet released.
+// and InUse is hd's Refs not yet released. They are zero for the zero
+// Handle.
 func (hd *Handle) Stats() Stats {
-	hd.c.mu.Lock()
-	defer hd.c.mu.Unlock()
-	st := hd.c.statsLocked()
-	st.Hits, st.Misses, st.InUse = hd.hits, hd.misses, hd.refs
+	s, err := hd.share("")
+	if err != nil {
+		return Stats{}
+	}
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	st := s.c.statsLocked()
+	st.Hits, st.Misses, st.InUse = s.hits, s.misses, s.refs
 	return st
 }
 
-// Total is the shared cache's counters, every Handle's together.
-func (hd *Handle) Total() Stats { return hd.c.Stats() }
+// Total is the shared cache's counters, every Handle's together; zero for
+// the zero Handle.
+func (hd *Handle) Total() Stats {
+	s, err := hd.share("")
+	if err != nil {
+		return Stats{}
+	}
+	return s.c.Stats()
+}
 
 // Close ends hd: it fails, naming how many, when some of its Refs are not
 // released (each still releases later). The last Handle's Close closes the
 // shared cache (Cache.Close); a later Shared makes another.
 func (hd *Handle) Close() error {
+	s, err := hd.share("Close of")
+	if err != nil {
+		return err
+	}
 	sharedMu.Lock()
 	defer sharedMu.Unlock()
+	return s.close()
+}
+
+// close is Handle.Close, with sharedMu held.
+func (hd *share) close() error {
 	c := hd.c
 	c.mu.Lock()
 	if hd.closed {
 		c.mu.Unlock()
-		return fmt.Errorf("ipccache: Handle closed twice: %w", devmem.ErrInvalidArgument)
+		return fmt.Errorf("ipccache: Handle closed twice (through it or a copy of it): %w", devmem.ErrInvalidArgument)
 	}
 	hd.closed = true
 	var err error

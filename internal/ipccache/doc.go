@@ -9,7 +9,14 @@
 //     differs), so the old mapping is never served for the new memory; it
 //     stays until least-recently-used eviction closes it.
 //   - Reference-counted: Open returns a Ref that pins its entry until
-//     Release; an entry in use is never evicted or closed.
+//     Release; an entry in use is never evicted or closed. A copy of a Ref
+//     (or of a Handle) is the same Ref: a second Release (Close) through
+//     any copy is refused and changes nothing; the zero values refuse
+//     their methods.
+//   - A handle this process exported is opened through devmem on every
+//     Open (in its exporter that maps nothing), so that memory the process
+//     has freed since is refused (devmem.ErrBadHandle) rather than served
+//     from an entry; an idle entry of it is closed (Stats.Stale).
 //   - Bounded in entries and bytes, evicting the least recently used idle
 //     entry first; a cache whose every entry is in use goes over its bound
 //     until releases bring it back.
