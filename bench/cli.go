@@ -264,8 +264,8 @@ func (o *options) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.W
 		}
 	}
 	if o.backend == local.Name {
-		if o.np < 1 {
-			return usageError(fs, "-np %d: want 1 or more ranks", o.np)
+		if o.np < 1 || o.np > local.MaxRanks {
+			return usageError(fs, "-np %d: want 1 to %d ranks", o.np, local.MaxRanks)
 		}
 		if d := strings.ToLower(o.device); d != "" && d != "auto" && d != "host" {
 			return usageError(fs, "-device %s: the local backend runs on simulated host devices only%s", o.device, note)

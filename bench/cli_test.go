@@ -227,6 +227,7 @@ func TestBadFlagsAreUsageErrors(t *testing.T) {
 		"compare without plot":    {"-compare", notJSON},
 		"compare of a bad report": {"-plot", filepath.Join(dir, "p.png"), "-compare", notJSON},
 		"no ranks":                {"-np", "0"},
+		"ranks past local's most": {"-np", "10000000"},
 		"pingpong on one rank":    {"-np", "1", "-op", "pingpong"},
 		"local on a GPU":          {"-device", "cuda"},
 		"negative timeout":        {"-timeout", "-1s"},

@@ -123,6 +123,11 @@ func runHeat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		cfg.ResidualEvery = -1
 	}
 
+	if f.backend == local.Name { // before the ranks are made: -np may be far too many for the grid
+		if err := cfg.Validate(f.np); err != nil {
+			return usageError(fs, "%v", err)
+		}
+	}
 	comms, err := heatComms(f)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpucomm heat: %v%s\n", err, note)

@@ -87,7 +87,8 @@ func TestHeatBadFlagsAreUsageErrors(t *testing.T) {
 		{"-decomp", "3d"},
 		{"-dtype", "float16"},
 		{"-px", "2"},
-		{"-n", "10", "-np", "9"}, // more ranks than interior rows
+		{"-n", "10", "-np", "9"},        // more ranks than interior rows
+		{"-n", "64", "-np", "10000000"}, // refused before ten million ranks are made (that took minutes)
 		{"-n", "10", "-np", "4", "-decomp", "2d", "-px", "3"},   // 3×0 ranks
 		{"-n", "10", "-np", "2", "-backend", "nosuch"},          // unknown backend
 		{"-n", "10", "-np", "2", "-backend", "mpi", "-np", "2"}, // -np is for local

@@ -89,9 +89,14 @@ func NewGroup(n int, opts ...comm.Option) ([]comm.Communicator, error) {
 	return newGroup(n, o)
 }
 
+// MaxRanks is the most ranks one group holds: each is a goroutine and a
+// device of this process, and a group of millions (a mistyped -np) took
+// the machine's memory for minutes before anything said why.
+const MaxRanks = 1 << 16
+
 func newGroup(n int, o comm.Options) ([]comm.Communicator, error) {
-	if n < 1 {
-		return nil, driver.Errorf(Name, "NewGroup", 0, comm.ErrInvalidArgument, "group of %d ranks", n)
+	if n < 1 || n > MaxRanks {
+		return nil, driver.Errorf(Name, "NewGroup", 0, comm.ErrInvalidArgument, "group of %d ranks (want 1 to %d)", n, MaxRanks)
 	}
 	devs := make([]*devmem.Device, n)
 	for i := range devs {

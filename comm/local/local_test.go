@@ -227,8 +227,8 @@ func TestSplitSharesDevicesAndRejectsNegativeColors(t *testing.T) {
 	}
 }
 
-func TestNewGroupRejectsEmptyGroups(t *testing.T) {
-	for _, n := range []int{0, -1} {
+func TestNewGroupRejectsEmptyAndHugeGroups(t *testing.T) {
+	for _, n := range []int{0, -1, local.MaxRanks + 1, 10_000_000} {
 		cs, err := local.NewGroup(n)
 		if cs != nil || !errors.Is(err, comm.ErrInvalidArgument) {
 			t.Errorf("NewGroup(%d) = %v, %v; want ErrInvalidArgument", n, cs, err)
