@@ -9,6 +9,8 @@
 #   bash .gpupack/run.sh compare  # public peers (carried in .peers) beside gpucomm
 #   bash .gpupack/run.sh ipc      # the mpi backend's IPC path: its GPU tests, then its figures
 #                                 # beside the ring, cudaaware and the device copy
+#   bash .gpupack/run.sh rows     # issue 23's small rows: 23.4's host-device collectives beside C's
+#                                 # MPI loop, 23.2's NCCL rows beside C's loop and nccl-tests (.peers)
 #   bash .gpupack/run.sh extra    # a one-off experiment's steps: .gpu-extra/extra.sh (ignored
 #                                 # by git, packed by build.sh), sourced here with step and count
 #
@@ -177,6 +179,33 @@ compare() { # public peers, built here from the sources carried in .peers (never
       done
     done
     step bench-nccl-np1 60 mpirun $NB -np 1 $B/gpucomm bench -backend nccl -op allreduce -b 8 -e 256M -f 8 -noprogress
+  fi
+}
+
+rows() { # issue 23.4's host-device rows and 23.2's NCCL rows beside nccl-tests, two rounds each (about 70 s)
+  export GPUCOMM_DEVICE=cuda
+  step small-host-cost 60 env GPUCOMM_DEVICE=host $B/comm_mpi.test -test.run XXX -test.bench SmallCollectiveHostCost
+  for r in 1 2; do
+    sys_mpi
+    for ns in "" -nostream; do
+      step host-mpi$ns-$r 60 mpirun $NB -np 2 $B/gpucomm bench -backend mpi -device host -op allreduce,broadcast -b 8 -e 64 -n 5000 -noprogress $ns
+    done
+    cuda_mpi
+    for ns in "" -nostream; do
+      step host-cudaaware$ns-$r 60 mpirun $NB $X -np 2 $B/gpucomm bench -backend cudaaware -device host -op allreduce,broadcast -b 8 -e 64 -n 5000 -noprogress $ns
+    done
+  done
+  sys_mpi
+  for r in 1 2; do
+    step nccl-bench-$r 60 mpirun $NB -np 1 $B/gpucomm bench -backend nccl -op allreduce -b 8 -e 256M -f 8 -noprogress
+  done
+  step nccl-bench-nostream 60 mpirun $NB -np 1 $B/gpucomm bench -backend nccl -op allreduce -b 8 -e 256M -f 8 -nostream -noprogress
+  step nccl-hostcost 90 mpirun $NB -np 1 $B/comm_nccl.test -test.run XXX -test.bench GPUAllReduceHostCost -test.benchmem
+  if [ -d .peers/nccl-tests ]; then
+    step build-nccl-tests 200 make -C .peers/nccl-tests/src -j 16 MPI=0 CUDA_HOME=/usr/local/cuda NCCL_HOME=/usr NVCC_GENCODE=-gencode=arch=compute_90,code=sm_90
+    for r in 1 2; do
+      step nccl-tests-float-sum-$r 60 .peers/nccl-tests/build/all_reduce_perf -g 1 -d float -o sum -b 8 -e 256M -f 8 -c 1
+    done
   fi
 }
 
