@@ -101,16 +101,19 @@ func ProbeCUDAAware() comm.Verdict {
 	if v := lastVerdict.Load(); v != nil {
 		return *v
 	}
+	// The host device first: it needs no CUDA support, whatever MPI, when
+	// up, says of its own (a command that started MPI before probing was
+	// told the backend could not run on the host).
+	spec := strings.ToLower(strings.TrimSpace(os.Getenv("GPUCOMM_DEVICE")))
+	n, err := devmem.CUDADeviceCount()
+	if spec == "host" || ((spec == "" || spec == "auto") && (err != nil || n == 0)) {
+		return comm.Verdict{Usable: true, Reason: "host device: " + Library() + " moves host memory, no CUDA support needed"}
+	}
 	if known, a := mpi.CUDAAwareQuery(); known {
 		if a {
 			return comm.Verdict{Usable: true, Reason: Library() + " reports CUDA support"}
 		}
 		return comm.Verdict{Reason: Library() + " reports no CUDA support; " + NotAwareAdvice}
-	}
-	spec := strings.ToLower(strings.TrimSpace(os.Getenv("GPUCOMM_DEVICE")))
-	n, err := devmem.CUDADeviceCount()
-	if spec == "host" || ((spec == "" || spec == "auto") && (err != nil || n == 0)) {
-		return comm.Verdict{Usable: true, Reason: "host device: " + Library() + " moves host memory, no CUDA support needed"}
 	}
 	return comm.Verdict{Usable: true, Tentative: true, Reason: "CUDA support of " + Library() +
 		" is known once MPI is up: Open asks MPI, and when MPI cannot say, exchanges device buffers between ranks to find out (" +
