@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/gpucomm/gpucomm/bench"
 	"github.com/gpucomm/gpucomm/comm"
 	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/comm/local"
@@ -35,7 +39,10 @@ GPUCOMM_TRACE_DIR (default ./gpucomm-trace); then
 	gpucomm trace DIR
 
 names the rank and the collective. Under MPI: mpirun -np 4 gpucomm drill
--backend mpi -mode skip. The exit status is 1 (the job failed, as it should).`
+-backend mpi -mode skip. The exit status is 1 (the job failed, as it should).
+
+With the local backend every rank is a goroutine of this process (-np of
+them). GPUCOMM_BACKEND, when set, overrides -backend.`
 
 // drillFlags are drill's flags, parsed.
 type drillFlags struct {
@@ -50,10 +57,10 @@ type drillFlags struct {
 }
 
 func runDrill(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("drill", "drill [-backend NAME] [-np N] [-mode skip|wrong|kill] [-rank R] [-at S] [-timeout D]", drillDescription, stderr)
+	fs := newFlagSet("drill", "drill [-backend NAME|auto] [-np N] [-mode skip|wrong|kill] [-rank R] [-at S] [-timeout D]", drillDescription, stderr)
 	var f drillFlags
-	fs.StringVar(&f.backend, "backend", local.Name, "backend `NAME`")
-	fs.IntVar(&f.np, "np", 4, "in-process ranks `N` (local backend only)")
+	fs.StringVar(&f.backend, "backend", local.Name, "backend `NAME`: "+strings.Join(comm.Backends(), ", ")+" or auto")
+	fs.IntVar(&f.np, "np", 4, "in-process ranks `N` (local backend only; under MPI mpirun sets it)")
 	fs.StringVar(&f.mode, "mode", "skip", "what the rank does wrong: skip, wrong or kill")
 	fs.IntVar(&f.rank, "rank", 1, "the rank `R` that goes wrong")
 	fs.IntVar(&f.at, "at", 3, "the collective `S` (from 1) where it goes wrong")
@@ -63,24 +70,59 @@ func runDrill(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	// note ends each error that the choice of backend causes.
+	var note string
+	f.backend, note = bench.BackendFromEnv("gpucomm drill", f.backend, set["backend"], stderr)
 	switch {
 	case f.mode != "skip" && f.mode != "wrong" && f.mode != "kill":
 		return usageError(fs, "-mode %q: want skip, wrong or kill", f.mode)
+	case f.ops < 1:
+		return usageError(fs, "-ops %d: want 1 or more", f.ops)
 	case f.at < 1 || f.at > f.ops:
 		return usageError(fs, "-at %d: want 1 to -ops %d", f.at, f.ops)
 	case f.timeout <= 0:
 		return usageError(fs, "-timeout %v: a drill needs a timeout, or the ranks wait forever", f.timeout)
 	case f.count < 1:
 		return usageError(fs, "-count %d: want 1 or more", f.count)
-	case f.backend == local.Name && f.mode == "kill":
-		return usageError(fs, "-mode kill needs one process a rank (an MPI backend): the local backend's ranks share this process")
+	}
+	// auto is resolved here, so that what it picks meets the checks below
+	// (a kill on local would take every rank with it, unrecorded).
+	name, err := resolveBackend(f.backend)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpucomm drill: %v%s\n", err, note)
+		if errors.Is(err, comm.ErrInvalidArgument) {
+			return exitUsage
+		}
+		return exitFail
+	}
+	picked := "" // says what auto chose, where it chose
+	if name != f.backend {
+		picked = fmt.Sprintf(" (-backend %s picked %s)", f.backend, name)
+	}
+	f.backend = name
+	switch {
+	case name == local.Name && f.np < 1:
+		return usageError(fs, "-np %d: want 1 or more ranks", f.np)
+	case name != local.Name && set["np"] && f.np != 1:
+		return usageError(fs, "-np applies to the local backend only; %s takes one rank a process, so set the rank count with mpirun -np%s", name, note)
+	case name == local.Name && f.mode == "kill":
+		return usageError(fs, "-mode kill needs one process a rank (an MPI backend): the local backend's ranks share this process%s%s", picked, note)
+	}
+	if name == local.Name {
+		// Under a launcher of several ranks each process would drill a
+		// group of its own, and their records would overwrite each other.
+		if err := localReady(""); err != nil {
+			fmt.Fprintf(stderr, "gpucomm drill: %v%s\n", err, note)
+			return exitFail
+		}
 	}
 	if os.Getenv("GPUCOMM_TRACE_DIR") == "" && os.Getenv("GPUCOMM_TRACE_SIGNAL") == "" {
 		// The recorder is on only with one of them; a drill always records.
 		os.Setenv("GPUCOMM_TRACE_DIR", "gpucomm-trace")
 	}
 	var cs []comm.Communicator
-	var err error
 	if f.backend == local.Name {
 		cs, err = local.NewGroup(f.np, comm.WithTimeout(f.timeout))
 	} else {
@@ -89,7 +131,10 @@ func runDrill(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		cs = []comm.Communicator{c}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "gpucomm drill: %v\n", err)
+		fmt.Fprintf(stderr, "gpucomm drill: %v%s\n", err, note)
+		if errors.Is(err, comm.ErrInvalidArgument) {
+			return exitUsage
+		}
 		return exitFail
 	}
 	if f.rank < 0 || f.rank >= cs[0].Size() {

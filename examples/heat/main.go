@@ -8,10 +8,13 @@
 //	go build -tags mpi ./examples/heat && mpirun -np 4 env GPUCOMM_BACKEND=mpi ./heat
 //
 // The binary run under mpirun must be built with -tags mpi (Open MPI) or
-// -tags mpich; built without, it refuses to start there and says so.
+// -tags mpich; built without, it refuses to start there and says so. It
+// takes no arguments: one is a usage error (exit 2).
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -28,6 +31,9 @@ var config = solver.Config{N: 256, M: 256, ResidualEvery: 50, Seed: 1, Boundary:
 const steps = 200
 
 func main() {
+	if code, ok := checkArgs(os.Args[1:], os.Stderr); !ok {
+		os.Exit(code)
+	}
 	c, err := comm.Open("auto")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "heat:", err)
@@ -38,6 +44,28 @@ func main() {
 		fmt.Fprintln(os.Stderr, "heat:", err)
 		os.Exit(1)
 	}
+}
+
+// checkArgs refuses any argument, since the program takes none. When ok is
+// false the caller exits with code: 0 after -h, 2 for a usage error.
+func checkArgs(args []string, stderr io.Writer) (code int, ok bool) {
+	fs := flag.NewFlagSet("heat", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: heat (no arguments; GPUCOMM_BACKEND names the backend, the best usable one when unset)")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // -h asked for the usage: that is no failure
+			return 0, false
+		}
+		return 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "heat: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return 2, false
+	}
+	return 0, true
 }
 
 // run is one rank's program; every rank calls it.

@@ -16,7 +16,9 @@
 // groups consecutive ranks into K nodes instead, to try the multi-node path
 // on one host. Rank r contributes n+37r elements, so every rank's part has
 // another size. It prints a line per node and one for the job, and exits 0
-// when every node and the global product match, 1 otherwise.
+// when every node and the global product match, 1 otherwise (a job too large
+// for a host's memory or a node root's GPU is refused before it allocates),
+// and 2 for a usage error. It takes flags only, no arguments.
 package main
 
 import (
@@ -24,6 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sync"
 
@@ -35,11 +38,15 @@ import (
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
+// maxN bounds -n so that every count and byte size below fits an int; the
+// memory check (checkMemory) refuses what a machine cannot hold long before.
+const maxN = 1 << 40
+
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ipcshare", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	np := fs.Int("np", 0, "run this many in-process ranks (local backend) instead of comm.Open(\"auto\")")
-	n := fs.Int("n", 1000, "elements rank 0 contributes; rank r adds 37r more")
+	n := fs.Int("n", 1000, fmt.Sprintf("elements rank 0 contributes (at most %d); rank r adds 37r more", maxN))
 	nodes := fs.Int("nodes", 0, "group consecutive ranks into this many simulated nodes (0: nodes are the ranks' hosts)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) { // -h asked for the usage: that is no failure
@@ -47,8 +54,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "ipcshare: unexpected argument %q: it takes flags only\n", fs.Arg(0))
+		fs.Usage()
+		return 2
+	}
 	if *n < 0 || *np < 0 || *nodes < 0 {
 		fmt.Fprintln(stderr, "ipcshare: -n, -np and -nodes must not be negative")
+		return 2
+	}
+	if *n > maxN {
+		fmt.Fprintf(stderr, "ipcshare: -n %d: at most %d elements a rank\n", *n, maxN)
 		return 2
 	}
 	if *np > 0 && *nodes > *np {
@@ -86,11 +102,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 		wg.Go(func() { errs[i] = errors.Join(rank(c, *n, *nodes, out), c.Close()) })
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := errors.Join(distinct(errs)...); err != nil {
 		fmt.Fprintln(stderr, "ipcshare:", err)
 		return 1
 	}
 	return 0
+}
+
+// distinct is errs without nils and without repeats of a message, which
+// in-process ranks that agreed on a refusal all return.
+func distinct(errs []error) []error {
+	var out []error
+	seen := map[string]bool{}
+	for _, err := range errs {
+		if err != nil && !seen[err.Error()] {
+			seen[err.Error()] = true
+			out = append(out, err)
+		}
+	}
+	return out
 }
 
 // lockedWriter keeps the lines of in-process node roots whole.
@@ -171,6 +201,13 @@ func rank(c comm.Communicator, n, nodes int, stdout io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
+	var nodeCount float64 // the elements of the node's u, and of its v
+	for _, g := range globals {
+		nodeCount += float64(countOf(n, int(g)))
+	}
+	if err := checkMemory(c, n, node.Rank() == 0, nodeCount); err != nil {
+		return err
+	}
 	count := countOf(n, c.Rank())
 	u, err := devmem.NewNodeSharedSlice[float64](nc, count)
 	if err != nil {
@@ -204,6 +241,102 @@ func rank(c comm.Communicator, n, nodes int, stdout io.Writer) (err error) {
 		return errors.Join(verdict, err)
 	}
 	return errors.Join(verdict, addUp(c, node.Rank() == 0, part, n, stdout))
+}
+
+// hostMemory and deviceMemory are devmem's; tests shrink them to check the
+// refusal without filling the machine.
+var (
+	hostMemory   = devmem.HostMemory
+	deviceMemory = (*devmem.Device).Memory
+)
+
+// checkMemory has the ranks agree, before u and v are allocated, that every
+// host and every node root's GPU can hold its share: 8 bytes an element for
+// each rank's slices of u and v, and on a node's root the node's u and v
+// (in host memory on a host device) and its host copy of them. The ranks of
+// a host add up what they need of its memory; the job then takes the worst
+// shortage (AllReduce(Max)), so that every rank returns the same error, or
+// none. Memory that cannot be read is taken to be enough.
+func checkMemory(c comm.Communicator, n int, root bool, nodeCount float64) (err error) {
+	hostNeed, gpuNeed := 16*float64(countOf(n, c.Rank())), 0.0
+	if root {
+		hostNeed += 16 * nodeCount
+		if c.Device().Kind() == devmem.Host {
+			hostNeed += 16 * nodeCount
+		} else {
+			gpuNeed = 16 * nodeCount
+		}
+	}
+	host, err := comm.SplitNode(c)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, host.Close()) }()
+	sum, err := reduceAll(host, comm.Sum, hostNeed)
+	if err != nil {
+		return err
+	}
+	// short: {host short, its need, free, total, GPU short, its need, free, total}
+	short := make([]float64, 8)
+	if free, total, err := hostMemory(); err == nil && sum[0] > float64(free) {
+		copy(short[0:4], []float64{1, sum[0], float64(free), float64(total)})
+	}
+	if gpuNeed > 0 {
+		if free, total, err := deviceMemory(c.Device()); err == nil && gpuNeed > float64(free) {
+			copy(short[4:8], []float64{1, gpuNeed, float64(free), float64(total)})
+		}
+	}
+	worst, err := reduceAll(c, comm.Max, short...)
+	if err != nil {
+		return err
+	}
+	if worst[0] > 0 {
+		return fmt.Errorf("-n %d: the ranks of a host need %s of its memory for u and v, but it has %s free of %s: use a smaller -n",
+			n, bytesOf(worst[1]), bytesOf(worst[2]), bytesOf(worst[3]))
+	}
+	if worst[4] > 0 {
+		return fmt.Errorf("-n %d: a node's u and v need %s on its root's GPU, which has %s free of %s: use a smaller -n, or more nodes",
+			n, bytesOf(worst[5]), bytesOf(worst[6]), bytesOf(worst[7]))
+	}
+	return nil
+}
+
+// bytesOf writes a byte count in decimal gigabytes, or megabytes below one.
+func bytesOf(b float64) string {
+	if b < 1e9 {
+		return fmt.Sprintf("%.1f MB", b/1e6)
+	}
+	return fmt.Sprintf("%.1f GB", b/1e9)
+}
+
+// reduceAll all-reduces a few float64 values over c, now, into a buffer
+// poisoned with NaN, so that a reduction that wrote nothing cannot pass.
+func reduceAll(c comm.Communicator, op comm.Op, vals ...float64) (out []float64, err error) {
+	dev := c.Device()
+	send, err := devmem.AllocSlice[float64](dev, len(vals))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, send.Free()) }()
+	recv, err := devmem.AllocSlice[float64](dev, len(vals))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, recv.Free()) }()
+	if err := send.CopyFrom(vals, nil); err != nil {
+		return nil, err
+	}
+	poison := make([]float64, len(vals))
+	for i := range poison {
+		poison[i] = math.NaN()
+	}
+	if err := recv.CopyFrom(poison, nil); err != nil {
+		return nil, err
+	}
+	if err := comm.AllReduce(c, send, recv, op, nil); err != nil {
+		return nil, err
+	}
+	return recv.ToHost(nil)
 }
 
 // partial is a node root's contribution to the global check.
@@ -265,27 +398,7 @@ func addUp(c comm.Communicator, root bool, p partial, n int, stdout io.Writer) (
 		return err
 	}
 	defer func() { err = errors.Join(err, roots.Close()) }()
-	dev := roots.Device()
-	send, err := devmem.AllocSlice[float64](dev, 4)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, send.Free()) }()
-	recv, err := devmem.AllocSlice[float64](dev, 4)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, recv.Free()) }()
-	if err := send.CopyFrom([]float64{p.dot, p.elements, p.wrong, p.failed}, nil); err != nil {
-		return err
-	}
-	if err := recv.CopyFrom([]float64{-1, -1, -1, -1}, nil); err != nil { // poisoned
-		return err
-	}
-	if err := comm.AllReduce(roots, send, recv, comm.Sum, nil); err != nil {
-		return err
-	}
-	sum, err := recv.ToHost(nil)
+	sum, err := reduceAll(roots, comm.Sum, p.dot, p.elements, p.wrong, p.failed)
 	if err != nil {
 		return err
 	}
