@@ -71,6 +71,15 @@ func newCache(t *testing.T, dev *devmem.Device, l Limits) *Cache {
 	return c
 }
 
+// noViewsOpen checks that dev has no view of another allocation open (when
+// says at what point of the test).
+func noViewsOpen(t *testing.T, dev *devmem.Device, when string) {
+	t.Helper()
+	if got := dev.Stats().Opened; got != 0 {
+		t.Errorf("%d views open %s", got, when)
+	}
+}
+
 func wantStats(t *testing.T, c *Cache, want Stats) {
 	t.Helper()
 	if got := c.Stats(); got != want {
@@ -210,9 +219,7 @@ func TestEvictionIsLRUAndSkipsEntriesInUse(t *testing.T) {
 	if err := errors.Join(c.Close(), cb.Close()); err != nil {
 		t.Fatal(err)
 	}
-	if got := dev.Stats().Opened; got != 0 {
-		t.Errorf("%d views open after Close", got)
-	}
+	noViewsOpen(t, dev, "after Close")
 }
 
 // Close with an entry in use says so, closes the rest at once and the one in
@@ -477,7 +484,5 @@ func reallocation(t *testing.T, spec string) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := dev.Stats().Opened; got != 0 {
-		t.Errorf("%d views open after Close", got)
-	}
+	noViewsOpen(t, dev, "after Close")
 }

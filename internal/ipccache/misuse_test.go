@@ -79,9 +79,7 @@ func TestReleaseOfACopiedRefIsRefused(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := dev.Stats().Opened; got != 0 {
-		t.Errorf("%d views open after Close", got)
-	}
+	noViewsOpen(t, dev, "after Close")
 }
 
 // Copies of one Ref released at once: one Release is accepted, the others
@@ -144,9 +142,7 @@ func TestCloseOfACopiedHandleIsRefused(t *testing.T) {
 	if err := errors.Join(r.Release(), hd2.Close()); err != nil {
 		t.Fatal(err)
 	}
-	if got := dev.Stats().Opened; got != 0 {
-		t.Errorf("%d views open after the last Handle closed", got)
-	}
+	noViewsOpen(t, dev, "after the last Handle closed")
 }
 
 // The zero values (and nil pointers) of Handle, Ref and Cache refuse their
@@ -205,9 +201,7 @@ func TestZeroValuesRefuseWithoutPanic(t *testing.T) {
 	wantErr("Open through a nil Cache", openErr(nilC.Open))
 	wantErr("Close of a nil Cache", nilC.Close)
 	wantZero("Stats of a nil Cache", nilC.Stats)
-	if got := dev.Stats().Opened; got != 0 {
-		t.Errorf("%d views left open", got)
-	}
+	noViewsOpen(t, dev, "at the end")
 }
 
 // A handle this process exported, opened through the cache, then its
@@ -240,9 +234,7 @@ func TestOwnFreedMemoryIsNotServed(t *testing.T) {
 		}
 	}
 	wantStats(t, c, Stats{Misses: 1, Stale: 1})
-	if got := dev.Stats().Opened; got != 0 {
-		t.Errorf("%d views open after the entry of freed memory was refused", got)
-	}
+	noViewsOpen(t, dev, "after the entry of freed memory was refused")
 
 	// In use: the open is refused, the Ref out keeps reading its memory.
 	b, wantB := filled(t, dev, n, 36)
@@ -267,7 +259,5 @@ func TestOwnFreedMemoryIsNotServed(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if got := dev.Stats().Opened; got != 0 {
-		t.Errorf("%d views open after Close", got)
-	}
+	noViewsOpen(t, dev, "after Close")
 }

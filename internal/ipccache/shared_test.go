@@ -297,9 +297,7 @@ func sharedHandles(t *testing.T, spec string) {
 			t.Fatal(err)
 		}
 	}
-	if got := dev.Stats().Opened; got != 0 {
-		t.Errorf("%d views open after the last Release of the last Handle", got)
-	}
+	noViewsOpen(t, dev, "after the last Release of the last Handle")
 	// A new Handle gets a new cache.
 	c := sharedHandle(t, dev)
 	if st := c.Total(); st != (Stats{}) {
@@ -504,9 +502,7 @@ func TestStaleEntriesOnAGPU(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if got := dev.Stats().Opened; got != 0 {
-		t.Errorf("%d views open after the last Handle closed", got)
-	}
+	noViewsOpen(t, dev, "after the last Handle closed")
 }
 
 // A communicator's Close gives back the mappings that only it opened, while
