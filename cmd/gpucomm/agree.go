@@ -26,10 +26,10 @@ import (
 // each naming the ranks that differ, before any of them waits for another.
 
 // sharedEnv are the variables the ranks of a job must agree on: the
-// backend, and the settings that change what every rank's calls exchange.
-// GPUCOMM_DEVICE may differ (a wrapper binds each rank to its GPU), and so
-// may the timeouts.
-var sharedEnv = []string{"GPUCOMM_BACKEND", "GPUCOMM_DEBUG", "GPUCOMM_CHUNK_BYTES"}
+// backend. GPUCOMM_DEVICE may differ (a wrapper binds each rank to its
+// GPU), and so may the timeouts; GPUCOMM_DEBUG and GPUCOMM_CHUNK_BYTES the
+// backends' Open settles among the ranks itself.
+var sharedEnv = []string{"GPUCOMM_BACKEND"}
 
 // rankView is what a rank tells the others before a command runs.
 type rankView struct {

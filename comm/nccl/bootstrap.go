@@ -41,13 +41,18 @@ func sentinelCode(err error) byte {
 // status is one rank's outcome of a bootstrap step.
 type status struct {
 	code   byte     // 0: success; else the sentinel index or noSentinel
+	debug  bool     // Open only: the rank's Options.Debug
 	device [16]byte // Open only: the device's identity
 	desc   string   // Open only: the device, for messages
 	msg    string   // the error text
 }
 
 func (s status) encode() []byte {
-	b := append([]byte{s.code}, s.device[:]...)
+	var debug byte
+	if s.debug {
+		debug = 1
+	}
+	b := append([]byte{s.code, debug}, s.device[:]...)
 	b = binary.AppendUvarint(b, uint64(len(s.desc)))
 	b = append(b, s.desc...)
 	return append(b, s.msg...)
@@ -55,17 +60,17 @@ func (s status) encode() []byte {
 
 func decodeStatus(b []byte) (status, error) {
 	var s status
-	if len(b) < 17 {
+	if len(b) < 18 {
 		return s, fmt.Errorf("bootstrap message of %d bytes: %w", len(b), comm.ErrMismatch)
 	}
-	s.code = b[0]
-	copy(s.device[:], b[1:17])
-	n, k := binary.Uvarint(b[17:])
-	if k <= 0 || uint64(len(b)-17-k) < n {
+	s.code, s.debug = b[0], b[1] != 0
+	copy(s.device[:], b[2:18])
+	n, k := binary.Uvarint(b[18:])
+	if k <= 0 || uint64(len(b)-18-k) < n {
 		return s, fmt.Errorf("malformed bootstrap message: %w", comm.ErrMismatch)
 	}
-	s.desc = string(b[17+k : 17+k+int(n)])
-	s.msg = string(b[17+k+int(n):])
+	s.desc = string(b[18+k : 18+k+int(n)])
+	s.msg = string(b[18+k+int(n):])
 	return s, nil
 }
 
@@ -180,6 +185,7 @@ func openOn(o comm.Options, b boot, lib library) (*Comm, error) {
 	}
 	dev, err := prepare(o, lib, lr)
 	mine := statusOf(err)
+	mine.debug = o.Debug
 	if err == nil {
 		mine.device, mine.desc = lib.deviceID(dev), dev.String()
 	}
@@ -193,6 +199,12 @@ func openOn(o comm.Options, b boot, lib library) (*Comm, error) {
 	// Before any NCCL call, which would hang or fail less clearly.
 	if err := duplicates(all); err != nil {
 		return nil, driver.Wrap(Name, "Open", rank, err)
+	}
+	// Debug compares every collective over the bootstrap: on one rank
+	// alone it would wait there for ranks that never come, so it is on
+	// for all when any rank asked for it (as the mpi backend settles it).
+	for _, s := range all {
+		o.Debug = o.Debug || s.debug
 	}
 	eng, err := initOn(b, lib, dev, "Open")
 	if err != nil {

@@ -486,3 +486,61 @@ func TestSplitWithOneRanksBadColorFailsEveryRank(t *testing.T) {
 		}
 	}
 }
+
+// Debug asked for on one rank only is on for every rank: a rank comparing
+// its collectives over the bootstrap waited there for ever for ranks that
+// went straight to NCCL. Open now settles it as the mpi backend does.
+func TestDebugOnOneRankIsOnForAll(t *testing.T) {
+	net := newFakeNet()
+	boots, err := fakeWorld(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := make([]*Comm, 2)
+	openErrs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		o := comm.Options{Device: "host", Debug: r == 1}
+		wg.Go(func() {
+			cs[r], openErrs[r] = open(o, func() (boot, error) { return boots[r], nil }, &fakeLib{net: net})
+		})
+	}
+	wg.Wait()
+	for r, err := range openErrs {
+		if err != nil {
+			t.Fatalf("rank %d: Open: %v", r, err)
+		}
+	}
+	defer closeAll(t, cs)
+	errs := make([]error, 2)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for r, c := range cs {
+			wg.Go(func() {
+				buf, err := c.Device().Alloc(64)
+				if err != nil {
+					errs[r] = err
+					return
+				}
+				defer buf.Free()
+				errs[r] = c.AllReduce(buf, buf, 4*(r+1), comm.Int32, comm.Sum, nil)
+			})
+		}
+		wg.Wait()
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("mismatched AllReduces with Debug on one rank still ran after 20 s")
+	}
+	for r, err := range errs {
+		if !errors.Is(err, comm.ErrMismatch) {
+			t.Errorf("rank %d: %v; want ErrMismatch (Debug on for both ranks)", r, err)
+		}
+	}
+	if n := net.ops.Load(); n != 0 {
+		t.Errorf("%d operations reached NCCL; want none", n)
+	}
+}
