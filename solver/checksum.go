@@ -62,7 +62,13 @@ func FieldChecksum(field []float64, n, m int, dt DType) (uint64, error) {
 
 // Checksum is the checksum of the current field (see FieldChecksum),
 // returned on every rank. It is collective.
-func (s *Solver) Checksum() (uint64, error) { return s.impl.checksum() }
+func (s *Solver) Checksum() (uint64, error) {
+	im := s.live()
+	if im == nil {
+		return 0, errZero
+	}
+	return im.checksum()
+}
 
 func (s *solverT[T]) checksum() (uint64, error) {
 	if s.closed {

@@ -408,38 +408,88 @@ func (s *solverT[T]) exchangeOps(u devmem.Slice[T]) ([]comm.P2P, error) {
 	return ops, nil
 }
 
-// Config is the configuration in force, defaults and the grid of ranks
-// filled in.
-func (s *Solver) Config() Config { return s.impl.config() }
+// errZero is the error of every call that needs a solver on a Solver that
+// New did not make (a zero Solver, or a nil *Solver).
+var errZero = fmt.Errorf("solver: a zero Solver (solvers come from New): %w", comm.ErrInvalidArgument)
 
-// Stats returns this rank's counters.
-func (s *Solver) Stats() Stats { return s.impl.stats() }
+// live returns the solver behind s, or nil for a zero or nil Solver.
+func (s *Solver) live() stepper {
+	if s == nil {
+		return nil
+	}
+	return s.impl
+}
+
+// Config is the configuration in force, defaults and the grid of ranks
+// filled in; the zero Config for a zero Solver.
+func (s *Solver) Config() Config {
+	if im := s.live(); im != nil {
+		return im.config()
+	}
+	return Config{}
+}
+
+// Stats returns this rank's counters; zero for a zero Solver.
+func (s *Solver) Stats() Stats {
+	if im := s.live(); im != nil {
+		return im.stats()
+	}
+	return Stats{}
+}
 
 // StencilBytes is what one step must move at the least, over the whole
 // grid: every value read once and written once, in the field's element
-// type.
+// type. 0 for a zero Solver.
 func (s *Solver) StencilBytes() int64 {
-	cfg := s.impl.config()
+	im := s.live()
+	if im == nil {
+		return 0
+	}
+	cfg := im.config()
 	return 2 * int64(cfg.DType.Size()) * int64(cfg.N) * int64(cfg.M)
 }
 
 // Residual is the norm of the change, sqrt(Σ (u' - u)²) over the whole grid
 // summed in float64, at the last step that reduced it; NaN before the
-// first.
-func (s *Solver) Residual() float64 { return s.impl.residual() }
+// first, and for a zero Solver.
+func (s *Solver) Residual() float64 {
+	if im := s.live(); im != nil {
+		return im.residual()
+	}
+	return math.NaN()
+}
 
 // Step takes n steps and returns when their work is done. After an error
-// the field is undefined.
-func (s *Solver) Step(n int) error { return s.impl.step(n) }
+// the field is undefined. A zero Solver's Step is an error wrapping
+// comm.ErrInvalidArgument, as are its Gather, Checksum and Close.
+func (s *Solver) Step(n int) error {
+	im := s.live()
+	if im == nil {
+		return errZero
+	}
+	return im.step(n)
+}
 
 // Gather returns the whole N×M field, boundary included, at root (row
 // major) and nil elsewhere; float32 values are widened exactly. It is
 // collective.
-func (s *Solver) Gather(root int) ([]float64, error) { return s.impl.gather(root) }
+func (s *Solver) Gather(root int) ([]float64, error) {
+	im := s.live()
+	if im == nil {
+		return nil, errZero
+	}
+	return im.gather(root)
+}
 
 // Close waits for the solver's work and releases its memory, streams and
 // events; the communicator stays open.
-func (s *Solver) Close() error { return s.impl.close() }
+func (s *Solver) Close() error {
+	im := s.live()
+	if im == nil {
+		return errZero
+	}
+	return im.close()
+}
 
 func (s *solverT[T]) config() Config    { return s.cfg }
 func (s *solverT[T]) stats() Stats      { return s.st }

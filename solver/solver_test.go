@@ -517,3 +517,41 @@ func TestStepsWithoutResidualKeepTheFieldAndLeaveTheResidualAlone(t *testing.T) 
 		}
 	}
 }
+
+// A Solver that New did not make (the zero value, a nil pointer) refuses the
+// calls that need a field with ErrInvalidArgument and answers the others
+// with zero values, where each call dereferenced a nil solver and panicked.
+func TestZeroSolverRefusesInsteadOfPanicking(t *testing.T) {
+	for _, s := range []*solver.Solver{new(solver.Solver), nil} {
+		name := "zero"
+		if s == nil {
+			name = "nil"
+		}
+		t.Run(name, func(t *testing.T) {
+			if err := s.Step(1); !errors.Is(err, comm.ErrInvalidArgument) || !strings.Contains(err.Error(), "zero Solver") {
+				t.Errorf("Step = %v, want the zero Solver's ErrInvalidArgument", err)
+			}
+			if f, err := s.Gather(0); f != nil || !errors.Is(err, comm.ErrInvalidArgument) {
+				t.Errorf("Gather = %v, %v, want nil and ErrInvalidArgument", f, err)
+			}
+			if sum, err := s.Checksum(); sum != 0 || !errors.Is(err, comm.ErrInvalidArgument) {
+				t.Errorf("Checksum = %d, %v, want 0 and ErrInvalidArgument", sum, err)
+			}
+			if err := s.Close(); !errors.Is(err, comm.ErrInvalidArgument) {
+				t.Errorf("Close = %v, want ErrInvalidArgument", err)
+			}
+			if cfg := s.Config(); cfg != (solver.Config{}) {
+				t.Errorf("Config = %+v, want the zero Config", cfg)
+			}
+			if st := s.Stats(); st != (solver.Stats{}) {
+				t.Errorf("Stats = %+v, want zero", st)
+			}
+			if b := s.StencilBytes(); b != 0 {
+				t.Errorf("StencilBytes = %d, want 0", b)
+			}
+			if r := s.Residual(); !math.IsNaN(r) {
+				t.Errorf("Residual = %v, want NaN", r)
+			}
+		})
+	}
+}
