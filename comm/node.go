@@ -24,6 +24,9 @@ func NodeComm(c Communicator) devmem.NodeComm { return nodeComm{c} }
 // like Split; its result's Size equals c.LocalSize() wherever the launcher
 // and the host names agree on what a node is.
 func SplitNode(c Communicator) (Communicator, error) {
+	if c == nil {
+		return nil, noComm("SplitNode")
+	}
 	host, err := os.Hostname()
 	if err != nil {
 		return nil, fmt.Errorf("comm: SplitNode: %v: %w", err, ErrUnsupported)
@@ -35,6 +38,9 @@ func SplitNode(c Communicator) (Communicator, error) {
 // ranked as in c; every rank of c calls it. Names are compared whole (they
 // travel through c as bytes), so two different names never share one.
 func SplitBy(c Communicator, name string) (Communicator, error) {
+	if c == nil {
+		return nil, noComm("SplitBy")
+	}
 	n := nodeComm{c}
 	lens, err := n.AllGatherInt64(int64(len(name)))
 	if err != nil {
@@ -81,18 +87,51 @@ func (n nodeComm) allGatherBytes(b []byte, width int) (out []byte, err error) {
 	return recv.ToHost(nil)
 }
 
+// nodeComm is NodeComm's adapter. Over a nil Communicator it is a node of
+// no ranks: Rank -1, Size 0, no Device, and every collective an error
+// wrapping ErrInvalidArgument (devmem.NewNodeShared refuses it so).
 type nodeComm struct{ c Communicator }
 
-func (n nodeComm) Rank() int              { return n.c.Rank() }
-func (n nodeComm) Size() int              { return n.c.Size() }
-func (n nodeComm) Device() *devmem.Device { return n.c.Device() }
-func (n nodeComm) Barrier() error         { return n.c.Barrier(nil) }
+func (n nodeComm) Rank() int {
+	if n.c == nil {
+		return -1
+	}
+	return n.c.Rank()
+}
+
+func (n nodeComm) Size() int {
+	if n.c == nil {
+		return 0
+	}
+	return n.c.Size()
+}
+
+func (n nodeComm) Device() *devmem.Device {
+	if n.c == nil {
+		return nil
+	}
+	return n.c.Device()
+}
+
+func (n nodeComm) Barrier() error {
+	if n.c == nil {
+		return noComm("NodeComm's Barrier")
+	}
+	return n.c.Barrier(nil)
+}
+
 func (n nodeComm) String() string {
+	if n.c == nil {
+		return "NodeComm(nil)"
+	}
 	return fmt.Sprintf("NodeComm(%s rank %d of %d)", n.c.Backend(), n.c.Rank(), n.c.Size())
 }
 
 // BroadcastBytes sends root's b to every rank's b through a device buffer.
 func (n nodeComm) BroadcastBytes(b []byte, root int) (err error) {
+	if n.c == nil {
+		return noComm("NodeComm's BroadcastBytes")
+	}
 	buf, err := n.c.Device().Alloc(len(b))
 	if err != nil {
 		return err
@@ -111,6 +150,9 @@ func (n nodeComm) BroadcastBytes(b []byte, root int) (err error) {
 
 // AllGatherInt64 gathers one int64 from every rank through device buffers.
 func (n nodeComm) AllGatherInt64(v int64) (out []int64, err error) {
+	if n.c == nil {
+		return nil, noComm("NodeComm's AllGatherInt64")
+	}
 	size := n.c.Size()
 	send, err := devmem.AllocSlice[int64](n.c.Device(), 1)
 	if err != nil {

@@ -204,8 +204,11 @@ func unknown(name string) error {
 
 // ApplyOptions applies opts to o in order, as Open does (a backend's own
 // Open uses it too); a nil one is an error wrapping ErrInvalidArgument,
-// and o is then left as it was.
+// and o is then left as it was; so is a nil o.
 func ApplyOptions(o *Options, opts ...Option) error {
+	if o == nil {
+		return fmt.Errorf("comm: ApplyOptions to nil Options: %w", ErrInvalidArgument)
+	}
 	for i, opt := range opts {
 		if opt == nil {
 			return fmt.Errorf("comm: option %d of %d is nil: %w", i+1, len(opts), ErrInvalidArgument)

@@ -6,6 +6,11 @@ import (
 	"github.com/gpucomm/gpucomm/devmem"
 )
 
+// noComm is the error of a typed helper given a nil Communicator.
+func noComm(op string) error {
+	return fmt.Errorf("comm: %s on a nil Communicator: %w", op, ErrInvalidArgument)
+}
+
 // The typed helpers take the DType from T and the count from one slice:
 // send's length where every rank contributes all of send (AllReduce, Reduce,
 // AllGather, Gather, AllToAll), recv's where every rank receives all of recv
@@ -15,36 +20,54 @@ import (
 // AllReduce reduces send (all of it: the count is send.Len()) into recv on
 // every rank; recv holds at least send.Len() elements.
 func AllReduce[T Element](c Communicator, send, recv devmem.Slice[T], op Op, s *devmem.Stream) error {
+	if c == nil {
+		return noComm("AllReduce")
+	}
 	return c.AllReduce(send.Buffer(), recv.Buffer(), send.Len(), DTypeOf[T](), op, s)
 }
 
 // Reduce reduces send (the count is send.Len()) into root's recv, which
 // holds at least send.Len() elements; recv is ignored elsewhere.
 func Reduce[T Element](c Communicator, send, recv devmem.Slice[T], op Op, root int, s *devmem.Stream) error {
+	if c == nil {
+		return noComm("Reduce")
+	}
 	return c.Reduce(send.Buffer(), recv.Buffer(), send.Len(), DTypeOf[T](), op, root, s)
 }
 
 // Broadcast copies root's send into every rank's recv (all of it: the count
 // is recv.Len()); root's send holds at least recv.Len() elements.
 func Broadcast[T Element](c Communicator, send, recv devmem.Slice[T], root int, s *devmem.Stream) error {
+	if c == nil {
+		return noComm("Broadcast")
+	}
 	return c.Broadcast(send.Buffer(), recv.Buffer(), recv.Len(), DTypeOf[T](), root, s)
 }
 
 // AllGather gathers every rank's send (the count is send.Len()) into every
 // rank's recv, which holds at least Size()·send.Len() elements.
 func AllGather[T Element](c Communicator, send, recv devmem.Slice[T], s *devmem.Stream) error {
+	if c == nil {
+		return noComm("AllGather")
+	}
 	return c.AllGather(send.Buffer(), recv.Buffer(), send.Len(), DTypeOf[T](), s)
 }
 
 // ReduceScatter reduces send and leaves this rank's block in recv (all of
 // it: the count is recv.Len()); send holds at least Size()·recv.Len().
 func ReduceScatter[T Element](c Communicator, send, recv devmem.Slice[T], op Op, s *devmem.Stream) error {
+	if c == nil {
+		return noComm("ReduceScatter")
+	}
 	return c.ReduceScatter(send.Buffer(), recv.Buffer(), recv.Len(), DTypeOf[T](), op, s)
 }
 
 // AllToAll exchanges equal blocks of send with every rank: the count is
 // send.Len()/Size(), which must divide evenly; recv holds at least send.Len().
 func AllToAll[T Element](c Communicator, send, recv devmem.Slice[T], s *devmem.Stream) error {
+	if c == nil {
+		return noComm("AllToAll")
+	}
 	if send.Len()%c.Size() != 0 {
 		return fmt.Errorf("comm: AllToAll of %d elements over %d ranks: not equal blocks: %w", send.Len(), c.Size(), ErrInvalidArgument)
 	}
@@ -54,22 +77,34 @@ func AllToAll[T Element](c Communicator, send, recv devmem.Slice[T], s *devmem.S
 // Gather gathers every rank's send (the count is send.Len()) into root's
 // recv, which holds at least Size()·send.Len() elements.
 func Gather[T Element](c Communicator, send, recv devmem.Slice[T], root int, s *devmem.Stream) error {
+	if c == nil {
+		return noComm("Gather")
+	}
 	return c.Gather(send.Buffer(), recv.Buffer(), send.Len(), DTypeOf[T](), root, s)
 }
 
 // Scatter sends block r of root's send to rank r's recv (all of it: the
 // count is recv.Len()); root's send holds at least Size()·recv.Len().
 func Scatter[T Element](c Communicator, send, recv devmem.Slice[T], root int, s *devmem.Stream) error {
+	if c == nil {
+		return noComm("Scatter")
+	}
 	return c.Scatter(send.Buffer(), recv.Buffer(), recv.Len(), DTypeOf[T](), root, s)
 }
 
 // Send sends all of buf to peer.
 func Send[T Element](c Communicator, buf devmem.Slice[T], peer int, s *devmem.Stream) error {
+	if c == nil {
+		return noComm("Send")
+	}
 	return c.Send(buf.Buffer(), buf.Len(), DTypeOf[T](), peer, s)
 }
 
 // Recv receives into all of buf from peer.
 func Recv[T Element](c Communicator, buf devmem.Slice[T], peer int, s *devmem.Stream) error {
+	if c == nil {
+		return noComm("Recv")
+	}
 	return c.Recv(buf.Buffer(), buf.Len(), DTypeOf[T](), peer, s)
 }
 
