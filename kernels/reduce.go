@@ -44,7 +44,9 @@ func foldBytes(op, typ string, n int) (int, error) {
 // match comm/driver's ReduceInto bit for bit. kernels sits below comm, so
 // that Go reference is not here: on the host device Fold refuses with
 // ErrUnsupported and callers fold with ReduceInto. src may be memory of
-// another process opened through IPC.
+// another process opened through IPC. acc and src are the same n elements
+// or do not overlap (a partial overlap is refused: the kernel's threads
+// would read what others write).
 func Fold(s *devmem.Stream, typ, op string, acc, src devmem.Buffer, n int) error {
 	if !slices.Contains(FoldTypes, typ) || !slices.Contains(FoldOps, op) {
 		return invalid("Fold", "no fold of %q with %q (types %v, ops %v)", typ, op, FoldTypes, FoldOps)
@@ -56,6 +58,9 @@ func Fold(s *devmem.Stream, typ, op string, acc, src devmem.Buffer, n int) error
 	dev, err := target("Fold", s, arg{"acc", acc, bytes}, arg{"src", src, bytes})
 	if err != nil || n == 0 {
 		return err
+	}
+	if overlap(acc, src, bytes) == partly {
+		return invalid("Fold", "acc and src overlap in part (%d bytes each)", bytes)
 	}
 	return runDevice(dev, s, foldLaunch(typ, op, acc, src, n))
 }
@@ -149,7 +154,48 @@ func Reduce(s *devmem.Stream, typ, op string, dsts, srcs []devmem.Buffer, n, by 
 	if n == 0 {
 		return nil
 	}
+	for i, d := range dsts {
+		for j := i + 1; j < len(dsts); j++ {
+			if overlap(d, dsts[j], bytes) != apart {
+				return invalid("Reduce", "destinations %d and %d overlap", i, j)
+			}
+		}
+		for q, src := range srcs {
+			if overlap(d, src, bytes) == partly {
+				return invalid("Reduce", "destination %d overlaps source %d in part (a destination is a source's own elements or apart from it)", i, q)
+			}
+		}
+	}
 	return runDevice(dev, s, reduceLaunch(typ, op, dsts, srcs, n, by))
+}
+
+// How the first bytes of two buffers lie: apart, the same bytes, or partly
+// over each other.
+const (
+	apart = iota
+	same
+	partly
+)
+
+// overlap says how the first bytes of a and b lie (both hold that many,
+// checked already).
+func overlap(a, b devmem.Buffer, bytes int) int {
+	if !a.Overlaps(b) {
+		return apart // not even the whole buffers meet
+	}
+	if a.Addr() == b.Addr() {
+		return same
+	}
+	// The whole buffers meet; do their first bytes? Both are on one device
+	// and in this process's address space, so their addresses say.
+	lo, hi := a.Addr(), b.Addr()
+	if lo > hi {
+		lo, hi = hi, lo
+	}
+	if hi-lo >= uintptr(bytes) {
+		return apart
+	}
+	return partly
 }
 
 // ReduceReady builds and loads the kernel Reduce would launch for typ and

@@ -226,3 +226,51 @@ func TestReduceGridFollowsTheAlignment(t *testing.T) {
 		}
 	}
 }
+
+// A destination that overlaps a source in part, two destinations that
+// overlap, and a Fold whose acc overlaps src in part are refused with
+// ErrInvalidArgument before anything runs (they passed every check and a
+// kernel would have raced on them); the same elements (in place) and
+// buffers whose first n elements lie apart pass to the device (here the host
+// device's ErrUnsupported).
+func TestReduceAndFoldRefuseBuffersThatOverlapInPart(t *testing.T) {
+	d := devmem.NewHostDevice()
+	whole, err := d.Alloc(256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { whole.Free() })
+	at := func(off, n int) devmem.Buffer {
+		b, err := whole.Slice(off, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	src, shifted, later, wide := at(0, 64), at(8, 64), at(64, 64), at(0, 128)
+	bufs := func(b ...devmem.Buffer) []devmem.Buffer { return b }
+	refused := map[string]error{
+		"destination 8 bytes into the source": Reduce(nil, "f32", "sum", bufs(shifted), bufs(src), 16, 0),
+		"destination over the second source":  Reduce(nil, "f32", "sum", bufs(at(128, 64), shifted), bufs(later, src), 16, 0),
+		"destinations over each other":        Reduce(nil, "f32", "sum", bufs(later, at(72, 64)), bufs(src), 16, 0),
+		"the same destination twice":          Reduce(nil, "f32", "sum", bufs(later, later), bufs(src), 16, 0),
+		"fold acc 8 bytes into src":           Fold(nil, "f32", "sum", shifted, src, 16),
+	}
+	for name, err := range refused {
+		if !errors.Is(err, devmem.ErrInvalidArgument) || !strings.Contains(err.Error(), "overlap") {
+			t.Errorf("%s: %v, want ErrInvalidArgument saying they overlap", name, err)
+		}
+	}
+	passed := map[string]error{
+		"in place":                            Reduce(nil, "f32", "sum", bufs(src), bufs(src, later), 16, 0),
+		"apart in their first 64 bytes":       Reduce(nil, "f32", "sum", bufs(later), bufs(wide), 16, 0),
+		"sources over each other":             Reduce(nil, "f32", "sum", bufs(at(128, 64)), bufs(src, shifted), 16, 0),
+		"fold in place":                       Fold(nil, "f32", "sum", src, src, 16),
+		"fold acc after src's first 64 bytes": Fold(nil, "f32", "sum", later, wide, 16),
+	}
+	for name, err := range passed {
+		if !errors.Is(err, devmem.ErrUnsupported) {
+			t.Errorf("%s: %v, want the host device's ErrUnsupported (the arguments pass)", name, err)
+		}
+	}
+}
