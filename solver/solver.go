@@ -515,7 +515,14 @@ func (s *solverT[T]) step(n int) error {
 	s.residualPending = false
 	err = errors.Join(err, s.compute.Synchronize(), s.exch.Synchronize())
 	for i := range s.timing {
-		err = errors.Join(err, s.account(&s.timing[i]))
+		if err != nil {
+			// A failed step may have left a pair half recorded: its
+			// timing is dropped, not reported as an error of its own
+			// (an event never recorded) beside the step's.
+			s.timing[i].used = false
+			continue
+		}
+		err = s.account(&s.timing[i])
 	}
 	s.st.Elapsed += time.Since(start)
 	if s.residualQueued && err == nil {

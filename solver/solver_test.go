@@ -555,3 +555,39 @@ func TestZeroSolverRefusesInsteadOfPanicking(t *testing.T) {
 		})
 	}
 }
+
+// A Step that fails because another rank's communicator closed says so and
+// only so: the timing of its half-recorded step was reported beside it as an
+// event never recorded, an ErrInvalidArgument the caller did not commit.
+func TestStepAfterAPeerClosedIsErrClosedAlone(t *testing.T) {
+	cs, err := local.NewGroup(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv := make([]*solver.Solver, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range cs {
+		wg.Go(func() { sv[r], errs[r] = solver.New(cs[r], solver.Config{N: 10, M: 10}) })
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: New: %v", r, err)
+		}
+	}
+	if err := cs[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	for r := range cs {
+		wg.Go(func() { errs[r] = sv[r].Step(3) })
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if !errors.Is(err, comm.ErrClosed) || errors.Is(err, comm.ErrInvalidArgument) || strings.Contains(err.Error(), "never recorded") {
+			t.Errorf("rank %d: Step = %v, want ErrClosed alone", r, err)
+		}
+		sv[r].Close()
+	}
+	cs[0].Close()
+}
