@@ -6,7 +6,11 @@
 // Each operation runs as a task on the caller's stream, so it keeps the
 // stream-ordered contract of the GPU backends; ranks meet at the k-th
 // collective each of them called. Send is eager: it never waits for the
-// matching Recv.
+// matching Recv. A receive that meets a send of another count or dtype
+// fails with ErrMismatch, writes nothing and consumes the message, so the
+// messages between two ranks stay in step; a GroupP2P with such a receive
+// writes none of its buffers and consumes every message its receives
+// matched (Comm.GroupP2P).
 //
 // comm.Open("local") gives a group of one rank. Under a launcher that
 // started several processes (mpirun -np 4) that would make each process a

@@ -70,10 +70,13 @@ func CheckDeviceSetting(spec string) error {
 
 // NewGroup makes n communicators that talk to each other in this process,
 // rank r at index r, each on a fresh host device. Options give the timeout
-// (GPUCOMM_TIMEOUT by default). A device given as an option must be a host
-// device (CheckDevice); GPUCOMM_DEVICE, which chooses the device of the
-// communicators a job opens (comm.Open), is checked for its spelling only,
-// so that in-process test groups run under GPUCOMM_DEVICE=cuda too.
+// (GPUCOMM_TIMEOUT by default); NewGroup refuses the options comm.Open
+// refuses (a nil option, a negative timeout, a chunk size out of range)
+// with an error wrapping comm.ErrInvalidArgument. A device given as an
+// option must be a host device (CheckDevice); GPUCOMM_DEVICE, which
+// chooses the device of the communicators a job opens (comm.Open), is
+// checked for its spelling only, so that in-process test groups run under
+// GPUCOMM_DEVICE=cuda too.
 func NewGroup(n int, opts ...comm.Option) ([]comm.Communicator, error) {
 	o, err := comm.DefaultOptions()
 	if err != nil {
@@ -86,7 +89,27 @@ func NewGroup(n int, opts ...comm.Option) ([]comm.Communicator, error) {
 	if err := CheckDevice(o.Device); err != nil {
 		return nil, err
 	}
+	if err := checkOptions(o); err != nil {
+		return nil, err
+	}
 	return newGroup(n, o)
+}
+
+// checkOptions refuses what comm.Open refuses of options on their own, a
+// negative timeout and a pipelining chunk outside MinChunkBytes to
+// MaxChunkBytes (0 is the default), with an error wrapping
+// comm.ErrInvalidArgument: a group never takes options a job's Open would
+// not. The local backend moves no chunks, but a program tried on local
+// groups then opens the same options on the MPI backends.
+func checkOptions(o comm.Options) error {
+	if o.Timeout < 0 {
+		return driver.Errorf(Name, "NewGroup", -1, comm.ErrInvalidArgument, "timeout %v: want 0 (none) or more", o.Timeout)
+	}
+	if n := o.ChunkBytes; n != 0 && (n < comm.MinChunkBytes || n > comm.MaxChunkBytes) {
+		return driver.Errorf(Name, "NewGroup", -1, comm.ErrInvalidArgument,
+			"a pipelining chunk of %d bytes: want %d to %d (1G), or 0 for the default", n, comm.MinChunkBytes, comm.MaxChunkBytes)
+	}
+	return nil
 }
 
 // MaxRanks is the most ranks one group holds: each is a goroutine and a
@@ -117,7 +140,7 @@ func makeGroup(devs []*devmem.Device, timeout time.Duration, j *job) []comm.Comm
 		c.opsDone = sync.NewCond(&c.mu)
 		// The ranks of a group always meet, even for nothing: that is how
 		// it finds a count that differs between them.
-		c.Front = driver.NewFront(driver.FrontConfig{Backend: Name, Rank: i, Size: len(devs), Device: d}, frontEngine{c})
+		c.front = driver.NewFront(driver.FrontConfig{Backend: Name, Rank: i, Size: len(devs), Device: d}, frontEngine{c})
 		cs[i] = c
 	}
 	return cs
@@ -180,9 +203,14 @@ type round struct {
 	result  any // what the last rank computed for all (Split)
 }
 
-// Comm is one rank of a local group.
+// Comm is one rank of a local group: a communicator comes from NewGroup,
+// comm.Open or Split. A nil *Comm, or a Comm made otherwise (a zero
+// Comm{}), is no communicator: each of its calls returns an error wrapping
+// comm.ErrInvalidArgument, having done nothing; its Rank and LocalRank are
+// -1, its Size and LocalSize 0, its Device nil, and its Abort does
+// nothing.
 type Comm struct {
-	driver.Front
+	front  driver.Front // every data method, once the call is checked
 	g      *group
 	rank   int
 	dev    *devmem.Device
@@ -198,12 +226,136 @@ type Comm struct {
 
 var _ comm.Communicator = (*Comm)(nil)
 
-func (c *Comm) Rank() int              { return c.rank }
-func (c *Comm) Size() int              { return c.g.n }
-func (c *Comm) LocalRank() int         { return c.rank }
-func (c *Comm) LocalSize() int         { return c.g.n }
-func (c *Comm) Backend() string        { return Name }
-func (c *Comm) Device() *devmem.Device { return c.dev }
+// made says whether c is a communicator NewGroup, comm.Open or Split made.
+func (c *Comm) made() bool { return c != nil && c.g != nil }
+
+// notMade is the error of operation op of a nil or zero Comm.
+func notMade(op string) error {
+	return driver.Errorf(Name, op, -1, comm.ErrInvalidArgument,
+		"a nil or zero *local.Comm is no communicator; make one with local.NewGroup, comm.Open or Split")
+}
+
+func (c *Comm) Rank() int {
+	if !c.made() {
+		return -1
+	}
+	return c.rank
+}
+
+func (c *Comm) Size() int {
+	if !c.made() {
+		return 0
+	}
+	return c.g.n
+}
+
+func (c *Comm) LocalRank() int  { return c.Rank() }
+func (c *Comm) LocalSize() int  { return c.Size() }
+func (c *Comm) Backend() string { return Name }
+
+func (c *Comm) Device() *devmem.Device {
+	if !c.made() {
+		return nil
+	}
+	return c.dev
+}
+
+// The data methods are Front's (driver.Front), after the check that c is a
+// communicator at all.
+
+func (c *Comm) AllReduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
+	if !c.made() {
+		return notMade("AllReduce")
+	}
+	return c.front.AllReduce(send, recv, count, dt, op, s)
+}
+
+func (c *Comm) Reduce(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, root int, s *devmem.Stream) error {
+	if !c.made() {
+		return notMade("Reduce")
+	}
+	return c.front.Reduce(send, recv, count, dt, op, root, s)
+}
+
+func (c *Comm) Broadcast(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
+	if !c.made() {
+		return notMade("Broadcast")
+	}
+	return c.front.Broadcast(send, recv, count, dt, root, s)
+}
+
+func (c *Comm) AllGather(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
+	if !c.made() {
+		return notMade("AllGather")
+	}
+	return c.front.AllGather(send, recv, count, dt, s)
+}
+
+func (c *Comm) ReduceScatter(send, recv devmem.Buffer, count int, dt comm.DType, op comm.Op, s *devmem.Stream) error {
+	if !c.made() {
+		return notMade("ReduceScatter")
+	}
+	return c.front.ReduceScatter(send, recv, count, dt, op, s)
+}
+
+func (c *Comm) AllToAll(send, recv devmem.Buffer, count int, dt comm.DType, s *devmem.Stream) error {
+	if !c.made() {
+		return notMade("AllToAll")
+	}
+	return c.front.AllToAll(send, recv, count, dt, s)
+}
+
+func (c *Comm) Gather(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
+	if !c.made() {
+		return notMade("Gather")
+	}
+	return c.front.Gather(send, recv, count, dt, root, s)
+}
+
+func (c *Comm) Scatter(send, recv devmem.Buffer, count int, dt comm.DType, root int, s *devmem.Stream) error {
+	if !c.made() {
+		return notMade("Scatter")
+	}
+	return c.front.Scatter(send, recv, count, dt, root, s)
+}
+
+func (c *Comm) Barrier(s *devmem.Stream) error {
+	if !c.made() {
+		return notMade("Barrier")
+	}
+	return c.front.Barrier(s)
+}
+
+func (c *Comm) Send(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
+	if !c.made() {
+		return notMade("Send")
+	}
+	return c.front.Send(buf, count, dt, peer, s)
+}
+
+func (c *Comm) Recv(buf devmem.Buffer, count int, dt comm.DType, peer int, s *devmem.Stream) error {
+	if !c.made() {
+		return notMade("Recv")
+	}
+	return c.front.Recv(buf, count, dt, peer, s)
+}
+
+// GroupP2P is Communicator's GroupP2P. A call whose receive met a send of
+// another count or dtype fails with ErrMismatch, as a Recv does: no receive
+// buffer of the call is written, and every message its receives matched is
+// consumed (as an MPI receive consumes the message it matched when it
+// fails), so the next receive from a rank gets the next message it sent.
+// A call whose receive gets no message (timeout, abort, a Close) consumes
+// none: the messages its other receives took stay queued, first, and no
+// buffer is written. Its sends, eager, reach their ranks whatever becomes
+// of its receives; its transfers to this rank itself move nothing when it
+// fails.
+func (c *Comm) GroupP2P(ops []comm.P2P, s *devmem.Stream) error {
+	if !c.made() {
+		return notMade("GroupP2P")
+	}
+	return c.front.GroupP2P(ops, s)
+}
 
 // Close marks the communicator closed: later calls, and this rank's calls
 // still queued on a stream when they come to run, return ErrClosed, and
@@ -216,6 +368,9 @@ func (c *Comm) Device() *devmem.Device { return c.dev }
 // ever. Close never waits for another rank, and may be called from a
 // stream's host function.
 func (c *Comm) Close() error {
+	if !c.made() {
+		return notMade("Close")
+	}
 	c.mu.Lock()
 	if !c.closed.CompareAndSwap(false, true) {
 		c.mu.Unlock()
@@ -284,7 +439,7 @@ func (c *Comm) usable() error {
 // The first Abort of a job decides the error; the communicators still need
 // their Close.
 func (c *Comm) Abort(reason error) {
-	if c == nil {
+	if !c.made() {
 		return
 	}
 	if reason == nil {
@@ -555,8 +710,11 @@ func mismatch(calls []driver.Call) error {
 
 // Split is collective over the group and runs now, not on a stream.
 func (c *Comm) Split(color, key int) (comm.Communicator, error) {
+	if !c.made() {
+		return nil, notMade("Split")
+	}
 	call := driver.Call{Operation: driver.OpSplit}
-	if err := c.Check(call); err != nil {
+	if err := c.front.Check(call); err != nil {
 		return nil, err
 	}
 	// A bad color or key (as the MPI backends judge them) still joins the

@@ -260,3 +260,63 @@ func TestOpenGivesOneRank(t *testing.T) {
 	}
 	wantError(t, c.Close(), comm.ErrClosed, 0, "closed twice")
 }
+
+// NewGroup refuses the options comm.Open refuses, as Open does (it took a
+// negative timeout and any chunk size without a word), and takes the ones
+// Open takes.
+func TestNewGroupRefusesTheOptionsOpenRefuses(t *testing.T) {
+	t.Setenv("GPUCOMM_BACKEND", "")
+	t.Setenv("GPUCOMM_DEVICE", "") // cuda there would make Open refuse every option
+	for name, c := range map[string]struct {
+		opt  comm.Option
+		says string
+		want error
+	}{
+		"WithTimeout(-1s)":      {comm.WithTimeout(-time.Second), "timeout -1s: want 0 (none) or more", comm.ErrInvalidArgument},
+		"WithTimeout(-1ns)":     {comm.WithTimeout(-1), "timeout -1ns", comm.ErrInvalidArgument},
+		"WithChunkBytes(1)":     {comm.WithChunkBytes(1), "a pipelining chunk of 1 bytes", comm.ErrInvalidArgument},
+		"WithChunkBytes(-5)":    {comm.WithChunkBytes(-5), "a pipelining chunk of -5 bytes", comm.ErrInvalidArgument},
+		"WithChunkBytes(Min-1)": {comm.WithChunkBytes(comm.MinChunkBytes - 1), fmt.Sprintf("a pipelining chunk of %d bytes", comm.MinChunkBytes-1), comm.ErrInvalidArgument},
+		"WithChunkBytes(Max+1)": {comm.WithChunkBytes(comm.MaxChunkBytes + 1), fmt.Sprintf("a pipelining chunk of %d bytes", comm.MaxChunkBytes+1), comm.ErrInvalidArgument},
+		"WithDevice(bogus)":     {comm.WithDevice("bogus"), `unknown device "bogus"`, comm.ErrInvalidArgument},
+		"nil option":            {nil, "option 1 of 1 is nil", comm.ErrInvalidArgument},
+		"WithDevice(cuda)":      {comm.WithDevice("cuda"), "simulated host devices only", comm.ErrUnsupported},
+	} {
+		cs, err := local.NewGroup(2, c.opt)
+		if cs != nil || !errors.Is(err, c.want) || !strings.Contains(fmt.Sprint(err), c.says) {
+			t.Errorf("NewGroup(2, %s) = %d communicators, %v; want none and an error wrapping %v that says %q", name, len(cs), err, c.want, c.says)
+		}
+		for _, c := range cs {
+			c.Close()
+		}
+		if o, err := comm.Open(local.Name, c.opt); !errors.Is(err, c.want) {
+			t.Errorf("comm.Open(local, %s) = %v; the test assumes Open refuses it with %v", name, err, c.want)
+			if o != nil {
+				o.Close()
+			}
+		}
+	}
+	for name, opt := range map[string]comm.Option{
+		"WithTimeout(0)":          comm.WithTimeout(0),
+		"WithTimeout(1m)":         comm.WithTimeout(time.Minute),
+		"WithChunkBytes(0)":       comm.WithChunkBytes(0),
+		"WithChunkBytes(Min)":     comm.WithChunkBytes(comm.MinChunkBytes),
+		"WithChunkBytes(Max)":     comm.WithChunkBytes(comm.MaxChunkBytes),
+		"WithDevice(host)":        comm.WithDevice("host"),
+		"WithNodeBytes(-1) (off)": comm.WithNodeBytes(-1),
+	} {
+		cs, err := local.NewGroup(2, opt)
+		if err != nil || len(cs) != 2 {
+			t.Errorf("NewGroup(2, %s) = %d communicators, %v; want 2 and no error", name, len(cs), err)
+		}
+		for _, c := range cs {
+			c.Close()
+		}
+		o, err := comm.Open(local.Name, opt)
+		if err != nil {
+			t.Errorf("comm.Open(local, %s): %v; the test assumes Open takes it", name, err)
+			continue
+		}
+		o.Close()
+	}
+}

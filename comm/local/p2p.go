@@ -2,6 +2,7 @@ package local
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/gpucomm/gpucomm/comm"
@@ -35,6 +36,16 @@ func (g *group) link(from, to int) *link {
 func (l *link) put(m message) {
 	l.mu.Lock()
 	l.queue = append(l.queue, m)
+	close(l.ready)
+	l.ready = make(chan struct{})
+	l.mu.Unlock()
+}
+
+// unget puts m, taken from l, back at the head of its queue, as if it had
+// never been taken.
+func (l *link) unget(m message) {
+	l.mu.Lock()
+	l.queue = append([]message{m}, l.queue...)
 	close(l.ready)
 	l.ready = make(chan struct{})
 	l.mu.Unlock()
@@ -80,25 +91,78 @@ func (c *Comm) p2p(call driver.Call, ops []comm.P2P, fl driver.Flight) error {
 }
 
 // transfer runs the sends, then the receives, of one point-to-point call.
+//
+// Sends to other ranks go on their links at once (eager: they complete
+// whatever the receiver makes of them). Transfers to this rank itself,
+// which Front has checked pair up in the call (the k-th send to self with
+// the k-th receive from self, same count and dtype), never go on a link:
+// a group that fails leaves none of them queued for a later call.
+//
+// The receives take their messages first and write nothing until every
+// one of them has its message and matches it, so that a call that fails
+// changes no receive buffer:
+//   - a receive that met a send of another count or dtype fails the call
+//     with ErrMismatch; every message the call's receives matched is
+//     consumed all the same (as an MPI receive consumes the message it
+//     matched when it fails), so the messages between two ranks stay in
+//     step: the next receive gets the next message sent;
+//   - a receive that gets no message (timeout, abort, this rank's Close, the
+//     sender's Close) fails the call with that error, and the messages the
+//     call's other receives took go back to the heads of their links: the
+//     call consumed nothing, as a single Recv that times out.
 func (c *Comm) transfer(call driver.Call, ops []comm.P2P) error {
+	var self [][]byte // what the sends to self carry, in order
 	for _, p := range ops {
-		if p.Kind == comm.SendKind {
-			data := clone(bytesOf(p.Buf, p.Count*p.DType.Size()))
-			c.g.link(c.rank, p.Peer).put(message{data: data, count: p.Count, dt: p.DType})
+		if p.Kind != comm.SendKind {
+			continue
 		}
+		data := clone(bytesOf(p.Buf, p.Count*p.DType.Size()))
+		if p.Peer == c.rank {
+			self = append(self, data)
+			continue
+		}
+		c.g.link(c.rank, p.Peer).put(message{data: data, count: p.Count, dt: p.DType})
 	}
+	type match struct {
+		p comm.P2P
+		m message
+	}
+	var matched []match // receives from other ranks and the messages they took, in order
 	for _, p := range ops {
-		if p.Kind != comm.RecvKind {
+		if p.Kind != comm.RecvKind || p.Peer == c.rank {
 			continue
 		}
 		m, err := c.g.take(p.Peer, c.rank)
 		if err != nil {
+			for i := len(matched) - 1; i >= 0; i-- {
+				c.g.link(matched[i].p.Peer, c.rank).unget(matched[i].m)
+			}
 			return c.fail(call.Operation, nil, "receive of %d %v from rank %d: %w", p.Count, p.DType, p.Peer, err)
 		}
-		if m.count != p.Count || m.dt != p.DType {
-			return c.fail(call.Operation, comm.ErrMismatch, "receive of %d %v from rank %d met a send of %d %v", p.Count, p.DType, p.Peer, m.count, m.dt)
+		matched = append(matched, match{p, m})
+	}
+	var bad []string
+	for _, t := range matched {
+		if t.m.count != t.p.Count || t.m.dt != t.p.DType {
+			bad = append(bad, fmt.Sprintf("receive of %d %v from rank %d met a send of %d %v", t.p.Count, t.p.DType, t.p.Peer, t.m.count, t.m.dt))
 		}
-		copy(bytesOf(p.Buf, len(m.data)), m.data)
+	}
+	if bad != nil {
+		why := strings.Join(bad, "; ")
+		if call.Operation == driver.OpGroupP2P {
+			why += fmt.Sprintf(" (the call's %d receives consumed the messages they matched and wrote nothing)", len(matched)+len(self))
+		}
+		return c.fail(call.Operation, comm.ErrMismatch, "%s", why)
+	}
+	for _, t := range matched {
+		copy(bytesOf(t.p.Buf, len(t.m.data)), t.m.data)
+	}
+	k := 0
+	for _, p := range ops {
+		if p.Kind == comm.RecvKind && p.Peer == c.rank {
+			copy(bytesOf(p.Buf, len(self[k])), self[k])
+			k++
+		}
 	}
 	return nil
 }
