@@ -100,9 +100,12 @@ func checkChunk(n int) error {
 	return nil
 }
 
-// validate checks what the options say on their own, after opts applied;
-// a failure is backend's *Error of Open, as the backend's own check would be.
-func validate(o Options, backend string) error {
+// CheckOptions says what is wrong with options on their own (a device spec
+// that names no device, a negative timeout, a chunk size out of range), as
+// an error wrapping ErrInvalidArgument; nil when nothing is. Open checks
+// them so, and so do constructors of communicators that take Options
+// without Open (local.NewGroup).
+func CheckOptions(o Options) error {
 	err := devmem.CheckSpec(o.Device)
 	if err == nil && o.Timeout < 0 {
 		err = fmt.Errorf("timeout %v: want 0 (none) or more: %w", o.Timeout, ErrInvalidArgument)
@@ -110,7 +113,13 @@ func validate(o Options, backend string) error {
 	if err == nil {
 		err = checkChunk(o.ChunkBytes)
 	}
-	return driver.Wrap(backend, "Open", -1, err)
+	return err
+}
+
+// validate checks what the options say on their own, after opts applied;
+// a failure is backend's *Error of Open, as the backend's own check would be.
+func validate(o Options, backend string) error {
+	return driver.Wrap(backend, "Open", -1, CheckOptions(o))
 }
 
 // threshold reads a size from the environment variable name: unset is 0

@@ -95,21 +95,15 @@ func NewGroup(n int, opts ...comm.Option) ([]comm.Communicator, error) {
 	return newGroup(n, o)
 }
 
-// checkOptions refuses what comm.Open refuses of options on their own, a
-// negative timeout and a pipelining chunk outside MinChunkBytes to
-// MaxChunkBytes (0 is the default), with an error wrapping
+// checkOptions refuses what comm.Open refuses of options on their own
+// (comm.CheckOptions: a device spec that names no device,
+// a negative timeout and a pipelining chunk outside MinChunkBytes to
+// MaxChunkBytes, 0 being the default), with an error wrapping
 // comm.ErrInvalidArgument: a group never takes options a job's Open would
 // not. The local backend moves no chunks, but a program tried on local
 // groups then opens the same options on the MPI backends.
 func checkOptions(o comm.Options) error {
-	if o.Timeout < 0 {
-		return driver.Errorf(Name, "NewGroup", -1, comm.ErrInvalidArgument, "timeout %v: want 0 (none) or more", o.Timeout)
-	}
-	if n := o.ChunkBytes; n != 0 && (n < comm.MinChunkBytes || n > comm.MaxChunkBytes) {
-		return driver.Errorf(Name, "NewGroup", -1, comm.ErrInvalidArgument,
-			"a pipelining chunk of %d bytes: want %d to %d (1G), or 0 for the default", n, comm.MinChunkBytes, comm.MaxChunkBytes)
-	}
-	return nil
+	return driver.Wrap(Name, "NewGroup", -1, comm.CheckOptions(o))
 }
 
 // MaxRanks is the most ranks one group holds: each is a goroutine and a
