@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Cross-build everything the GPU machine runs into .gpu/ (ignored by git and
-# carried by the device tool): test binaries, the CLI and examples, built
+# Cross-build everything the GPU machine runs into .gpu/, then pack it,
+# compressed, into .gpupack/ (both ignored by git; the device tool carries
+# .gpupack): test binaries, the CLI and examples, built
 # against Debian's Open MPI (same libmpi.so.40 ABI as the machine's Open MPI
 # 4.1.6 and the CUDA-aware build in ../shared/gpu).
 set -euo pipefail
@@ -30,7 +31,14 @@ debs=${DEBS:-/tmp/debs}
 if ! ls "$debs"/libmpich12_*.deb >/dev/null 2>&1; then
   mkdir -p "$debs" && (cd "$debs" && apt-get download mpich libmpich12 libhwloc15 libucx0 libnuma1 libslurm38)
 fi
-cp ../shared/gpu/ompi-cuda.tar.xz "$out/"
+# The CUDA-aware Open MPI of ../shared/gpu (build-ompi-cuda.sh makes it), for
+# the cudaaware steps; a pack without it runs the rest.
+ompi_cuda=../shared/gpu/ompi-cuda.tar.xz
+if [ -f "$ompi_cuda" ]; then
+  cp "$ompi_cuda" "$out/"
+else
+  echo "build.sh: no $ompi_cuda (../shared/gpu/build-ompi-cuda.sh makes it): the pack has no CUDA-aware Open MPI, and run.sh's cudaaware steps will fail" >&2
+fi
 # Extra binaries for an A/B run (a variant built from another commit, say)
 # go along from .gpu-extra when it exists.
 if [ -d .gpu-extra ] && [ -n "$(ls -A .gpu-extra)" ]; then cp .gpu-extra/* "$out/"; fi
@@ -38,6 +46,7 @@ du -sh "$out"
 # The device tool carries at most 64 MiB: ship the binaries compressed.
 rm -rf .gpupack && mkdir -p .gpupack
 tar cf - -C "$out" --exclude ompi-cuda.tar.xz . | xz -T2 -6 > .gpupack/bins.tar.xz
-cp "$out/ompi-cuda.tar.xz" scripts/gpu/run.sh .gpupack/
+cp scripts/gpu/run.sh .gpupack/
+[ -f "$out/ompi-cuda.tar.xz" ] && cp "$out/ompi-cuda.tar.xz" .gpupack/
 tar cf .gpupack/mpich-debs.tar -C "$debs" .
 du -sh .gpupack

@@ -37,7 +37,10 @@ step() { # step NAME SECONDS CMD...
 cuda_mpi() { export PATH=/tmp/ompi-cuda/bin:$SYS_PATH LD_LIBRARY_PATH=/tmp/ompi-cuda/lib:$SYS_LD; }
 sys_mpi() { export PATH=$SYS_PATH LD_LIBRARY_PATH=$SYS_LD; }
 mpich() { export PATH=/tmp/mk/usr/bin:$SYS_PATH LD_LIBRARY_PATH=/tmp/mk/usr/lib/x86_64-linux-gnu:$SYS_LD; }
-[ -d /tmp/ompi-cuda ] || tar xJf .gpupack/ompi-cuda.tar.xz -C /tmp
+if [ ! -d /tmp/ompi-cuda ]; then
+  if [ -f .gpupack/ompi-cuda.tar.xz ]; then tar xJf .gpupack/ompi-cuda.tar.xz -C /tmp
+  else echo "no ompi-cuda.tar.xz in .gpupack (build.sh said why): the cudaaware steps will fail" | tee -a "$SUM"; fi
+fi
 if [ ! -d /tmp/mk ]; then
   mkdir -p /tmp/debs /tmp/mk && tar xf .gpupack/mpich-debs.tar -C /tmp/debs
   for f in /tmp/debs/*.deb; do dpkg -x "$f" /tmp/mk; done

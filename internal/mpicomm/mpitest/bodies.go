@@ -111,12 +111,28 @@ func NodeShared(t *testing.T, backend string) {
 			t.Error(err)
 		}
 	}()
-	counts := func(r int) int { return 1000 + 37*r }
-	ns, err := devmem.NewNodeSharedSlice[float64](comm.NodeComm(c), counts(c.Rank()))
+	// The buffer is shared by the ranks of a node: across nodes (a job under
+	// scripts/multinode's launchers) each node has its own, among the node's
+	// ranks, as a user makes it (comm.SplitNode); on one node that is every
+	// rank.
+	node, err := comm.SplitNode(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ns.Mine().CopyFrom(Values(c.Rank(), counts(c.Rank())), nil); err != nil {
+	defer func() {
+		if err := node.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if node.Size() != c.LocalSize() {
+		t.Errorf("rank %d: SplitNode gave %d ranks, the launcher says %d on this node", c.Rank(), node.Size(), c.LocalSize())
+	}
+	counts := func(r int) int { return 1000 + 37*r }
+	ns, err := devmem.NewNodeSharedSlice[float64](comm.NodeComm(node), counts(node.Rank()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Mine().CopyFrom(Values(node.Rank(), counts(node.Rank())), nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := ns.Barrier(); err != nil {
@@ -127,10 +143,10 @@ func NodeShared(t *testing.T, backend string) {
 		t.Fatal(err)
 	}
 	i, bad := 0, 0
-	for r := range c.Size() {
+	for r := range node.Size() {
 		for k, want := range Values(r, counts(r)) {
 			if all[i] != want && bad < 5 {
-				t.Errorf("rank %d reads element %d of rank %d's part as %v; rank %d wrote %v", c.Rank(), k, r, all[i], r, want)
+				t.Errorf("rank %d reads element %d of node rank %d's part as %v; node rank %d wrote %v", c.Rank(), k, r, all[i], r, want)
 				bad++
 			}
 			i++
@@ -139,7 +155,7 @@ func NodeShared(t *testing.T, backend string) {
 	if i != len(all) {
 		t.Errorf("shared buffer of %d elements, the parts add up to %d", len(all), i)
 	}
-	if c.Rank() != 0 && !ns.Shared().All().IsOpenedIPC() {
+	if node.Rank() != 0 && !ns.Shared().All().IsOpenedIPC() {
 		t.Errorf("rank %d's view is not an IPC mapping of the root's buffer", c.Rank())
 	}
 	// Every rank has read before any rank closes (the root frees the memory).
