@@ -70,7 +70,12 @@ type Communicator interface {
 	// Transfers to the rank itself are allowed here alone and pair up in
 	// the call, the k-th send to self with the k-th receive from self, of
 	// the same count and dtype; an unpaired one is refused with
-	// ErrInvalidArgument (a receive from self could never be met).
+	// ErrInvalidArgument (a receive from self could never be met). A
+	// receive that meets a send of another count fails the call with
+	// ErrMismatch, as Recv does, and consumes the message all the same, so
+	// that the next messages between the two ranks stay in step; what the
+	// call's other receives wrote is then undefined (the local backend
+	// writes none of them).
 	GroupP2P(ops []P2P, s *devmem.Stream) error
 	// Barrier returns (or, with a stream, lets the stream go on) once every
 	// rank has reached it.
