@@ -137,7 +137,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.csv, "csv", false, "print the report as CSV instead of the table")
 	fs.StringVar(&o.plot, "plot", "", "draw bandwidth and time against size to `FILE` (.png or .svg)")
 	fs.Var(&o.compare, "compare", "overlay earlier -json reports from `FILE`s in the plot (repeat or comma-separate)")
-	fs.StringVar(&o.label, "label", "", "name this run in plots and JSON (default: backend and rank count)")
+	fs.StringVar(&o.label, "label", "", "name this run `NAME` in plots and JSON (default: backend and rank count)")
 	ProgressFlags(fs, &o.noProgress, "no progress bar, even on a terminal", "deprecated: -progress=false is -noprogress (as in heat)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -44,11 +44,15 @@ type probeFinding struct {
 
 // probeOp is one data operation's probe on this rank.
 type probeOp struct {
-	Op      string  `json:"op"`
-	OK      bool    `json:"ok"`
-	Micros  float64 `json:"us"`    // one operation's time, the best of a few
-	Bytes   int     `json:"bytes"` // what each rank sent
-	Problem string  `json:"problem,omitempty"`
+	Op     string  `json:"op"`
+	OK     bool    `json:"ok"`
+	Micros float64 `json:"us"`    // one operation's time, the best of a few
+	Bytes  int     `json:"bytes"` // what each rank sent
+	// Skipped says the operation had nothing to do here and was not run
+	// (Send/Recv with one rank), so not measured: OK, no time, no bytes;
+	// Problem says why.
+	Skipped bool   `json:"skipped,omitempty"`
+	Problem string `json:"problem,omitempty"`
 }
 
 // probeReport is the probe's part of check's report.
@@ -211,8 +215,7 @@ func probeOne(c comm.Communicator, name string) probeOp {
 	}
 	me, size := c.Rank(), c.Size()
 	if name == "Send/Recv" && size == 1 {
-		res.OK, res.Problem = true, "one rank: nothing to send to"
-		return res
+		return probeOp{Op: name, OK: true, Skipped: true, Problem: "not measured: with one rank there is nothing to send to"}
 	}
 	n := probeElems
 	recvN := n
@@ -308,25 +311,36 @@ func probeOne(c comm.Communicator, name string) probeOp {
 	return res
 }
 
-// probeVerdict is the backend's verdict from its operations.
+// probeVerdict is the backend's verdict from its operations: those that
+// ran judge it, with their times; those skipped are named after, as not
+// measured, and why.
 func probeVerdict(backend string, ops []probeOp) string {
-	var good, bad []string
+	var good, bad, skipped []string
 	for _, o := range ops {
-		if o.OK {
+		switch {
+		case o.Skipped:
+			skipped = append(skipped, fmt.Sprintf("%s %s", o.Op, o.Problem))
+		case o.OK:
 			good = append(good, fmt.Sprintf("%s (%.0f µs for %d KiB a rank)", o.Op, o.Micros, o.Bytes>>10))
-		} else {
+		default:
 			bad = append(bad, o.Op)
 		}
 	}
+	var v string
 	switch {
-	case len(ops) == 0:
-		return fmt.Sprintf("%s: not probed", backend)
+	case len(good) == 0 && len(bad) == 0:
+		v = fmt.Sprintf("%s: not probed", backend)
 	case len(bad) == 0:
-		return fmt.Sprintf("%s: usable for every probed operation: %s", backend, strings.Join(good, ", "))
+		v = fmt.Sprintf("%s: usable for every probed operation: %s", backend, strings.Join(good, ", "))
 	case len(good) == 0:
-		return fmt.Sprintf("%s: NOT usable: every probed operation failed (%s)", backend, strings.Join(bad, ", "))
+		v = fmt.Sprintf("%s: NOT usable: every probed operation failed (%s)", backend, strings.Join(bad, ", "))
+	default:
+		v = fmt.Sprintf("%s: NOT recommended for %s, which gave wrong results or failed; usable only for %s", backend, strings.Join(bad, ", "), strings.Join(good, ", "))
 	}
-	return fmt.Sprintf("%s: NOT recommended for %s, which gave wrong results or failed; usable only for %s", backend, strings.Join(bad, ", "), strings.Join(good, ", "))
+	if len(skipped) > 0 {
+		v += "; " + strings.Join(skipped, "; ")
+	}
+	return v
 }
 
 // writeProbe prints the probe as a table, before the suite's.
@@ -342,9 +356,12 @@ func writeProbe(w io.Writer, p probeReport) {
 	}
 	for _, o := range p.Ops {
 		state, what := "ok", fmt.Sprintf("%.0f µs, %d KiB a rank, content checked", o.Micros, o.Bytes>>10)
-		if !o.OK {
+		switch {
+		case o.Skipped:
+			state, what = "skipped", o.Problem
+		case !o.OK:
 			state, what = "WRONG", o.Problem
-		} else if o.Problem != "" {
+		case o.Problem != "":
 			what = o.Problem
 		}
 		fmt.Fprintf(tw, "  op %s\t%s\t%s\n", o.Op, state, what)

@@ -20,9 +20,12 @@ import (
 	"github.com/gpucomm/gpucomm/comm/cudaaware"
 	gpumpi "github.com/gpucomm/gpucomm/comm/mpi"
 	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/cuda"
 	"github.com/gpucomm/gpucomm/internal/launcher"
 	"github.com/gpucomm/gpucomm/internal/mpi"
 	"github.com/gpucomm/gpucomm/internal/mpicomm"
+	"github.com/gpucomm/gpucomm/internal/nccl"
+	"github.com/gpucomm/gpucomm/internal/nvrtc"
 	"github.com/gpucomm/gpucomm/internal/pipeline"
 )
 
@@ -118,10 +121,12 @@ var otherKnobs = map[string]struct {
 			return err == nil
 		}},
 	"GPUCOMM_CACHE_DIR": {"compiled kernels cached under the user cache directory", "compiled kernels cached in %s", "", nil},
-	"GPUCOMM_CUDA_LIB":  {"libcuda.so.1 from the loader's path", "the CUDA driver loaded from %s", "", nil},
-	"GPUCOMM_NVRTC_LIB": {"libnvrtc from the loader's path", "NVRTC loaded from %s", "", nil},
+	// GPUCOMM_CUDA_LIB, GPUCOMM_NVRTC_LIB and GPUCOMM_NCCL_LIB, set, are
+	// judged by loading the library (libLoaders, libKnobEffect): no set text.
+	"GPUCOMM_CUDA_LIB":  {"libcuda.so.1 from the loader's path", "", "", nil},
+	"GPUCOMM_NVRTC_LIB": {"libnvrtc from the loader's path", "", "", nil},
 	"GPUCOMM_NVRTC_DIR": {"test.sh has no NVRTC phase (its race phase still compiles every kernel where an NVRTC is on the loader's path)", "test.sh compiles every kernel with the NVRTC in %s (scripts/nvrtc-debian.sh)", "", nil},
-	"GPUCOMM_NCCL_LIB":  {"libnccl.so.2 from the loader's path", "NCCL loaded from %s", "", nil},
+	"GPUCOMM_NCCL_LIB":  {"libnccl.so.2 from the loader's path", "", "", nil},
 	"GPUCOMM_GPU_TESTS": {"tests skip what needs a GPU", "tests that need a GPU run when this is 1 (now %s)", "", nil},
 	"GPUCOMM_MPIRUN":    {"MPI tests launch with the mpirun beside their libmpi, else the family's on PATH", "MPI tests launch their ranks with %s", "", nil},
 }
@@ -372,6 +377,9 @@ func knobEffect(name, value string, opts comm.Options, optsErr error) (effect, p
 	if name == mpi.FinalizeBoundEnv {
 		return finalizeBoundEffect(value)
 	}
+	if l, ok := libLoaders[name]; ok && value != "" {
+		return libKnobEffect(name, value, l.what, l.load()), ""
+	}
 	if k, ok := otherKnobs[name]; ok {
 		switch {
 		case value == "":
@@ -413,6 +421,40 @@ func knobEffect(name, value string, opts comm.Options, optsErr error) (effect, p
 			"cudaaware reductions from %d bytes go through host staging"), ""
 	}
 	return "", ""
+}
+
+// libLoaders are the libraries that a variable points gpucomm at: what
+// each is, and its loader, the one the code that uses it calls (loading
+// again is nothing once loaded; a failure is tried again).
+var libLoaders = map[string]struct {
+	what string
+	load func() error
+}{
+	cuda.EnvLib:  {"the CUDA driver", cuda.Load},
+	nvrtc.EnvLib: {"NVRTC", nvrtc.Load},
+	nccl.EnvLib:  {"NCCL", nccl.Load},
+}
+
+// libKnobEffect says what became of the library (what) that the variable
+// name set to value points gpucomm at, from loadErr, its loader's error:
+// "NCCL loaded from /x/libnccl.so.2", or "NCCL could not be loaded from
+// /etc/passwd: invalid ELF header" with the loader's reason, short (as
+// shortReason says it), or, where the driver loaded but cuInit failed,
+// that.
+func libKnobEffect(name, value, what string, loadErr error) string {
+	if loadErr == nil {
+		return fmt.Sprintf("%s loaded from %s", what, value)
+	}
+	var ce *cuda.Error
+	if errors.As(loadErr, &ce) {
+		return fmt.Sprintf("%s in %s loaded but did not start: %v", what, value, loadErr)
+	}
+	why := shortReason(loadErr.Error())
+	// shortReason names the file as NAME=VALUE; this line has both already.
+	if rest, ok := strings.CutPrefix(why, name+"="+value+" "); ok {
+		why = strings.TrimPrefix(rest, "cannot be loaded: ")
+	}
+	return fmt.Sprintf("%s could not be loaded from %s: %s", what, value, why)
 }
 
 // finalizeBoundEffect reads GPUCOMM_MPI_FINALIZE_BOUND as internal/mpi

@@ -61,7 +61,7 @@ func runDrill(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	var f drillFlags
 	fs.StringVar(&f.backend, "backend", local.Name, "backend `NAME`: "+strings.Join(comm.Backends(), ", ")+" or auto")
 	fs.IntVar(&f.np, "np", 4, "in-process ranks `N` (local backend only; under MPI mpirun sets it)")
-	fs.StringVar(&f.mode, "mode", "skip", "what the rank does wrong: skip, wrong or kill")
+	fs.StringVar(&f.mode, "mode", "skip", "what the rank does wrong, `MODE`: skip, wrong or kill")
 	fs.IntVar(&f.rank, "rank", 1, "the rank `R` that goes wrong")
 	fs.IntVar(&f.at, "at", 3, "the collective `S` (from 1) where it goes wrong")
 	fs.IntVar(&f.ops, "ops", 5, "collectives `N` in the drill")

@@ -72,14 +72,52 @@ func (c Call) Reduces() bool {
 	return false
 }
 
-// Signature is what every rank's call of a collective must agree on.
+// Signature is what every rank's call of a collective must agree on, and
+// how errors and traces name a call: "AllReduce(count=4 dtype=float32
+// op=sum)"; "Barrier()" and "Split()", which take no count or element
+// type; "GroupP2P(transfers=2)", whose transfers each have their own.
 func (c Call) Signature() string {
-	s := fmt.Sprintf("%v(count=%d dtype=%v", c.Operation, c.Count, c.DType)
-	if c.Reduces() {
-		s += " op=" + c.Op.String()
-	}
+	var root *int
 	if c.Rooted() {
-		s += " root=" + strconv.Itoa(c.Root)
+		root = &c.Root
+	}
+	reduce := ""
+	if c.Reduces() {
+		reduce = c.Op.String()
+	}
+	return signature(c.Operation.String(), c.Count, c.DType.String(), reduce, root, len(c.P2P))
+}
+
+// countsElements reports whether the operation named name moves count
+// elements of one element type: not Barrier or Split, which move none,
+// nor GroupP2P, whose transfers each have their own count and type. An
+// unknown name is taken to move them.
+func countsElements(name string) bool {
+	switch name {
+	case OpBarrier.String(), OpSplit.String(), OpGroupP2P.String():
+		return false
+	}
+	return true
+}
+
+// signature formats Call's and TraceEntry's Signature from the operation's
+// name, count, element type, reduction ("" for none), root (nil for none)
+// and number of transfers (GroupP2P's), each shown only where the
+// operation has it. A GroupP2P of no transfers, or one rebuilt without its
+// list, is "GroupP2P()".
+func signature(name string, count int, dtype, reduce string, root *int, transfers int) string {
+	switch {
+	case name == OpGroupP2P.String() && transfers > 0:
+		return name + "(transfers=" + strconv.Itoa(transfers) + ")"
+	case !countsElements(name):
+		return name + "()"
+	}
+	s := fmt.Sprintf("%s(count=%d dtype=%s", name, count, dtype)
+	if reduce != "" {
+		s += " op=" + reduce
+	}
+	if root != nil {
+		s += " root=" + strconv.Itoa(*root)
 	}
 	return s + ")"
 }

@@ -302,8 +302,9 @@ type TraceEntry struct {
 	Seq  uint64 `json:"seq"`
 	Coll uint64 `json:"coll,omitempty"` // its number among the collectives; 0 for point-to-point
 	Op   string `json:"op"`
-	// DType and Count are the element type and count (of each transfer's
-	// first entry for a GroupP2P: Transfers says how many).
+	// DType and Count are the element type and count; a Barrier, a Split
+	// and a GroupP2P have neither (no dtype, count 0): a GroupP2P's
+	// transfers each have their own, and Transfers says how many.
 	DType     string `json:"dtype,omitempty"`
 	Count     int    `json:"count"`
 	Reduce    string `json:"reduce,omitempty"`
@@ -317,19 +318,14 @@ type TraceEntry struct {
 	Error     string `json:"error,omitempty"`
 }
 
-// Signature is what the ranks must agree on at a collective, as Call's.
+// Signature is what the ranks must agree on at a collective, written as
+// Call's Signature writes the call the entry records.
 func (e TraceEntry) Signature() string {
-	if e.Op == OpBarrier.String() {
-		return "Barrier()"
+	root := e.Root
+	if e.Coll == 0 {
+		root = nil // a Send's or Recv's peer: Call's Signature leaves it out
 	}
-	s := fmt.Sprintf("%s(count=%d dtype=%s", e.Op, e.Count, e.DType)
-	if e.Reduce != "" {
-		s += " op=" + e.Reduce
-	}
-	if e.Root != nil && e.Coll != 0 {
-		s += " root=" + strconv.Itoa(*e.Root)
-	}
-	return s + ")"
+	return signature(e.Op, e.Count, e.DType, e.Reduce, root, e.Transfers)
 }
 
 // Snapshot is the record as a TraceFile.
@@ -354,7 +350,7 @@ func (r *Recorder) Snapshot(reason string) TraceFile {
 		}
 		te := TraceEntry{Seq: seq, Coll: e.coll, Op: e.op.String(), Count: e.count, Transfers: e.transfers,
 			Queued: unixTime(e.queued, conv), Started: unixTime(started, conv), Ended: unixTime(ended, conv)}
-		if e.op != OpBarrier && e.op != OpGroupP2P {
+		if countsElements(e.op.String()) {
 			te.DType = e.dtype.String()
 		}
 		if e.coll != 0 && (Call{Operation: e.op}).Reduces() {
