@@ -407,6 +407,14 @@ func TestCUDAOnGPUHostFuncQueuesLaterWork(t *testing.T) {
 	must(t, errors.Join(s1.Synchronize(), s2.Synchronize()))
 }
 
+// Device.Synchronize waits for the host functions queued on every stream
+// of the device, and the work behind them (testDeviceSynchronizeWaitsForHostWork).
+func TestCUDAOnGPUDeviceSynchronizeWaitsForHostWork(t *testing.T) {
+	d := needCUDA(t)
+	cudaNoLeaks(t, d)
+	testDeviceSynchronizeWaitsForHostWork(t, d)
+}
+
 // Device memory freed while a copy that reads it waits on the host behind a
 // host function (not handed to CUDA yet, so cuMemFree cannot wait for it)
 // stays allocated until the copy is in CUDA: Free returns at once, with the

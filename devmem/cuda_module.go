@@ -19,7 +19,10 @@ type functionImpl interface {
 	launch(grid, block [3]uint32, sharedBytes int, s streamImpl, params [][]byte) error
 }
 
-// Module is compiled device code (PTX or cubin) loaded on one GPU.
+// Module is compiled device code (PTX or cubin) loaded on one GPU. Modules
+// come from Device.LoadModule; a nil *Module, or a zero Module that
+// LoadModule did not make, is refused by every method that returns an
+// error, with one wrapping ErrInvalidArgument, and has no Device.
 type Module struct {
 	dev *Device
 	// mu keeps Unload from running while a launch uses the module's code.
@@ -28,7 +31,10 @@ type Module struct {
 	unloaded bool
 }
 
-// Function is one kernel of a loaded Module.
+// Function is one kernel of a loaded Module, from Module.Function; a nil
+// *Function, or a zero Function that Module.Function did not make, is
+// refused by Launch with an error wrapping ErrInvalidArgument, and has no
+// Name.
 type Function struct {
 	mod  *Module
 	name string
@@ -53,14 +59,27 @@ func (d *Device) LoadModule(image []byte) (*Module, error) {
 	return &Module{dev: d, impl: impl}, nil
 }
 
-// Device is the GPU the module is loaded on.
-func (m *Module) Device() *Device { return m.dev }
+// Device is the GPU the module is loaded on: nil for a nil or zero Module.
+func (m *Module) Device() *Device {
+	if m == nil {
+		return nil
+	}
+	return m.dev
+}
+
+// zeroModuleErr is the error of a method of a zero Module.
+func zeroModuleErr(what string) error {
+	return fmt.Errorf("devmem: %s of a zero Module (modules come from Device.LoadModule): %w", what, ErrInvalidArgument)
+}
 
 // Function returns the kernel called name: its extern "C" name, or the
 // mangled one for C++ kernels.
 func (m *Module) Function(name string) (*Function, error) {
 	if m == nil {
 		return nil, fmt.Errorf("devmem: Function of a nil module: %w", ErrInvalidArgument)
+	}
+	if m.impl == nil {
+		return nil, zeroModuleErr("Function")
 	}
 	if name == "" {
 		return nil, fmt.Errorf("devmem: Function with an empty name: %w", ErrInvalidArgument)
@@ -84,6 +103,9 @@ func (m *Module) Unload() error {
 	if m == nil {
 		return fmt.Errorf("devmem: Unload of a nil module: %w", ErrInvalidArgument)
 	}
+	if m.impl == nil {
+		return zeroModuleErr("Unload")
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.unloaded {
@@ -93,8 +115,13 @@ func (m *Module) Unload() error {
 	return m.impl.unload()
 }
 
-// Name is the kernel's name.
-func (f *Function) Name() string { return f.name }
+// Name is the kernel's name: "" for a nil or zero Function.
+func (f *Function) Name() string {
+	if f == nil {
+		return ""
+	}
+	return f.name
+}
 
 // Launch queues the kernel on s with a grid of blocks, each of block threads
 // and sharedBytes of dynamic shared memory; with a nil s it runs the kernel
@@ -109,6 +136,9 @@ func (f *Function) Name() string { return f.name }
 func (f *Function) Launch(grid, block [3]uint32, sharedBytes int, s *Stream, args ...any) error {
 	if f == nil {
 		return fmt.Errorf("devmem: Launch of a nil function: %w", ErrInvalidArgument)
+	}
+	if f.mod == nil || f.impl == nil {
+		return fmt.Errorf("devmem: Launch of a zero Function (functions come from Module.Function): %w", ErrInvalidArgument)
 	}
 	dev := f.mod.dev
 	for i, v := range [6]uint32{grid[0], grid[1], grid[2], block[0], block[1], block[2]} {

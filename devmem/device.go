@@ -113,7 +113,12 @@ func (d *Device) String() string {
 	return fmt.Sprintf("%s:%d (%s)", d.kind, d.ordinal, d.name)
 }
 
-// Synchronize waits for all work queued on the device's streams.
+// Synchronize waits for all work queued on the device's live streams
+// before the call, host functions included, on every driver. It returns the
+// errors that work met since each stream's last Synchronize, as the
+// streams' own Synchronize would (which then no longer returns them). A host
+// function queued on one of the device's streams must not call it: it would
+// wait for itself (see Stream.HostFunc).
 func (d *Device) Synchronize() error {
 	if err := d.usable("Synchronize"); err != nil {
 		return err

@@ -106,9 +106,15 @@ func (h *hostDriver) newStream() (streamImpl, error) {
 
 func (h *hostDriver) newEvent() (eventImpl, error) { return &hostEvent{}, nil }
 
-// synchronize has no device-wide queue to drain on the host driver: streams
-// are independent, and a nil stream's work is done when its call returns.
-func (h *hostDriver) synchronize() error { return nil }
+// synchronize drains the queue of every live stream of the device, as the
+// cuda driver's does; a nil stream's work is done when its call returns.
+func (h *hostDriver) synchronize() error {
+	var errs []error
+	for _, q := range liveQueues(h.dev) {
+		errs = append(errs, q.flush())
+	}
+	return errors.Join(errs...)
+}
 
 // onStream queues fn on s, or runs it now for a nil stream.
 func onStream(s *Stream, fn func() error) error {

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -395,4 +396,77 @@ func TestHostCallRunsAfterAFailureAndIsGivenIt(t *testing.T) {
 	if len(got) != 2 || got[0] != nil || got[1] != nil {
 		t.Errorf("host device and nil stream: calls given %v, want nil twice", got)
 	}
+}
+
+// Device.Synchronize waits for the work queued on every live stream of the
+// device, host functions and the work queued behind them included, and
+// returns that work's errors (once); it does not wait for another device's
+// streams.
+func TestHostDeviceSynchronizeWaitsForHostWork(t *testing.T) {
+	testDeviceSynchronizeWaitsForHostWork(t, NewHostDevice())
+}
+
+// testDeviceSynchronizeWaitsForHostWork is the body of the test above and of
+// its cuda twin (TestCUDAOnGPUDeviceSynchronizeWaitsForHostWork).
+func testDeviceSynchronizeWaitsForHostWork(t *testing.T, d *Device) {
+	s1, s2, s3 := mustStream(t, d), mustStream(t, d), mustStream(t, d)
+	const n = 4096
+	buf := mustAlloc(t, d, n, false) // device memory: a memset of pinned memory on a stream waits for it
+	must(t, Memset(buf, 1, nil))
+	var ran1, ran2, ran3 atomic.Bool
+	sentinel := errors.New("from a slow host function")
+	must(t, s1.HostFunc(func() error { time.Sleep(300 * time.Millisecond); ran1.Store(true); return nil }))
+	must(t, Memset(buf, 9, s1)) // behind the slow host function
+	if ran1.Load() {
+		t.Fatal("Memset on s1 waited for the host function queued before it")
+	}
+	must(t, s2.HostFunc(func() error { time.Sleep(150 * time.Millisecond); ran2.Store(true); return sentinel }))
+	must(t, s3.hostFuncDeferred(func() error { time.Sleep(50 * time.Millisecond); ran3.Store(true); return nil }))
+
+	// A stream of another device, held until the end: not waited for.
+	other := NewHostDevice()
+	so := mustStream(t, other)
+	gate := make(chan struct{})
+	var openGate sync.Once
+	t.Cleanup(func() { openGate.Do(func() { close(gate) }) }) // before so's Destroy, should the test stop early
+	var ranOther atomic.Bool
+	must(t, so.HostFunc(func() error { <-gate; ranOther.Store(true); return nil }))
+
+	res := make(chan error, 1)
+	start := time.Now()
+	go func() { res <- d.Synchronize() }()
+	var err error
+	select {
+	case err = <-res:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Device.Synchronize has not returned in 30s: it waits for another device's stream")
+	}
+	took := time.Since(start)
+	if !ran1.Load() || !ran2.Load() || !ran3.Load() {
+		t.Errorf("Device.Synchronize returned after %v with host functions not run: s1 %v, s2 %v, s3 (deferred) %v",
+			took, ran1.Load(), ran2.Load(), ran3.Load())
+	}
+	h := make([]byte, n)
+	must(t, CopyToHost(h, buf, nil)) // now, waiting for no stream
+	if !bytes.Equal(h, bytes.Repeat([]byte{9}, n)) {
+		t.Errorf("Device.Synchronize returned before the memset queued behind a host function: buf[0] = %d", h[0])
+	}
+	if !errors.Is(err, sentinel) {
+		t.Errorf("Device.Synchronize = %v; want the error of the host function on s2", err)
+	}
+	if ranOther.Load() {
+		t.Error("the other device's host function ran before its gate opened")
+	}
+	if err := s2.Synchronize(); err != nil {
+		t.Errorf("s2.Synchronize after Device.Synchronize = %v; want nil: the error was reported once", err)
+	}
+	openGate.Do(func() { close(gate) })
+	must(t, other.Synchronize())
+	if !ranOther.Load() {
+		t.Error("Synchronize of the other device returned before its host function ran")
+	}
+	// A destroyed stream is not waited for, nor does it fail the device's
+	// Synchronize.
+	must(t, s3.Destroy())
+	must(t, d.Synchronize())
 }

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
+	"unsafe"
 )
 
 // refused runs call and fails the test unless it returns an error wrapping
@@ -108,6 +110,99 @@ func TestSlicesOfZeroSizeTypesAreRefused(t *testing.T) {
 	}
 	if v := FromBytes[struct{}](make([]byte, 8)); v != nil {
 		t.Errorf("FromBytes[struct{}] = %d values, want nil", len(v))
+	}
+}
+
+// Element types that hold Go pointers are refused by AllocSlice (which
+// allocated device or pinned memory holding them, hidden from the garbage
+// collector), and SliceOf and FromBytes give nothing for them; plain
+// types, arrays and structs of them, and zero-length arrays of pointers
+// inside them pass.
+func TestSlicesOfPointerTypesAreRefused(t *testing.T) {
+	d := NewHostDevice()
+	before := d.Stats()
+	type withPtr struct {
+		A int32
+		P *int
+	}
+	type deep struct {
+		X [2]struct {
+			F float64
+			S string
+		}
+	}
+	check := func(name, want string, alloc func() (int, error)) {
+		t.Helper()
+		n, err := alloc()
+		if !errors.Is(err, ErrInvalidArgument) || n != 0 {
+			t.Errorf("AllocSlice[%s] = Len %d, %v; want ErrInvalidArgument", name, n, err)
+		} else if !strings.Contains(err.Error(), "pointers") || !strings.Contains(err.Error(), want) {
+			t.Errorf("AllocSlice[%s]: %q; want it to say the type holds pointers, at %q", name, err, want)
+		}
+	}
+	alloc := func(n int, err error) (int, error) { return n, err }
+	check("*int", "pointer", func() (int, error) { s, err := AllocSlice[*int](d, 4); return alloc(s.Len(), err) })
+	check("string", "string", func() (int, error) { s, err := AllocSlice[string](d, 4); return alloc(s.Len(), err) })
+	check("[]byte", "slice", func() (int, error) { s, err := AllocSlice[[]byte](d, 4); return alloc(s.Len(), err) })
+	check("map", "map", func() (int, error) { s, err := AllocSlice[map[int]int](d, 4); return alloc(s.Len(), err) })
+	check("chan", "channel", func() (int, error) { s, err := AllocSlice[chan int](d, 4); return alloc(s.Len(), err) })
+	check("func", "function", func() (int, error) { s, err := AllocSlice[func()](d, 4); return alloc(s.Len(), err) })
+	check("any", "interface", func() (int, error) { s, err := AllocSlice[any](d, 4); return alloc(s.Len(), err) })
+	check("error", "interface", func() (int, error) { s, err := AllocSlice[error](d, 4); return alloc(s.Len(), err) })
+	check("unsafe.Pointer", "unsafe.Pointer", func() (int, error) { s, err := AllocSlice[unsafe.Pointer](d, 4); return alloc(s.Len(), err) })
+	check("withPtr", "pointer at .P", func() (int, error) { s, err := AllocSlice[withPtr](d, 4); return alloc(s.Len(), err) })
+	check("[3]*int", "[0]", func() (int, error) { s, err := AllocSlice[[3]*int](d, 4); return alloc(s.Len(), err) })
+	check("deep", "string at .X[0].S", func() (int, error) { s, err := AllocSlice[deep](d, 4); return alloc(s.Len(), err) })
+	// Asked again (the verdict is cached), still refused.
+	check("withPtr again", ".P", func() (int, error) { s, err := AllocSlice[withPtr](d, 4); return alloc(s.Len(), err) })
+	if st := d.Stats(); st != before {
+		t.Errorf("refused AllocSlices left Stats %+v, was %+v", st, before)
+	}
+
+	b, err := d.Alloc(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	if s := SliceOf[*int](b); s.Len() != 0 || !s.Buffer().IsZero() {
+		t.Errorf("SliceOf[*int] = Len %d on %d bytes; want the zero Slice", s.Len(), s.Buffer().Len())
+	}
+	if s := SliceOf[deep](b); s.Len() != 0 || !s.Buffer().IsZero() {
+		t.Errorf("SliceOf[deep] = Len %d; want the zero Slice", s.Len())
+	}
+	if v := FromBytes[string](make([]byte, 64)); v != nil {
+		t.Errorf("FromBytes[string] = %d values, want nil", len(v))
+	}
+
+	// Plain types pass, with their data.
+	type plain struct {
+		A int32
+		B [3]float64
+		Z [0]*int // no elements: holds no pointer
+		U uintptr
+	}
+	ps, err := AllocSlice[plain](d, 2)
+	if err != nil {
+		t.Fatalf("AllocSlice[plain]: %v", err)
+	}
+	defer ps.Free()
+	want := []plain{{A: 1, B: [3]float64{2, 3, 4}, U: 5}, {A: -1, B: [3]float64{0.5}, U: 7}}
+	if err := ps.CopyFrom(want, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ps.ToHost(nil); err != nil || len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("ToHost = %v, %v; want %v", got, err, want)
+	}
+	if s := SliceOf[plain](b); s.Len() != 64/int(unsafe.Sizeof(plain{})) {
+		t.Errorf("SliceOf[plain] of 64 bytes = Len %d", s.Len())
+	}
+	if v := FromBytes[[2]int32](AsBytes([]int32{7, 8, 9, 10})); len(v) != 2 || v[1] != [2]int32{9, 10} {
+		t.Errorf("FromBytes[[2]int32] = %v", v)
+	}
+	// The verdict is cached: FromBytes of a struct type allocates nothing.
+	raw := make([]byte, 64)
+	if n := testing.AllocsPerRun(100, func() { _ = FromBytes[plain](raw) }); n != 0 {
+		t.Errorf("FromBytes[plain] allocates %v times a call", n)
 	}
 }
 
@@ -217,6 +312,86 @@ func TestNilAndZeroDevicesStreamsAndEventsAreRefused(t *testing.T) {
 	}
 	if st := d.Stats(); st.Streams != before.Streams+1 || st.Events != before.Events+1 || st.Buffers != before.Buffers+1 {
 		t.Errorf("Stats %+v: want one stream, one event and one buffer more than %+v", st, before)
+	}
+}
+
+// recordingModule is a moduleImpl whose functions record their launches.
+type recordingModule struct{ unloads, launches int }
+
+func (m *recordingModule) function(name string) (functionImpl, error) { return m, nil }
+func (m *recordingModule) unload() error                              { m.unloads++; return nil }
+func (m *recordingModule) launch(grid, block [3]uint32, sharedBytes int, s streamImpl, params [][]byte) error {
+	m.launches++
+	return nil
+}
+
+// A nil or zero Module or Function is refused with ErrInvalidArgument by
+// every method that returns an error, where a zero Module's Function and
+// Unload and a zero Function's Launch panicked, and its accessors give zero
+// answers, where the nil ones' panicked; a module made as LoadModule makes
+// one still works, and a refused Unload leaves nothing unloaded.
+func TestNilAndZeroModulesAndFunctionsAreRefused(t *testing.T) {
+	one := [3]uint32{1, 1, 1}
+	for name, m := range map[string]*Module{"nil": nil, "zero": new(Module)} {
+		refused(t, name+" Module Function", ErrInvalidArgument, func() error { _, err := m.Function("k"); return err })
+		refused(t, name+" Module Unload", ErrInvalidArgument, m.Unload)
+		refused(t, name+" Module Unload again", ErrInvalidArgument, m.Unload)
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("Device of a %s Module panicked: %v", name, r)
+				}
+			}()
+			if d := m.Device(); d != nil {
+				t.Errorf("Device of a %s Module = %v, want nil", name, d)
+			}
+		}()
+	}
+	err := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("panicked: %v", r)
+			}
+		}()
+		return new(Module).Unload()
+	}()
+	if err == nil || !strings.Contains(err.Error(), "zero Module") {
+		t.Errorf("Unload of a zero Module = %v; want it to say the Module is zero", err)
+	}
+	for name, f := range map[string]*Function{"nil": nil, "zero": new(Function)} {
+		refused(t, name+" Function Launch", ErrInvalidArgument, func() error { return f.Launch(one, one, 0, nil) })
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("Name of a %s Function panicked: %v", name, r)
+				}
+			}()
+			if n := f.Name(); n != "" {
+				t.Errorf("Name of a %s Function = %q, want \"\"", name, n)
+			}
+		}()
+	}
+
+	// A module as LoadModule makes it, on a driver that records launches.
+	d := NewHostDevice()
+	rec := &recordingModule{}
+	m := &Module{dev: d, impl: rec}
+	f, err := m.Function("k")
+	if err != nil || f == nil {
+		t.Fatal(err)
+	}
+	if f.Name() != "k" || m.Device() != d {
+		t.Errorf("Name %q, Device %v; want k, %v", f.Name(), m.Device(), d)
+	}
+	if err := f.Launch(one, one, 0, nil, int32(3)); err != nil || rec.launches != 1 {
+		t.Errorf("Launch = %v after %d launches; want one", err, rec.launches)
+	}
+	if err := m.Unload(); err != nil || rec.unloads != 1 {
+		t.Errorf("Unload = %v after %d unloads; want one", err, rec.unloads)
+	}
+	refused(t, "Launch after Unload", ErrInvalidArgument, func() error { return f.Launch(one, one, 0, nil) })
+	if rec.launches != 1 {
+		t.Errorf("%d launches after a refused one; want 1", rec.launches)
 	}
 }
 

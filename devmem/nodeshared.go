@@ -62,6 +62,18 @@ const (
 // allocation, a handle that does not open) makes every rank return an error
 // and leaves nothing allocated or open.
 func NewNodeShared(c NodeComm, count int64, elemSize int) (*NodeShared, error) {
+	var badElem error
+	if elemSize <= 0 {
+		badElem = fmt.Errorf("element size %d is not positive: %w", elemSize, ErrInvalidArgument)
+	}
+	return newNodeShared(c, count, elemSize, badElem)
+}
+
+// newNodeShared is NewNodeShared; badElem, when not nil, says why this
+// rank's element type or size is refused: the rank still joins the
+// collectives, so that the others fail too instead of waiting, and returns
+// badElem.
+func newNodeShared(c NodeComm, count int64, elemSize int, badElem error) (*NodeShared, error) {
 	if c == nil {
 		return nil, fmt.Errorf("devmem: NewNodeShared with a nil NodeComm: %w", ErrInvalidArgument)
 	}
@@ -72,7 +84,7 @@ func NewNodeShared(c NodeComm, count int64, elemSize int) (*NodeShared, error) {
 	if count < 0 || dev == nil {
 		mine = -1
 	}
-	if elemSize <= 0 {
+	if badElem != nil {
 		elem = -1
 	}
 	counts, err := c.AllGatherInt64(mine)
@@ -82,6 +94,11 @@ func NewNodeShared(c NodeComm, count int64, elemSize int) (*NodeShared, error) {
 	elems, err := c.AllGatherInt64(elem)
 	if err != nil {
 		return nil, fmt.Errorf("devmem: NodeShared: gathering element sizes: %w", err)
+	}
+	if badElem != nil {
+		// Said here, with what -1 stands for on this rank; layout fails
+		// the same way on every rank.
+		return nil, fmt.Errorf("devmem: NodeShared: rank %d: %w", rank, badElem)
 	}
 	offset, totalBytes, err := layout(counts, elems, size, rank)
 	if err != nil {
@@ -184,8 +201,15 @@ func layout(counts, elems []int64, size, rank int) (offset int64, totalBytes int
 		if counts[r] < 0 {
 			return 0, 0, fmt.Errorf("devmem: NodeShared: rank %d gave a negative count or no device: %w", r, ErrInvalidArgument)
 		}
-		if elems[r] <= 0 || elems[r] != elems[0] {
-			return 0, 0, fmt.Errorf("devmem: NodeShared: element sizes differ or are not positive (rank %d: %d, rank 0: %d): %w", r, elems[r], elems[0], ErrInvalidArgument)
+	}
+	for r := range size {
+		if elems[r] <= 0 {
+			return 0, 0, fmt.Errorf("devmem: NodeShared: rank %d refused its element type or size (its own error says why): %w", r, ErrInvalidArgument)
+		}
+	}
+	for r := range size {
+		if elems[r] != elems[0] {
+			return 0, 0, fmt.Errorf("devmem: NodeShared: element sizes differ (rank %d: %d bytes, rank 0: %d bytes): %w", r, elems[r], elems[0], ErrInvalidArgument)
 		}
 	}
 	var total int64
@@ -266,9 +290,9 @@ func (ns *NodeShared) Counts() []int64 { return append([]int64(nil), ns.counts..
 // ElemSize is the size of an element in bytes.
 func (ns *NodeShared) ElemSize() int { return ns.elemSize }
 
-// Barrier waits for the device's queued work (so that this rank's writes
-// have landed) and then for every rank to do the same. Work queued on host
-// driver streams is not device-wide: synchronize those streams first.
+// Barrier waits for the work queued on the device's streams
+// (Device.Synchronize, so that this rank's writes have landed) and then for
+// every rank to do the same.
 func (ns *NodeShared) Barrier() error {
 	if ns.closed.Load() {
 		return fmt.Errorf("devmem: NodeShared: barrier after Close: %w", ErrClosed)
@@ -294,8 +318,11 @@ type NodeSharedSlice[T any] struct {
 }
 
 // NewNodeSharedSlice is NewNodeShared for count elements of T on this rank.
+// An element type that Slice refuses (of size zero, or holding pointers) is
+// refused with an error wrapping ErrInvalidArgument that names it, on this
+// rank, and with one that names this rank on the others.
 func NewNodeSharedSlice[T any](c NodeComm, count int) (*NodeSharedSlice[T], error) {
-	ns, err := NewNodeShared(c, int64(count), elemSize[T]())
+	ns, err := newNodeShared(c, int64(count), elemSize[T](), checkElem[T]())
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -415,6 +416,78 @@ func TestNodeSharedErrorOnOneRankFailsAllWithNothingLeft(t *testing.T) {
 				}
 				if ns != nil {
 					return fmt.Errorf("rank %d: non-nil NodeShared with an error", c.rank)
+				}
+				return checkNothingLeft(c.dev)
+			})
+		})
+	}
+}
+
+// An element type that Slice refuses (of size zero, or holding pointers)
+// or an element size that is not positive fails every rank with
+// ErrInvalidArgument and leaves nothing allocated; the rank that gave it
+// says what it is (where every rank said "element sizes differ or are not
+// positive (rank 0: -1, rank 0: -1)"), the others name that rank, and
+// sizes that differ are named in bytes.
+func TestNodeSharedRefusedElementTypesAreNamed(t *testing.T) {
+	cases := []struct {
+		name string
+		// make is rank r's call.
+		make func(c *pipeComm) (any, error)
+		// onBad is what the errors of the ranks in bad say, onOthers what
+		// the others' say.
+		bad             []int
+		onBad, onOthers []string
+	}{
+		{"struct{} on every rank", func(c *pipeComm) (any, error) {
+			return NewNodeSharedSlice[struct{}](c, 4)
+		}, []int{0, 1, 2}, []string{"struct {}", "size zero"}, nil},
+		{"*int on rank 2", func(c *pipeComm) (any, error) {
+			if c.rank == 2 {
+				return NewNodeSharedSlice[*int](c, 4)
+			}
+			return NewNodeSharedSlice[float64](c, 4)
+		}, []int{2}, []string{"rank 2", "*int", "pointers"}, []string{"rank 2 refused its element type"}},
+		{"string on rank 0", func(c *pipeComm) (any, error) {
+			if c.rank == 0 {
+				return NewNodeSharedSlice[string](c, 4)
+			}
+			return NewNodeSharedSlice[float64](c, 4)
+		}, []int{0}, []string{"string", "pointers"}, []string{"rank 0 refused its element type"}},
+		{"element size 0 on rank 1", func(c *pipeComm) (any, error) {
+			if c.rank == 1 {
+				return NewNodeShared(c, 4, 0)
+			}
+			return NewNodeShared(c, 4, 8)
+		}, []int{1}, []string{"element size 0 is not positive"}, []string{"rank 1 refused its element type"}},
+		{"element sizes differ", func(c *pipeComm) (any, error) {
+			if c.rank == 2 {
+				return NewNodeShared(c, 4, 4)
+			}
+			return NewNodeShared(c, 4, 8)
+		}, nil, nil, []string{"element sizes differ (rank 2: 4 bytes, rank 0: 8 bytes)"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			onNode(t, 3, func(c *pipeComm) error {
+				ns, err := tc.make(c)
+				if err == nil {
+					return fmt.Errorf("rank %d: succeeded: %v", c.rank, ns)
+				}
+				if !errors.Is(err, ErrInvalidArgument) {
+					return fmt.Errorf("rank %d: %v; want ErrInvalidArgument", c.rank, err)
+				}
+				want := tc.onOthers
+				if slices.Contains(tc.bad, c.rank) {
+					want = tc.onBad
+				}
+				for _, w := range want {
+					if !strings.Contains(err.Error(), w) {
+						return fmt.Errorf("rank %d: %q; want it to say %q", c.rank, err, w)
+					}
+				}
+				if strings.Contains(err.Error(), "-1") {
+					return fmt.Errorf("rank %d: %q reports the -1 sent for a refused element", c.rank, err)
 				}
 				return checkNothingLeft(c.dev)
 			})

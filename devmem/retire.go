@@ -40,6 +40,19 @@ func dropLive(q *hostQueue) {
 	live.mu.Unlock()
 }
 
+// liveQueues returns the host queues of the live streams of dev.
+func liveQueues(dev *Device) []*hostQueue {
+	live.mu.Lock()
+	defer live.mu.Unlock()
+	var qs []*hostQueue
+	for q, d := range live.queues {
+		if d == dev {
+			qs = append(qs, q)
+		}
+	}
+	return qs
+}
+
 // retire runs fn once every live stream of dev (of every device, for a nil
 // dev) that has host work queued or running now has run that work. With
 // no such stream it runs fn at once and returns fn's error. Otherwise it

@@ -227,13 +227,23 @@ func FormatCPUList(cpus []int) string {
 	return b.String()
 }
 
-// ParseCPUList reads a Linux cpu list ("0-3,8,10-11").
+// maxCPUs bounds the CPU numbers ParseCPUList accepts. Linux builds with at
+// most 8192 CPUs (NR_CPUS, x86 MAXSMP); 65536 leaves room for larger builds
+// while a list naming every CPU stays small.
+const maxCPUs = 1 << 16
+
+// ParseCPUList reads a Linux cpu list ("0-3,8,10-11") and returns its CPUs
+// sorted, each once. CPU numbers must lie in [0, 65536): a list naming a
+// larger one (Linux itself allows at most 8192 CPUs) is refused with
+// ErrInvalidArgument, as is any part that is not a number or a range lo-hi
+// with lo <= hi.
 func ParseCPUList(s string) ([]int, error) {
-	var cpus []int
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return nil, nil
 	}
+	type span struct{ lo, hi int }
+	var spans []span
 	for part := range strings.SplitSeq(s, ",") {
 		lo, hi, isRange := strings.Cut(part, "-")
 		a, err1 := strconv.Atoi(lo)
@@ -244,12 +254,24 @@ func ParseCPUList(s string) ([]int, error) {
 		if err1 != nil || err2 != nil || a < 0 || b < a {
 			return nil, fmt.Errorf("devmem: cpu list %q: bad part %q: %w", s, part, ErrInvalidArgument)
 		}
-		for c := a; c <= b; c++ {
+		if b >= maxCPUs {
+			return nil, fmt.Errorf("devmem: cpu list %q: part %q names a CPU beyond %d, the largest accepted: %w",
+				s, part, maxCPUs-1, ErrInvalidArgument)
+		}
+		spans = append(spans, span{a, b})
+	}
+	// Merge the spans before listing their CPUs, so that a list repeating a
+	// wide range costs its length, not the range's width times the repeats.
+	slices.SortFunc(spans, func(x, y span) int { return x.lo - y.lo })
+	var cpus []int
+	next := 0 // the first CPU not yet listed
+	for _, sp := range spans {
+		for c := max(sp.lo, next); c <= sp.hi; c++ {
 			cpus = append(cpus, c)
 		}
+		next = max(next, sp.hi+1)
 	}
-	slices.Sort(cpus)
-	return slices.Compact(cpus), nil
+	return cpus, nil
 }
 
 const topoLegend = `Legend:

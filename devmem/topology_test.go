@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -265,6 +266,38 @@ func TestCPUList(t *testing.T) {
 		if got, err := ParseCPUList(bad); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("ParseCPUList(%q) = %v, %v; want ErrInvalidArgument", bad, got, err)
 		}
+	}
+	// CPU numbers beyond the bound are refused at once: a range to MaxInt
+	// used to loop forever, one to 99999999999 to list every number.
+	for _, bad := range []string{"65536", "3,65530-65536", "9223372036854775807", "0-99999999999", "0-9223372036854775807"} {
+		done := make(chan error, 1)
+		go func() { _, err := ParseCPUList(bad); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "65535") {
+				t.Errorf("ParseCPUList(%q) = %v; want ErrInvalidArgument naming the bound", bad, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("ParseCPUList(%q) has not returned in 10s", bad)
+		}
+	}
+	if got, err := ParseCPUList("65534-65535"); err != nil || !slices.Equal(got, []int{65534, 65535}) {
+		t.Errorf("ParseCPUList at the bound = %v, %v", got, err)
+	}
+	// Overlapping, repeated and unsorted parts give each CPU once, sorted,
+	// and a list repeating the widest range costs its length, not the
+	// range's width per repeat.
+	if got, err := ParseCPUList("8-10,2,0-3,9,3-4"); err != nil || !slices.Equal(got, []int{0, 1, 2, 3, 4, 8, 9, 10}) {
+		t.Errorf("ParseCPUList overlapping = %v, %v", got, err)
+	}
+	wide := strings.Repeat("0-65535,", 200000) + "7"
+	start := time.Now()
+	got, err := ParseCPUList(wide)
+	if err != nil || len(got) != maxCPUs || got[0] != 0 || got[len(got)-1] != maxCPUs-1 {
+		t.Errorf("ParseCPUList(200000 x 0-65535) = %d CPUs, %v", len(got), err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("ParseCPUList(200000 x 0-65535) took %v", d)
 	}
 	if got := cpusOfMask([]uint64{0b1011, 0, 1 << 63}); !slices.Equal(got, []int{0, 1, 3, 191}) {
 		t.Errorf("cpusOfMask = %v", got)
