@@ -234,6 +234,12 @@ func (o *options) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.W
 	if err != nil {
 		return usageError(fs, "%v", err)
 	}
+	// A malformed variable is a usage error, found before anything runs, as
+	// check and heat find it (Open would refuse it too, as a failure).
+	if _, err := comm.DefaultOptions(); err != nil {
+		fmt.Fprintf(stderr, "gpucomm bench: %v\n", err)
+		return ExitUsage
+	}
 	if o.cpuProfile != "" {
 		stop, err := startProfile(o.cpuProfile)
 		if err != nil {

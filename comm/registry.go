@@ -44,13 +44,19 @@ func WithNodeBytes(n int) Option { return func(o *Options) { o.NodeBytes = n } }
 func WithStageReduceBytes(n int) Option { return func(o *Options) { o.StageReduceBytes = n } }
 
 // DefaultOptions reads GPUCOMM_DEVICE, GPUCOMM_TIMEOUT, GPUCOMM_DEBUG,
-// GPUCOMM_CHUNK_BYTES, GPUCOMM_NODE_BYTES and GPUCOMM_STAGE_REDUCE_BYTES. A
-// malformed value is an error rather than ignored.
+// GPUCOMM_CHUNK_BYTES, GPUCOMM_NODE_BYTES and GPUCOMM_STAGE_REDUCE_BYTES,
+// and checks GPUCOMM_IPC (devmem's). A malformed value is an error rather
+// than ignored.
 func DefaultOptions() (Options, error) {
 	var o Options
 	o.Device = os.Getenv("GPUCOMM_DEVICE")
 	if err := devmem.CheckSpec(o.Device); err != nil {
 		return o, fmt.Errorf("GPUCOMM_DEVICE=%q: want auto, host, cuda or cuda:N: %w", o.Device, ErrInvalidArgument)
+	}
+	// Not an option, but read by devmem when node-shared memory is first
+	// allocated, which may be long after Open: refused here, up front.
+	if err := devmem.CheckIPCModeEnv(); err != nil {
+		return o, err
 	}
 	if v := os.Getenv("GPUCOMM_TIMEOUT"); v != "" {
 		d, err := time.ParseDuration(v)

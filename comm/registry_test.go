@@ -148,11 +148,12 @@ func TestUnknownBackendListsKnownOnes(t *testing.T) {
 
 func TestMalformedEnvironmentIsAnError(t *testing.T) {
 	for _, kv := range [][2]string{{"GPUCOMM_TIMEOUT", "soon"}, {"GPUCOMM_TIMEOUT", "-1s"}, {"GPUCOMM_DEBUG", "maybe"}, {"GPUCOMM_CHUNK_BYTES", "0"}, {"GPUCOMM_CHUNK_BYTES", "4X"}, {"GPUCOMM_CHUNK_BYTES", "-1K"}, {"GPUCOMM_CHUNK_BYTES", "3G"},
-		{"GPUCOMM_NODE_BYTES", "0"}, {"GPUCOMM_NODE_BYTES", "-2"}, {"GPUCOMM_STAGE_REDUCE_BYTES", "0"}, {"GPUCOMM_STAGE_REDUCE_BYTES", "big"}} {
+		{"GPUCOMM_NODE_BYTES", "0"}, {"GPUCOMM_NODE_BYTES", "-2"}, {"GPUCOMM_STAGE_REDUCE_BYTES", "0"}, {"GPUCOMM_STAGE_REDUCE_BYTES", "big"},
+		{"GPUCOMM_IPC", "bogus"}} {
 		t.Run(kv[0]+"="+kv[1], func(t *testing.T) {
 			t.Setenv(kv[0], kv[1])
-			if _, err := DefaultOptions(); !errors.Is(err, ErrInvalidArgument) {
-				t.Fatalf("DefaultOptions() = %v, want ErrInvalidArgument", err)
+			if _, err := DefaultOptions(); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), kv[0]) {
+				t.Fatalf("DefaultOptions() = %v, want ErrInvalidArgument naming %s", err, kv[0])
 			}
 		})
 	}

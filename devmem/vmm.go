@@ -65,6 +65,15 @@ const (
 	ipcLegacy
 )
 
+// CheckIPCModeEnv returns the error AllocShared would give for a malformed
+// GPUCOMM_IPC (wrapping ErrInvalidArgument), or nil when it is unset or
+// valid, so that a program refuses it before it starts any work
+// (comm.DefaultOptions, and so Open, does).
+func CheckIPCModeEnv() error {
+	_, err := ipcModeFromEnv()
+	return err
+}
+
 func ipcModeFromEnv() (ipcMode, error) {
 	switch v := strings.ToLower(strings.TrimSpace(os.Getenv(IPCModeEnv))); v {
 	case "", "auto":
