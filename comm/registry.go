@@ -269,7 +269,16 @@ func Open(name string, opts ...Option) (Communicator, error) {
 		if err != nil {
 			return nil, err
 		}
-		return openFirst(o, names)
+		c, err := openFirst(o, names)
+		if err != nil && errors.Is(err, ErrUnsupported) {
+			// The backend auto chose cannot do what was asked (local and a
+			// GPU, say): the others, and why they were no choice, are what
+			// the user needs to know next.
+			if others := unusable(names); others != "" {
+				err = fmt.Errorf("%w (auto chose %s; not usable here: %s)", err, strings.Join(names, ", "), others)
+			}
+		}
+		return c, err
 	}
 	regMu.RLock()
 	d, ok := drivers[name]
@@ -402,6 +411,24 @@ func candidates() ([]string, error) {
 		return nil, refusal
 	}
 	return nil, fmt.Errorf("comm: no usable backend (%s): %w", strings.Join(why, "; "), ErrUnsupported)
+}
+
+// unusable says why each registered backend not among chosen is not
+// usable here (its Probe's reason), or "" when every one was chosen.
+func unusable(chosen []string) string {
+	var why []string
+	for _, n := range Backends() {
+		if slices.Contains(chosen, n) {
+			continue
+		}
+		regMu.RLock()
+		d := drivers[n]
+		regMu.RUnlock()
+		if v := d.Probe(); !v.Usable {
+			why = append(why, n+": "+v.Reason)
+		}
+	}
+	return strings.Join(why, "; ")
 }
 
 // openFirst opens the first of names (the candidates of "auto") that

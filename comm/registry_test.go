@@ -2,6 +2,7 @@ package comm
 
 import (
 	"errors"
+	"fmt"
 	"go/parser"
 	"go/token"
 	"path"
@@ -421,5 +422,25 @@ func TestKnownBackendsAreWhatAllImports(t *testing.T) {
 	slices.Sort(known)
 	if !slices.Equal(imported, known) {
 		t.Fatalf("comm/all imports %v, knownBackends says %v", imported, known)
+	}
+}
+
+// When the backend auto chose cannot do what was asked (ErrUnsupported: the
+// in-process backend and a GPU, where the MPI backends are not built), the
+// error goes on to name the backends that were no choice and why, where it
+// named only the chosen one's refusal; another failure is left as it is.
+func TestAutoNamesTheUnusableBackendsWhenItsChoiceCannotServe(t *testing.T) {
+	registerFakes(t)
+	fakeOpenErr = map[string]error{"fake-good": fmt.Errorf("fake-good cannot use that device: %w", ErrUnsupported)}
+	t.Cleanup(func() { fakeOpenErr = nil })
+	_, err := Open("auto")
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "fake-good cannot use that device") ||
+		!strings.Contains(err.Error(), "not usable here: ") || !strings.Contains(err.Error(), "fake-best-unusable: fake-best-unusable says so") ||
+		strings.Contains(err.Error(), "fake-worse:") {
+		t.Errorf("Open(auto) = %v; want the choice's refusal, then each unusable backend with its reason (and no usable one)", err)
+	}
+	fakeOpenErr = map[string]error{"fake-good": fmt.Errorf("fake-good broke: %w", ErrInvalidArgument)}
+	if _, err := Open("auto"); err == nil || strings.Contains(err.Error(), "not usable here") {
+		t.Errorf("Open(auto) with another failure = %v; want it as it is", err)
 	}
 }
