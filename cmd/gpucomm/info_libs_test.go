@@ -59,15 +59,7 @@ func TestInfoLibraryChild(t *testing.T) {
 	if os.Getenv(infoLibChild) == "" {
 		t.Skip("the child process of infoLibs")
 	}
-	withSections(t)
-	code, out, errOut := runCLI(t, "info", "-json")
-	if code != exitOK {
-		t.Fatalf("info -json: exit %d\nstderr:\n%s", code, errOut)
-	}
-	var rep infoReport
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatalf("info -json: %v\n%s", err, out)
-	}
+	rep := infoDecoded(t)
 	var r struct{ Effects, Lines map[string]string }
 	r.Effects, r.Lines = map[string]string{}, map[string]string{}
 	for _, k := range rep.Environment {
@@ -75,7 +67,7 @@ func TestInfoLibraryChild(t *testing.T) {
 			r.Effects[k.Name] = k.Effect
 		}
 	}
-	code, out, errOut = runCLI(t, "info")
+	code, out, errOut := runCLI(t, "info")
 	if code != exitOK {
 		t.Fatalf("info: exit %d\nstderr:\n%s", code, errOut)
 	}

@@ -16,9 +16,9 @@ import (
 	"github.com/gpucomm/gpucomm/internal/errs"
 )
 
-// infoJSON runs info -json with the environment the test set and returns
-// each backend's reason and the cuda device's detail.
-func infoJSON(t *testing.T) (reasons map[string]string, cudaDetail string) {
+// infoDecoded runs info -json with the environment the test set and decodes
+// its report.
+func infoDecoded(t *testing.T) infoReport {
 	t.Helper()
 	withSections(t)
 	code, out, errOut := runCLI(t, "info", "-json")
@@ -29,6 +29,14 @@ func infoJSON(t *testing.T) (reasons map[string]string, cudaDetail string) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("info -json: %v\n%s", err, out)
 	}
+	return rep
+}
+
+// infoJSON runs info -json with the environment the test set and returns
+// each backend's reason and the cuda device's detail.
+func infoJSON(t *testing.T) (reasons map[string]string, cudaDetail string) {
+	t.Helper()
+	rep := infoDecoded(t)
 	reasons = map[string]string{}
 	for _, b := range rep.Backends {
 		reasons[b.Name] = b.Reason

@@ -57,7 +57,13 @@ func each(cs []comm.Communicator, ranks []int, f func(c comm.Communicator) error
 
 func float32s(t *testing.T, c comm.Communicator, v ...float32) devmem.Slice[float32] {
 	t.Helper()
-	s, err := devmem.AllocSlice[float32](c.Device(), len(v))
+	return holding(t, c, v)
+}
+
+// holding is a buffer of c's device holding v, freed when t ends.
+func holding[T any](t *testing.T, c comm.Communicator, v []T) devmem.Slice[T] {
+	t.Helper()
+	s, err := devmem.AllocSlice[T](c.Device(), len(v))
 	if err == nil {
 		err = s.CopyFrom(v, nil)
 	}

@@ -16,15 +16,7 @@ const poison = int32(-99999)
 // int32s is a buffer of c's device holding v.
 func int32s(t *testing.T, c comm.Communicator, v []int32) devmem.Slice[int32] {
 	t.Helper()
-	s, err := devmem.AllocSlice[int32](c.Device(), len(v))
-	if err == nil {
-		err = s.CopyFrom(v, nil)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Free() })
-	return s
+	return holding(t, c, v)
 }
 
 // poisoned is a buffer of n elements of poison.
