@@ -84,6 +84,14 @@ func TestInProcessBackendRefusedUnderAMultiRankLauncher(t *testing.T) {
 	if CheckLauncher("fake-good") != nil || CheckLauncher("nosuch") != nil {
 		t.Error("CheckLauncher refused a backend that is not in-process")
 	}
+	// Probe says so too (gpucomm info said the in-process backend was
+	// usable under mpirun, where Open refuses it).
+	if v, perr := Probe("fake-inproc"); perr != nil || v.Usable || v.Reason != err.Error() {
+		t.Errorf("Probe(fake-inproc) under mpirun = %+v, %v; want not usable, for Open's reason %q", v, perr, err)
+	}
+	if v, perr := Probe("fake-good"); perr != nil || !v.Usable {
+		t.Errorf("Probe(fake-good) under mpirun = %+v, %v; want usable", v, perr)
+	}
 	// auto leaves the in-process backend out (opening what it would pick
 	// instead starts MPI in a binary built with it, so only the list).
 	names, err := candidates()

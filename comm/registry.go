@@ -186,7 +186,9 @@ func Backends() []string {
 // Probe asks the named backend whether it can run here; for "auto" or "",
 // the backend Open("auto") would try first (Auto; GPUCOMM_BACKEND, which
 // Open honours, aside), or why there is none. Probe reads no
-// GPUCOMM_BACKEND.
+// GPUCOMM_BACKEND. Under a launcher that started several ranks an
+// in-process backend is not usable (CheckLauncher's reason), as Open
+// refuses it.
 func Probe(name string) (Verdict, error) {
 	if name == "" || name == "auto" {
 		n, err := Auto()
@@ -200,6 +202,11 @@ func Probe(name string) (Verdict, error) {
 	regMu.RUnlock()
 	if !ok {
 		return Verdict{}, unknown(name)
+	}
+	// Under a launcher that started several ranks, Open refuses an
+	// in-process backend whatever it could do on its own: so does Probe.
+	if err := CheckLauncher(name); err != nil {
+		return Verdict{Usable: false, Reason: err.Error()}, nil
 	}
 	return d.Probe(), nil
 }
