@@ -92,20 +92,38 @@ func (l nodeLayout) header(pairs []rankPair) string {
 
 // rankRanges writes ranks as ranges: 0-3,8,10-11.
 func rankRanges(ranks []int) string {
-	var parts []string
-	for i := 0; i < len(ranks); {
+	return strings.Join(runTexts(rankRuns(ranks)), ",")
+}
+
+// rankRuns splits sorted ranks into runs of consecutive ones: {r} for a
+// rank alone, {first, last} for a run of two or more.
+func rankRuns(rs []int) [][]int {
+	var runs [][]int
+	for i := 0; i < len(rs); {
 		j := i
-		for j+1 < len(ranks) && ranks[j+1] == ranks[j]+1 {
+		for j+1 < len(rs) && rs[j+1] == rs[j]+1 {
 			j++
 		}
-		if j > i {
-			parts = append(parts, fmt.Sprintf("%d-%d", ranks[i], ranks[j]))
+		if j == i {
+			runs = append(runs, []int{rs[i]})
 		} else {
-			parts = append(parts, strconv.Itoa(ranks[i]))
+			runs = append(runs, []int{rs[i], rs[j]})
 		}
 		i = j + 1
 	}
-	return strings.Join(parts, ",")
+	return runs
+}
+
+// runTexts writes each run of rankRuns as "r" or "first-last".
+func runTexts(runs [][]int) []string {
+	parts := make([]string, len(runs))
+	for i, run := range runs {
+		parts[i] = strconv.Itoa(run[0])
+		if len(run) == 2 {
+			parts[i] = fmt.Sprintf("%d-%d", run[0], run[1])
+		}
+	}
+	return parts
 }
 
 // withPlacement adds the "placement" member p to bench's JSON report out;

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -112,7 +113,7 @@ func runTrace(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, f := range findings {
 		fmt.Fprintf(stdout, "communicator %s (%s, %d ranks; records from %s", f.ID, f.Backend, f.Size, rankList(f.Ranks))
 		if len(f.Missing) > 0 {
-			fmt.Fprintf(stdout, "; none from %s", rankList(f.Missing))
+			fmt.Fprintf(stdout, "; none from %s", traceRankRanges(f.Missing))
 		}
 		fmt.Fprintf(stdout, ")\n  %s\n", f.Summary)
 		for _, d := range f.Detail {
@@ -122,16 +123,28 @@ func runTrace(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
+// maxTraceRanks is the most ranks a record may say its communicator has:
+// 1<<24, far more than any job runs. A larger "size" is a corrupt record,
+// refused before trace lists the ranks that wrote none.
+const maxTraceRanks = 1 << 24
+
+// traceFilePattern matches the names of flight records (driver.FileName).
+const traceFilePattern = "*.rank*.json"
+
 // readTraces reads every record in dir and groups them by communicator.
 func readTraces(dir string) ([]traceGroup, error) {
-	names, err := filepath.Glob(filepath.Join(dir, "*.rank*.json"))
+	// The directory is listed, not globbed: its own name may hold *, ? or [.
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	if len(names) == 0 {
-		if _, err := os.Stat(dir); err != nil {
-			return nil, err
+	var names []string
+	for _, e := range ents {
+		if ok, _ := filepath.Match(traceFilePattern, e.Name()); ok && !e.IsDir() {
+			names = append(names, filepath.Join(dir, e.Name()))
 		}
+	}
+	if len(names) == 0 {
 		return nil, fmt.Errorf("%s holds no flight record (*.rank*.json): did the job run with GPUCOMM_TRACE_DIR=%s, and did it time out, get the trace signal or call WriteTraces?", dir, dir)
 	}
 	byID := map[string]*traceGroup{}
@@ -147,10 +160,19 @@ func readTraces(dir string) ([]traceGroup, error) {
 		if f.ID == "" || f.Size < 1 || f.Rank < 0 || f.Rank >= f.Size {
 			return nil, fmt.Errorf("%s is not a flight record: id %q, rank %d of %d", n, f.ID, f.Rank, f.Size)
 		}
+		if f.Size > maxTraceRanks {
+			return nil, fmt.Errorf("%s is not a flight record: field \"size\" is %d ranks, more than any job holds (at most %d)", n, f.Size, maxTraceRanks)
+		}
+		if f.Collectives > math.MaxInt64 {
+			return nil, fmt.Errorf("%s is not a flight record: field \"collectives\" is %d, more than a rank can enter (at most %d)", n, f.Collectives, uint64(math.MaxInt64))
+		}
 		g := byID[f.ID]
 		if g == nil {
 			g = &traceGroup{ID: f.ID, Backend: f.Backend, Size: f.Size, Files: map[int]driver.TraceFile{}}
 			byID[f.ID] = g
+		}
+		if f.Size != g.Size {
+			return nil, fmt.Errorf("%s: field \"size\" is %d, but other records of communicator %s say %d", n, f.Size, f.ID, g.Size)
 		}
 		g.Files[f.Rank] = f
 	}
@@ -169,17 +191,22 @@ func readTraces(dir string) ([]traceGroup, error) {
 // diagnose finds the first divergence of one communicator's records.
 func diagnose(g traceGroup) traceFinding {
 	f := traceFinding{ID: g.ID, Backend: g.Backend, Size: g.Size}
-	for r := 0; r < g.Size; r++ {
-		if _, ok := g.Files[r]; ok {
-			f.Ranks = append(f.Ranks, r)
-		} else {
-			f.Missing = append(f.Missing, r)
+	for r := range g.Files {
+		f.Ranks = append(f.Ranks, r)
+	}
+	sort.Ints(f.Ranks)
+	next := 0
+	for _, r := range append(f.Ranks, g.Size) {
+		for ; next < r; next++ {
+			f.Missing = append(f.Missing, next)
 		}
+		next = r + 1
 	}
 	// Each rank's collectives by number, and the range all records cover.
 	colls := map[int]map[uint64]driver.TraceEntry{}
 	var from uint64 = 1
 	var through uint64
+	held := map[uint64]bool{} // the collectives some record holds
 	for _, r := range f.Ranks {
 		tf := g.Files[r]
 		m := map[uint64]driver.TraceEntry{}
@@ -189,6 +216,7 @@ func diagnose(g traceGroup) traceFinding {
 				continue
 			}
 			m[e.Coll] = e
+			held[e.Coll] = true
 			if lowest == 0 || e.Coll < lowest {
 				lowest = e.Coll
 			}
@@ -206,7 +234,17 @@ func diagnose(g traceGroup) traceFinding {
 		}
 		return s
 	}
-	for s := from; s <= through; s++ {
+	// Only the collectives some record holds can show a divergence (one no
+	// record holds is out of every ring): walking those, not every number
+	// up to the counts, keeps a huge or corrupt count from looping.
+	seqs := make([]uint64, 0, len(held))
+	for s := range held {
+		if s >= from && s <= through {
+			seqs = append(seqs, s)
+		}
+	}
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	for _, s := range seqs {
 		bySig := map[string][]int{}
 		var absent []int
 		for _, r := range f.Ranks {
@@ -266,7 +304,7 @@ func diagnose(g traceGroup) traceFinding {
 	// The ranks agree on every collective they recorded.
 	switch {
 	case len(f.Missing) > 0:
-		f.Summary = fmt.Sprintf("%s wrote no record: it died, was killed, or could not write; the others agree through collective %d", rankList(f.Missing), through)
+		f.Summary = fmt.Sprintf("%s wrote no record: it died, was killed, or could not write; the others agree through collective %d", traceRankRanges(f.Missing), through)
 		f.Detail = append(f.Detail, missingDetail(f.Missing)...)
 		if through > 0 {
 			f.Coll = through
@@ -325,12 +363,24 @@ func snapshotBehind(g traceGroup, ranks, absent []int, colls map[int]map[uint64]
 	return true
 }
 
+// missingDetail tells the ranks without a record, a line per run of
+// consecutive ranks (a communicator may have up to maxTraceRanks).
 func missingDetail(missing []int) []string {
 	var d []string
-	for _, r := range missing {
-		d = append(d, fmt.Sprintf("rank %d: no record (it died, was killed, or could not write)", r))
+	for _, run := range rankRuns(missing) {
+		d = append(d, fmt.Sprintf("%s: no record (it died, was killed, or could not write)", rankList(run)))
 	}
 	return d
+}
+
+// traceRankRanges is rankList with runs of consecutive ranks as ranges
+// ("ranks 1-4, 6-9"), so its length is bounded by the records, not the size.
+func traceRankRanges(rs []int) string {
+	runs := rankRuns(rs)
+	if len(runs) == 1 {
+		return rankList(runs[0])
+	}
+	return "ranks " + strings.Join(runTexts(runs), ", ")
 }
 
 // stamp is a recorded time for people.
