@@ -5,9 +5,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"text/tabwriter"
@@ -22,7 +24,19 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	cfg, err := parseConfig(os.Args[1:], os.Getenv("GPUCOMM_BACKEND"), os.Stderr)
+	if errors.Is(err, flag.ErrHelp) { // -h asked for the usage: no failure
+		os.Exit(0)
+	}
+	if err != nil {
+		// Refused before MPI starts, so that no rank measures anything.
+		var r reported
+		if !errors.As(err, &r) {
+			fmt.Fprintf(os.Stderr, "pingpong: %v\n", err)
+		}
+		os.Exit(2)
+	}
+	if err := run(cfg); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", who(mpi.World().Rank()), err)
 		mpi.World().Abort(1)
 	}
@@ -97,50 +111,97 @@ func defaultSizes(maxSize string) ([]int, error) {
 	return out, nil
 }
 
-func run() error {
+// reported is a flag error the flag set has already printed, with the usage.
+type reported struct{ error }
+
+// cudaawareSides are the sides that only -cudaaware measures.
+var cudaawareSides = []string{"cudaaware", "cudaaware on a stream", "MPI on device", "MPI on device after stream sync", "MPI nonblocking on device"}
+
+// parseConfig reads pingpong's arguments and refuses, before MPI starts,
+// whatever would make it measure something other than what it says:
+// backendEnv is GPUCOMM_BACKEND, which comm.Open lets override the backend
+// pingpong names for each of its sides.
+func parseConfig(args []string, backendEnv string, stderr io.Writer) (config, error) {
 	var sizes, chunks, maxSize, budget, only string
 	var cfg config
-	flag.StringVar(&sizes, "sizes", "", "message sizes, comma-separated (default: 8 B by factors of 4, and -max)")
-	flag.StringVar(&maxSize, "max", "256M", "largest message of the default sizes")
-	flag.StringVar(&chunks, "chunks", "", "chunk sizes to measure copy and MPI bandwidth at, e.g. 256K,512K,1M,2M,4M,8M (default: none)")
-	flag.StringVar(&budget, "budget", "1G", "bytes each measurement moves, which sets its iterations")
-	flag.IntVar(&cfg.rounds, "rounds", 3, "measurements of each side at each size, taken in turn (side after side, round after round); the table shows each side's median")
-	flag.BoolVar(&cfg.cudaaware, "cudaaware", false, "also measure the cudaaware backend (device pointers to MPI)")
-	flag.BoolVar(&cfg.copies, "copies", false, "measure device-to-pinned copies alone: on rank 0 alone, on both ranks at once, and alternating between the ranks")
-	flag.BoolVar(&cfg.load, "memload", false, "measure rank 0's pinned copies and a host memcpy, each alone and both at once: how much a staged transfer's copies lose to MPI's memcpy traffic")
-	flag.StringVar(&only, "only", "", "measure only these sides, by their column names, comma-separated (host MPI is always measured), e.g. \"cudaaware,MPI on device\"; then each round also gives the difference of every pair of sides, and the table their medians")
-	flag.Parse()
+	fs := flag.NewFlagSet("pingpong", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&sizes, "sizes", "", "message sizes, comma-separated (default: 8 B by factors of 4, and -max)")
+	fs.StringVar(&maxSize, "max", "256M", "largest message of the default sizes")
+	fs.StringVar(&chunks, "chunks", "", fmt.Sprintf("chunk sizes to measure copy and MPI bandwidth at, each %d to %d bytes, e.g. 256K,512K,1M,2M,4M,8M (default: none)", comm.MinChunkBytes, comm.MaxChunkBytes))
+	fs.StringVar(&budget, "budget", "1G", "bytes each measurement moves, which sets its iterations")
+	fs.IntVar(&cfg.rounds, "rounds", 3, "measurements of each side at each size, taken in turn (side after side, round after round); the table shows each side's median")
+	fs.BoolVar(&cfg.cudaaware, "cudaaware", false, "also measure the cudaaware backend (device pointers to MPI)")
+	fs.BoolVar(&cfg.copies, "copies", false, "measure device-to-pinned copies alone: on rank 0 alone, on both ranks at once, and alternating between the ranks")
+	fs.BoolVar(&cfg.load, "memload", false, "measure rank 0's pinned copies and a host memcpy, each alone and both at once: how much a staged transfer's copies lose to MPI's memcpy traffic")
+	fs.StringVar(&only, "only", "", "measure only these sides, by their column names, comma-separated (host MPI is always measured), e.g. \"cudaaware,MPI on device\"; then each round also gives the difference of every pair of sides, and the table their medians")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, err
+		}
+		return cfg, reported{err}
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q: pingpong takes only flags", fs.Arg(0))
+	}
+	// comm.Open lets GPUCOMM_BACKEND override the name it is given: every
+	// side pingpong labels staged (backend mpi) or cudaaware would then be
+	// whatever backend it names.
+	if backendEnv != "" {
+		switch {
+		case cfg.cudaaware:
+			return cfg, fmt.Errorf("GPUCOMM_BACKEND=%s would replace the backends pingpong opens (mpi for the staged sides, cudaaware for -cudaaware's), so the columns would be mislabelled: unset GPUCOMM_BACKEND", backendEnv)
+		case backendEnv != "mpi":
+			return cfg, fmt.Errorf("GPUCOMM_BACKEND=%s would replace backend mpi, which pingpong opens for its staged sides, so their columns would measure %s: unset GPUCOMM_BACKEND", backendEnv, backendEnv)
+		}
+	}
 	var err error
 	if only != "" {
 		cfg.only = map[string]bool{}
 		for _, name := range strings.Split(only, ",") {
 			name = strings.TrimSpace(name)
 			if !slices.Contains(sideNames, name) {
-				return fmt.Errorf("-only: no side is called %q; the sides are %q", name, sideNames)
+				return cfg, fmt.Errorf("-only: no side is called %q; the sides are %q", name, sideNames)
+			}
+			if !cfg.cudaaware && slices.Contains(cudaawareSides, name) {
+				return cfg, fmt.Errorf("-only: side %q is measured only with -cudaaware", name)
 			}
 			cfg.only[name] = true
 		}
 	}
 	if cfg.sizes, err = parseSizes(sizes); err != nil {
-		return err
+		return cfg, fmt.Errorf("-sizes: %w", err)
+	}
+	for _, n := range cfg.sizes {
+		if n < 1 {
+			return cfg, fmt.Errorf("-sizes: a message of %d bytes: want at least 1", n)
+		}
 	}
 	if len(cfg.sizes) == 0 {
 		if cfg.sizes, err = defaultSizes(maxSize); err != nil {
-			return err
+			return cfg, err
 		}
 	}
 	if cfg.chunks, err = parseSizes(chunks); err != nil {
-		return err
+		return cfg, fmt.Errorf("-chunks: %w", err)
+	}
+	for _, n := range cfg.chunks {
+		if n < comm.MinChunkBytes || n > comm.MaxChunkBytes {
+			return cfg, fmt.Errorf("-chunks: a chunk of %d bytes: want %d to %d", n, comm.MinChunkBytes, comm.MaxChunkBytes)
+		}
 	}
 	b, err := bench.ParseSize(budget)
 	if err != nil {
-		return err
+		return cfg, fmt.Errorf("-budget: %w", err)
 	}
 	cfg.budget = int(b)
 	if cfg.rounds < 1 {
-		return fmt.Errorf("-rounds %d: want at least 1", cfg.rounds)
+		return cfg, fmt.Errorf("-rounds %d: want at least 1", cfg.rounds)
 	}
+	return cfg, nil
+}
 
+func run(cfg config) error {
 	// The program's reference keeps MPI up across the communicators.
 	if err := mpi.Init(); err != nil {
 		return err
@@ -664,6 +725,35 @@ func pairDiffs(w *strings.Builder, size int, names []string, times [][]time.Dura
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
+// allReduceSizes is sizes in whole float32s, the AllReduce table's rows, and
+// a line that says which sizes it dropped (under one float32) or rounded
+// down; "" when none.
+func allReduceSizes(sizes []int) (out []int, note string) {
+	var dropped, rounded []string
+	for _, n := range sizes {
+		switch w := n / 4 * 4; {
+		case w == 0:
+			dropped = append(dropped, strconv.Itoa(n))
+		case w != n:
+			rounded = append(rounded, fmt.Sprintf("%d to %d", n, w))
+			out = append(out, w)
+		default:
+			out = append(out, w)
+		}
+	}
+	var parts []string
+	if len(dropped) > 0 {
+		parts = append(parts, "dropped "+strings.Join(dropped, ", ")+" bytes (under one float32)")
+	}
+	if len(rounded) > 0 {
+		parts = append(parts, "rounded "+strings.Join(rounded, ", ")+" bytes down to whole float32s")
+	}
+	if len(parts) > 0 {
+		note = "AllReduce sizes: " + strings.Join(parts, "; ")
+	}
+	return out, note
+}
+
 func allReduceTable(cfg config, host *mpi.Comm, staged, direct comm.Communicator) error {
 	maxN := 0
 	for _, n := range cfg.sizes {
@@ -745,13 +835,11 @@ func allReduceTable(cfg config, host *mpi.Comm, staged, direct comm.Communicator
 	for i, s := range sides {
 		names[i] = s.name
 	}
-	var sizes []int // whole float32s
-	for _, n := range cfg.sizes {
-		if n = n / 4 * 4; n != 0 {
-			sizes = append(sizes, n)
-		}
-	}
+	sizes, note := allReduceSizes(cfg.sizes)
 	title := fmt.Sprintf("AllReduce of float32 (sum, in place) over %d ranks: time per call and algorithm bandwidth (size / time), median of %d rounds", host.Size(), cfg.rounds)
+	if note != "" {
+		title += "\n" + note
+	}
 	return sideTable(cfg, host, title, names, sizes, "", nil, func(n int) ([][]time.Duration, error) {
 		iters := iterations(cfg.budget/2, n)
 		return measureRounds(cfg.rounds, len(sides), func(i int) (time.Duration, error) {

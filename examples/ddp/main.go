@@ -15,11 +15,13 @@
 //	go build -tags mpi ./examples/ddp && mpirun -np 4 env GPUCOMM_BACKEND=mpi ./ddp
 //
 // The binary run under mpirun must be built with -tags mpi (Open MPI) or
-// -tags mpich; built without, it refuses to start there and says so.
+// -tags mpich; built without, it refuses to start there and says so. It
+// takes no arguments: one is a usage error (exit 2).
 package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -45,6 +47,9 @@ type config struct {
 var defaultConfig = config{Features: 64, PerRank: 512, Bucket: 16, Steps: 100, LR: 0.5, Seed: 1}
 
 func main() {
+	if code, ok := checkArgs(os.Args[1:], os.Stderr); !ok {
+		os.Exit(code)
+	}
 	c, err := comm.Open("auto")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ddp:", err)
@@ -55,6 +60,28 @@ func main() {
 		fmt.Fprintln(os.Stderr, "ddp:", err)
 		os.Exit(1)
 	}
+}
+
+// checkArgs refuses any argument, since the program takes none. When ok is
+// false the caller exits with code: 0 after -h, 2 for a usage error.
+func checkArgs(args []string, stderr io.Writer) (code int, ok bool) {
+	fs := flag.NewFlagSet("ddp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: ddp (no arguments; GPUCOMM_BACKEND names the backend, the best usable one when unset; run it under mpirun for more ranks)")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // -h asked for the usage: that is no failure
+			return 0, false
+		}
+		return 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "ddp: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return 2, false
+	}
+	return 0, true
 }
 
 // result is what a rank ends with.
@@ -264,7 +291,10 @@ func allReduceScalar(c comm.Communicator, v float64, op comm.Op) (float64, error
 		return 0, err
 	}
 	out := []float64{0}
-	return out[0], buf.CopyTo(out, nil)
+	if err := buf.CopyTo(out, nil); err != nil {
+		return 0, err
+	}
+	return out[0], nil
 }
 
 // checkIdentical fails unless every rank holds the same parameter bits: the

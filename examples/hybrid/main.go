@@ -8,10 +8,13 @@
 //
 // Built without MPI (no -tags mpi or mpich) it runs as one rank on the
 // local backend, and under mpirun it refuses to start, saying how to
-// rebuild, rather than run one-rank jobs that print a wrong sum.
+// rebuild, rather than run one-rank jobs that print a wrong sum. It takes no
+// arguments: one is a usage error (exit 2).
 package main
 
 import (
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -26,6 +29,9 @@ import (
 const n = 1 << 20
 
 func main() {
+	if code, ok := checkArgs(os.Args[1:], os.Stderr); !ok {
+		os.Exit(code)
+	}
 	// "auto" picks the best backend; the communicator binds this process to
 	// the GPU of its local rank (or a host device where there is none).
 	c, err := comm.Open("auto")
@@ -38,6 +44,28 @@ func main() {
 		fmt.Fprintln(os.Stderr, "hybrid:", err)
 		os.Exit(1)
 	}
+}
+
+// checkArgs refuses any argument, since the program takes none. When ok is
+// false the caller exits with code: 0 after -h, 2 for a usage error.
+func checkArgs(args []string, stderr io.Writer) (code int, ok bool) {
+	fs := flag.NewFlagSet("hybrid", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: hybrid (no arguments; GPUCOMM_BACKEND names the backend, the best usable one when unset; run it under mpirun for more ranks)")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) { // -h asked for the usage: that is no failure
+			return 0, false
+		}
+		return 2, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "hybrid: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return 2, false
+	}
+	return 0, true
 }
 
 // run is one rank's program; every rank calls it.
