@@ -13,7 +13,10 @@ import (
 // RunGroup runs cfg on every communicator of an in-process group, one
 // goroutine a rank, and returns rank 0's report. progress hears rank 0.
 // The caller keeps ownership of the communicators; cs[i] must be rank i of
-// a group of len(cs).
+// a group of len(cs), and ctx must not be nil. Local communicators of
+// different groups (two NewGroups, or Split groups of different colours)
+// are refused; other backends' communicators must be one group too, or
+// their ranks wait for each other until a timeout ends it.
 //
 // A rank that cannot set up stops every rank, as in Run. A rank whose run
 // fails later may leave the others waiting for it in a collective: RunGroup
@@ -29,6 +32,9 @@ import (
 // behind: they end, and free what they hold, if their wait ever ends (a
 // timeout, say).
 func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress Progress) (*Report, error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("bench: nil context: %w", comm.ErrInvalidArgument)
+	}
 	if len(cs) == 0 {
 		return nil, fmt.Errorf("bench: empty group: %w", comm.ErrInvalidArgument)
 	}
@@ -40,6 +46,13 @@ func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress 
 			return nil, fmt.Errorf("bench: communicator %d of a group of %d is rank %d of %d: want rank %d of %d: %w",
 				i, len(cs), c.Rank(), c.Size(), i, len(cs), comm.ErrInvalidArgument)
 		}
+	}
+	if err := oneGroup(cs); err != nil {
+		return nil, err
+	}
+	// A configuration every rank would refuse is said once, not by each.
+	if _, _, _, _, err := plan(cfg, len(cs)); err != nil {
+		return nil, err
 	}
 	// Rank 0 may go on after RunGroup returns (when another rank failed):
 	// from then on its progress reaches nobody.
@@ -146,6 +159,27 @@ func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress 
 	return reports[0], errors.Join(errs...)
 }
 
+// oneGroup refuses local communicators that are not all of one group (two
+// local.NewGroup groups, or Split groups of different colours): their
+// ranks would wait for each other for good. Communicators of other
+// backends are not checked: they must be one group, as RunGroup's
+// documentation says.
+func oneGroup(cs []comm.Communicator) error {
+	var first comm.Communicator
+	for i, c := range cs {
+		if _, ok := c.(*local.Comm); !ok {
+			continue
+		}
+		if first == nil {
+			first = c
+		} else if !local.SameGroup(first, c) {
+			return fmt.Errorf("bench: communicator %d is rank %d of %d of another local group than the communicators before it: "+
+				"want the ranks of one group: %w", i, c.Rank(), c.Size(), comm.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
 // stoppedByAnother reports whether err is a rank's stop caused by another
 // rank: the group aborted, or a rank it waited for gone.
 func stoppedByAnother(err error) bool {
@@ -171,6 +205,9 @@ func abortFor(cs []comm.Communicator, failed int, err error) bool {
 // RunLocal runs cfg on n in-process ranks of the local backend and returns
 // rank 0's report.
 func RunLocal(ctx context.Context, n int, cfg Config, progress Progress, opts ...comm.Option) (rep *Report, err error) {
+	if ctx == nil {
+		return nil, fmt.Errorf("bench: nil context: %w", comm.ErrInvalidArgument)
+	}
 	cs, err := local.NewGroup(n, opts...)
 	if err != nil {
 		return nil, err

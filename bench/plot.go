@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"fmt"
 	"image/color"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/gpucomm/gpucomm/comm"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -32,32 +34,71 @@ func PlotPixels(rows int) (w, h int) {
 }
 
 // PlotFile draws reports to path, as PNG or SVG by its extension.
+// The plot is drawn first and written to a new file beside path, which
+// then replaces path: a plot that fails leaves path as it was.
 func PlotFile(path string, reports []*Report) (err error) {
 	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
 	if format != "png" && format != "svg" {
 		return fmt.Errorf("plot %s: want a .png or .svg file", path)
 	}
-	f, err := os.Create(path)
-	if err != nil {
+	var buf bytes.Buffer
+	if err := WritePlot(&buf, format, reports); err != nil {
 		return err
 	}
+	mode := os.FileMode(0o644)
+	if fi, err := os.Stat(path); err == nil {
+		if !fi.Mode().IsRegular() {
+			return fmt.Errorf("plot %s: not a regular file", path)
+		}
+		mode = fi.Mode().Perm()
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	tmp := f.Name()
 	defer func() {
-		if cerr := f.Close(); cerr != nil && err == nil {
-			err = cerr
+		if err != nil {
+			os.Remove(tmp)
 		}
 	}()
-	return WritePlot(f, format, reports)
+	_, err = f.Write(buf.Bytes())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, mode)
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", path, err)
+	}
+	return nil
 }
 
 // WritePlot draws, for each operation measured in any report, the bus
 // bandwidth (bandwidth for point-to-point) and the time against size on
 // log-scale size axes, one line per report and a dashed one per baseline.
 // format is "png" or "svg".
-func WritePlot(w io.Writer, format string, reports []*Report) error {
+func WritePlot(w io.Writer, format string, reports []*Report) (err error) {
+	// What the checks below miss that gonum cannot draw is an error too.
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("plot: cannot draw these results: %v", r)
+		}
+	}()
 	var ops []Operation
 	seen := map[Operation]bool{}
-	for _, r := range reports {
+	for i, r := range reports {
+		if r == nil {
+			return fmt.Errorf("plot: report %d is nil: %w", i, comm.ErrInvalidArgument)
+		}
 		for _, res := range r.Results {
+			if !plottable(res) {
+				continue
+			}
 			if !seen[res.Operation] {
 				seen[res.Operation] = true
 				ops = append(ops, res.Operation)
@@ -65,7 +106,7 @@ func WritePlot(w io.Writer, format string, reports []*Report) error {
 		}
 	}
 	if len(ops) == 0 {
-		return fmt.Errorf("plot: no results to draw")
+		return fmt.Errorf("plot: no results to draw (none has a positive size and a finite bandwidth)")
 	}
 	height := vg.Length(len(ops)) * PlotRowHeight
 	var canvas vg.CanvasWriterTo
@@ -95,7 +136,7 @@ func WritePlot(w io.Writer, format string, reports []*Report) error {
 			p.Draw(canvases[i][j])
 		}
 	}
-	_, err := canvas.WriteTo(w)
+	_, err = canvas.WriteTo(w)
 	return err
 }
 
@@ -122,20 +163,24 @@ func opPlots(op Operation, reports []*Report) (bw, t *plot.Plot, err error) {
 	bw.Legend.Top, bw.Legend.Left = true, true
 	t.Legend.Top, t.Legend.Left = true, true
 	var anyTime bool
+	xmin, xmax := math.Inf(1), math.Inf(-1)
 	for i, r := range reports {
 		var bwPts, tPts, bbwPts, btPts plotter.XYs
 		for _, res := range r.Results {
-			if res.Operation != op || res.Size <= 0 {
+			if res.Operation != op || !plottable(res) {
 				continue
 			}
 			x := float64(res.Size)
+			xmin, xmax = min(xmin, x), max(xmax, x)
 			bwPts = append(bwPts, plotter.XY{X: x, Y: res.BusBW})
-			if res.Time.Median > 0 {
+			if onLog(res.Time.Median) {
 				tPts = append(tPts, plotter.XY{X: x, Y: res.Time.Median})
 			}
 			if b := res.Baseline; b != nil && b.Error == "" {
-				bbwPts = append(bbwPts, plotter.XY{X: x, Y: b.BusBW})
-				if b.Time.Median > 0 {
+				if finite(b.BusBW) {
+					bbwPts = append(bbwPts, plotter.XY{X: x, Y: b.BusBW})
+				}
+				if onLog(b.Time.Median) {
 					btPts = append(btPts, plotter.XY{X: x, Y: b.Time.Median})
 				}
 			}
@@ -160,7 +205,13 @@ func opPlots(op Operation, reports []*Report) (bw, t *plot.Plot, err error) {
 		t.Y.Scale = plot.LogScale{}
 		t.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	}
+	if xmin > xmax {
+		return nil, nil, fmt.Errorf("plot: %v has no result to draw", op)
+	}
 	for _, p := range []*plot.Plot{bw, t} {
+		// Both panels span the sizes drawn, the time panel too when it
+		// has no point (no time), which would leave a log axis at 0.
+		p.X.Min, p.X.Max = xmin, xmax
 		widenLog(&p.X.Min, &p.X.Max)
 	}
 	if anyTime {
@@ -168,6 +219,17 @@ func opPlots(op Operation, reports []*Report) (bw, t *plot.Plot, err error) {
 	}
 	return bw, t, nil
 }
+
+// plottable says whether a result can be a point of a plot: a size on the
+// log axis and a finite bandwidth.
+func plottable(res Result) bool { return onLog(float64(res.Size)) && finite(res.BusBW) }
+
+// onLog says whether v can go on a log axis (and widening it by a factor of
+// two stays in range).
+func onLog(v float64) bool { return v >= 1e-300 && v <= 1e300 }
+
+// finite says whether v can go on a linear axis, with room to pad it.
+func finite(v float64) bool { return v >= -1e300 && v <= 1e300 }
 
 // addLine adds a series with points, dashed for a baseline; none for no data.
 func addLine(p *plot.Plot, name string, pts plotter.XYs, c color.Color, dashed bool) error {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/gpucomm/gpucomm/comm"
 )
 
 // Report is one run: how it was measured and a result per operation and
@@ -63,6 +65,9 @@ type BaselineResult struct {
 
 // Name is what plots call the run: its label, or its backend and ranks.
 func (r *Report) Name() string {
+	if r == nil {
+		return ""
+	}
 	if r.Label != "" {
 		return r.Label
 	}
@@ -173,6 +178,9 @@ func busFactorText(op Operation) string {
 // WriteTable writes the report for people, in nccl-tests' layout with the
 // spread (p10, p90) and the baseline ratios added.
 func (r *Report) WriteTable(w io.Writer) error {
+	if r == nil {
+		return errNilReport
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "# gpucomm bench: backend %s, %d ranks, device %s, %s timing\n", r.Backend, r.Ranks, r.Device, r.Timing)
 	fmt.Fprintf(&b, "# %d iterations per size after %d warm-up, %d checked; time is the median over iterations of the slowest rank\n", r.Iters, r.Warmup, r.Checks)
@@ -228,6 +236,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 // Wrong is the number of wrong elements over every result.
 func (r *Report) Wrong() int64 {
 	var n int64
+	if r == nil {
+		return 0
+	}
 	for _, res := range r.Results {
 		n += max(res.Wrong, 0)
 	}
@@ -236,6 +247,9 @@ func (r *Report) Wrong() int64 {
 
 // WriteJSON writes the report as indented JSON.
 func (r *Report) WriteJSON(w io.Writer) error {
+	if r == nil {
+		return errNilReport
+	}
 	e := json.NewEncoder(w)
 	e.SetIndent("", "  ")
 	return e.Encode(r)
@@ -250,6 +264,9 @@ var CSVHeader = []string{
 
 // WriteCSV writes one row per result, after a header row.
 func (r *Report) WriteCSV(w io.Writer) error {
+	if r == nil {
+		return errNilReport
+	}
 	cw := csv.NewWriter(w)
 	if err := cw.Write(CSVHeader); err != nil {
 		return err
@@ -286,5 +303,57 @@ func ReadReport(path string) (*Report, error) {
 	if r.Backend == "" || r.Results == nil {
 		return nil, fmt.Errorf("%s: not a gpucomm bench JSON report (no backend or results)", path)
 	}
+	for i, res := range r.Results {
+		if err := res.check(); err != nil {
+			return nil, fmt.Errorf("%s: result %d: %v: %w", path, i, err, comm.ErrInvalidArgument)
+		}
+	}
 	return &r, nil
+}
+
+// errNilReport is the error of a nil *Report's methods that write.
+var errNilReport = fmt.Errorf("bench: nil report: %w", comm.ErrInvalidArgument)
+
+// check refuses what no measured result holds: an unknown operation, a size
+// that is not positive, a negative count, and times or bandwidths that are
+// negative or not finite.
+func (res *Result) check() error {
+	if !res.Operation.Valid() {
+		return fmt.Errorf("invalid operation %d", int(res.Operation))
+	}
+	if res.Size <= 0 {
+		return fmt.Errorf("%v: size %d: want a positive number of bytes", res.Operation, res.Size)
+	}
+	if res.Count < 0 {
+		return fmt.Errorf("%v of %d bytes: count %d is negative", res.Operation, res.Size, res.Count)
+	}
+	what := func(prefix string, t Summary, alg, bus float64) error {
+		for _, v := range []struct {
+			name string
+			v    float64
+		}{{"time min", t.Min}, {"time p10", t.P10}, {"time median", t.Median}, {"time p90", t.P90},
+			{"time max", t.Max}, {"time mean", t.Mean}, {"algbw", alg}, {"busbw", bus}} {
+			if v.v < 0 || math.IsNaN(v.v) || math.IsInf(v.v, 0) {
+				return fmt.Errorf("%v of %d bytes: %s%s %v: want a finite number, 0 or more", res.Operation, res.Size, prefix, v.name, v.v)
+			}
+		}
+		if t.N < 0 {
+			return fmt.Errorf("%v of %d bytes: %s%d samples", res.Operation, res.Size, prefix, t.N)
+		}
+		return nil
+	}
+	if err := what("", res.Time, res.AlgBW, res.BusBW); err != nil {
+		return err
+	}
+	if b := res.Baseline; b != nil {
+		if err := what("baseline ", b.Time, b.AlgBW, b.BusBW); err != nil {
+			return err
+		}
+		for _, v := range []float64{b.TimeRatio, b.BusBWRatio} {
+			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
+				return fmt.Errorf("%v of %d bytes: baseline ratio %v: want a finite number, 0 or more", res.Operation, res.Size, v)
+			}
+		}
+	}
+	return nil
 }

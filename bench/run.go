@@ -186,28 +186,15 @@ func run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress
 	if c == nil {
 		return nil, true, fmt.Errorf("bench: nil communicator: %w", comm.ErrInvalidArgument)
 	}
+	if ctx == nil {
+		return nil, true, fmt.Errorf("bench: nil context: %w", comm.ErrInvalidArgument)
+	}
 	n, rank := c.Size(), c.Rank()
-	cfg, sizes, err := cfg.resolve(n)
+	cfg, steps, maxSend, maxRecv, err := plan(cfg, n)
 	if err != nil {
 		return nil, true, err
 	}
 	dev := c.Device()
-	var steps []step
-	maxSend, maxRecv := 1, 1
-	for _, op := range cfg.Ops {
-		for _, size := range sizes {
-			sh, err := ShapeOf(op, size, cfg.DType.Size(), n)
-			if err != nil {
-				return nil, true, fmt.Errorf("bench: %v: %w", err, comm.ErrInvalidArgument)
-			}
-			if sh.Count == 0 {
-				continue // less than one element per rank: nothing to move
-			}
-			steps = append(steps, step{op, size, sh})
-			maxSend = max(maxSend, sh.SendCount*cfg.DType.Size())
-			maxRecv = max(maxRecv, sh.RecvCount*cfg.DType.Size())
-		}
-	}
 	r := &runner{c: c, cfg: cfg, rank: rank, n: n}
 	defer func() {
 		if cerr := r.close(); cerr != nil && err == nil {
@@ -265,6 +252,52 @@ func run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress
 		}
 	}
 	return rep, false, nil
+}
+
+// plan checks cfg for a communicator of n ranks and lays out the sweep's
+// steps, with the largest send and receive buffers they need; it depends on
+// cfg and n alone, so every rank gets the same answer.
+func plan(cfg Config, n int) (_ Config, steps []step, maxSend, maxRecv int, err error) {
+	cfg, sizes, err := cfg.resolve(n)
+	if err != nil {
+		return cfg, nil, 0, 0, err
+	}
+	maxSend, maxRecv = 1, 1
+	for _, op := range cfg.Ops {
+		found := false
+		for _, size := range sizes {
+			sh, err := ShapeOf(op, size, cfg.DType.Size(), n)
+			if err != nil {
+				return cfg, nil, 0, 0, fmt.Errorf("bench: %v: %w", err, comm.ErrInvalidArgument)
+			}
+			if sh.Count == 0 {
+				continue // less than one element per rank: nothing to move
+			}
+			found = true
+			steps = append(steps, step{op, size, sh})
+			maxSend = max(maxSend, sh.SendCount*cfg.DType.Size())
+			maxRecv = max(maxRecv, sh.RecvCount*cfg.DType.Size())
+		}
+		if !found {
+			return cfg, nil, 0, 0, noSizeError(op, cfg, n)
+		}
+	}
+	return cfg, steps, maxSend, maxRecv, nil
+}
+
+// noSizeError is the error of an operation that no size of the sweep gives
+// a whole element (per rank, where the operation splits the array between
+// ranks): it would measure nothing.
+func noSizeError(op Operation, cfg Config, n int) error {
+	elt := int64(cfg.DType.Size())
+	need, per := elt, ""
+	switch op {
+	case AllGather, ReduceScatter, AllToAll:
+		need, per = elt*int64(n), fmt.Sprintf(" per rank of %d", n)
+	}
+	return fmt.Errorf("bench: no size of the sweep (-b %d -e %d) holds a whole %s element%s for %v: "+
+		"the smallest size that does is %d bytes: %w",
+		cfg.MinBytes, cfg.MaxBytes, cfg.DType, per, op, need, comm.ErrInvalidArgument)
 }
 
 // allocHook, when a test sets it, makes the runner's allocations in place

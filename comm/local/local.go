@@ -223,6 +223,17 @@ var _ comm.Communicator = (*Comm)(nil)
 // made says whether c is a communicator NewGroup, comm.Open or Split made.
 func (c *Comm) made() bool { return c != nil && c.g != nil }
 
+// SameGroup reports whether a and b are ranks of one group (of one
+// NewGroup, or of one Split's colour): false when either is not a made
+// *local.Comm. Code handed communicators to run together (bench.RunGroup)
+// checks with it, since ranks of two groups would wait for each other for
+// good.
+func SameGroup(a, b comm.Communicator) bool {
+	la, ok := a.(*Comm)
+	lb, ok2 := b.(*Comm)
+	return ok && ok2 && la.made() && lb.made() && la.g == lb.g
+}
+
 // notMade is the error of operation op of a nil or zero Comm.
 func notMade(op string) error {
 	return driver.Errorf(Name, op, -1, comm.ErrInvalidArgument,

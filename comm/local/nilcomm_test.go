@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gpucomm/gpucomm/comm"
@@ -124,4 +125,46 @@ func poisonedOn(t *testing.T, dev *devmem.Device, n int) devmem.Slice[int32] {
 	}
 	t.Cleanup(func() { s.Free() })
 	return s
+}
+
+// SameGroup tells the ranks of one group from those of another group, of
+// another Split colour, or no communicator at all.
+func TestSameGroupTellsGroupsApart(t *testing.T) {
+	a, err := local.NewGroup(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := local.NewGroup(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subs := make([]comm.Communicator, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range a {
+		wg.Go(func() { subs[r], errs[r] = a[r].Split(r, 0) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, c := range map[string]struct {
+		x, y comm.Communicator
+		want bool
+	}{
+		"ranks of one group":    {a[0], a[1], true},
+		"a rank and itself":     {a[1], a[1], true},
+		"ranks of two groups":   {a[0], b[1], false},
+		"two Split colours":     {subs[0], subs[1], false},
+		"a Split and its world": {subs[0], a[0], false},
+		"a nil *Comm":           {(*local.Comm)(nil), a[0], false},
+		"a zero Comm":           {&local.Comm{}, &local.Comm{}, false},
+		"no communicator":       {nil, a[0], false},
+	} {
+		if got := local.SameGroup(c.x, c.y); got != c.want {
+			t.Errorf("%s: SameGroup = %v, want %v", name, got, c.want)
+		}
+	}
 }
