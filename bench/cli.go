@@ -105,6 +105,43 @@ func parseRedop(s string) (comm.Op, error) {
 // Main is the bench command: it parses args, runs, prints rank 0's report
 // and returns the exit status.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, fs, code := parseArgs(args, stderr)
+	if o == nil {
+		return code
+	}
+	return o.run(ctx, fs, stdout, stderr)
+}
+
+// CheckArgs says, as Main would and without running anything, what is
+// wrong with args: Main's usage status (ExitUsage, the message on stderr)
+// for a flag, a sweep or a -compare file that Main would refuse before it
+// starts, ExitOK (0) for -h and for arguments Main would run with. A
+// caller that runs part of a benchmark itself (gpucomm bench -pairs) holds
+// its arguments to bench's rules so.
+func CheckArgs(args []string, stderr io.Writer) int {
+	o, fs, code := parseArgs(args, stderr)
+	if o == nil {
+		return code
+	}
+	if _, err := o.config(); err != nil {
+		return usageError(fs, "%v", err)
+	}
+	for _, path := range o.compare {
+		if _, err := ReadReport(path); err != nil {
+			return usageError(fs, "-compare: %v", err)
+		}
+	}
+	if _, err := comm.DefaultOptions(); err != nil {
+		fmt.Fprintf(stderr, "gpucomm bench: %v\n", err)
+		return ExitUsage
+	}
+	return ExitOK
+}
+
+// parseArgs parses Main's flags into options; nil options and the status
+// to exit with when there is nothing to run (-h, a flag error, a stray
+// argument).
+func parseArgs(args []string, stderr io.Writer) (*options, *flag.FlagSet, int) {
 	fs := flag.NewFlagSet("gpucomm bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -141,16 +178,16 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ProgressFlags(fs, &o.noProgress, "no progress bar, even on a terminal", "deprecated: -progress=false is -noprogress (as in heat)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return ExitOK
+			return nil, fs, ExitOK
 		}
-		return ExitUsage
+		return nil, fs, ExitUsage
 	}
 	if fs.NArg() > 0 {
-		return usageError(fs, "unexpected argument %q", fs.Arg(0))
+		return nil, fs, usageError(fs, "unexpected argument %q", fs.Arg(0))
 	}
 	o.set = map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { o.set[f.Name] = true })
-	return o.run(ctx, fs, stdout, stderr)
+	return &o, fs, ExitOK
 }
 
 // ProgressFlags defines -noprogress on fs, which sets *noProgress, and its

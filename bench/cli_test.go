@@ -379,3 +379,32 @@ func TestDTypeNamesAndNCCLTestsAliases(t *testing.T) {
 		t.Errorf("bench -h does not list -d's aliases:\n%s", errOut)
 	}
 }
+
+// CheckArgs refuses what Main refuses before it runs, with Main's message,
+// and passes what Main would run, running nothing.
+func TestCheckArgsJudgesAsMainDoes(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"-np", "2", "-op", "allreduce", "-b", "8", "-e", "64"}, ExitOK, ""},
+		{[]string{"-h"}, ExitOK, "usage: gpucomm bench"},
+		{[]string{"stray"}, ExitUsage, `unexpected argument "stray"`},
+		{[]string{"-op", "gather"}, ExitUsage, "-op"},
+		{[]string{"-b", "64", "-e", "8"}, ExitUsage, "-b"},
+		{[]string{"-plot", "p.gif"}, ExitUsage, "want a .png or .svg file"},
+		{[]string{"-plot", "p.png", "-compare", "/nonexistent/report.json"}, ExitUsage, "-compare"},
+	} {
+		var errOut bytes.Buffer
+		code := CheckArgs(tc.args, &errOut)
+		if code != tc.code || !strings.Contains(errOut.String(), tc.want) || (tc.want == "" && errOut.Len() > 0) {
+			t.Errorf("CheckArgs(%q) = %d, stderr %q; want %d and %q", tc.args, code, errOut.String(), tc.code, tc.want)
+		}
+	}
+	t.Setenv("GPUCOMM_TIMEOUT", "soon")
+	var errOut bytes.Buffer
+	if code := CheckArgs(nil, &errOut); code != ExitUsage || !strings.Contains(errOut.String(), "GPUCOMM_TIMEOUT") {
+		t.Errorf("CheckArgs with GPUCOMM_TIMEOUT=soon = %d, %q; want usage status naming the variable", code, errOut.String())
+	}
+}

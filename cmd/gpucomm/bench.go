@@ -30,6 +30,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		return benchUsage(stderr, "%v", err)
 	}
+	if given {
+		// bench's own flags are checked where bench.Main runs; with -pairs
+		// it may not run at all (point-to-point pairs without 0:1).
+		if code := bench.CheckArgs(args, stderr); code != exitOK {
+			return code
+		}
+	}
 	format := benchFormat(args)
 	if given && format == "csv" {
 		return benchUsage(stderr, "-pairs and -csv: CSV has no column for the pair; use the table or -json")
@@ -73,6 +80,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if len(pairs) > 0 && !slices.Contains(pairs, firstPair) {
 		mainArgs = withFlag(mainArgs, "op", opList(others))
 		runMain = len(others) > 0
+	}
+	for _, f := range []struct{ name, what string }{{"plot", "draws"}, {"cpuprofile", "profiles"}} {
+		if !runMain && flagValue(args, f.name, "") != "" {
+			return benchUsage(stderr, "-%s %s bench's own run, and -pairs %s with only point-to-point tests leaves it none: add the pair 0:1 or a collective, or leave -%s out",
+				f.name, f.what, spec, f.name)
+		}
 	}
 	code := exitOK
 	var out bytes.Buffer

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -157,6 +158,37 @@ func TestBenchPairsBadFlagsAreUsageErrors(t *testing.T) {
 	code, _, errOut := benchCLI(t, "bench", "-h")
 	if code != exitOK || !strings.Contains(errOut, "-pairs LIST") {
 		t.Errorf("bench -h: exit %d, no -pairs in\n%s", code, errOut)
+	}
+}
+
+// With -pairs that leave bench's own run nothing to do (point-to-point
+// tests on pairs without 0:1), bench's flags are still checked, and -plot
+// and -cpuprofile, which only its run writes, are refused: each of these
+// ran, exit 0, where a stray argument, a bad -plot or -timeout were ignored
+// and the plot or profile silently never written.
+func TestBenchPairsWithoutBenchsRunStillCheckItsFlags(t *testing.T) {
+	base := []string{"bench", "-np", "3", "-op", "pingpong", "-b", "8", "-e", "8", "-n", "1", "-w", "0", "-noprogress", "-pairs", "0:2"}
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		extra []string
+		want  string
+	}{
+		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"-plot", "x.jpg"}, "want a .png or .svg file"},
+		{[]string{"-timeout", "-1s"}, "-timeout -1s"},
+		{[]string{"-plot", filepath.Join(dir, "p.png")}, "-plot draws bench's own run"},
+		{[]string{"-cpuprofile", filepath.Join(dir, "c.prof")}, "-cpuprofile profiles bench's own run"},
+	} {
+		code, out, errOut := benchCLI(t, append(slices.Clone(base), tc.extra...)...)
+		if code != exitUsage || out != "" || !strings.Contains(errOut, tc.want) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want 2 and %q", tc.extra, code, out, errOut, tc.want)
+		}
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("refused runs wrote %d files", len(entries))
+	}
+	if code, _, errOut := benchCLI(t, base...); code != exitOK {
+		t.Errorf("the same run with good flags: exit %d, stderr %q", code, errOut)
 	}
 }
 
