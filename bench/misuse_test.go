@@ -203,7 +203,6 @@ func TestRunRefusesASweepWithNoWholeElement(t *testing.T) {
 }
 
 func TestNilContextAndNilReport(t *testing.T) {
-	//lint:ignore SA1012 a nil context is the misuse under test
 	var nilCtx context.Context
 	err := noPanic(t, "RunLocal nil ctx", 20*time.Second, func() error {
 		_, err := bench.RunLocal(nilCtx, 2, misuseConfig(), nil)
