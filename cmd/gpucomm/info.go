@@ -168,12 +168,6 @@ func runInfo(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseFlags(fs, args); !ok {
 		return code
 	}
-	if *withMPI && !mpi.Built() {
-		// -mpi asks for MPI's own verdict, which a binary without MPI
-		// cannot give: it ran as plain info, without a word.
-		fmt.Fprintf(stderr, "gpucomm info: -mpi starts MPI, and this binary has none: %s\n", mpiBuildAdvice())
-		return exitUsage
-	}
 	code := exitOK
 	// Under mpirun -np 4 every process would print the whole report: only
 	// the launcher's rank 0 does (with -mpi, MPI's rank 0, below).
