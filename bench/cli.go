@@ -405,6 +405,9 @@ func (o *options) report(rep *Report, runErr error, compare []*Report, stdout, s
 	if runErr != nil {
 		fmt.Fprintf(stderr, "gpucomm bench: %v\n", runErr)
 		code = ExitFail
+		if errors.As(runErr, new(configError)) {
+			code = ExitUsage // the flags asked for what no run can do
+		}
 	}
 	if rep == nil {
 		return code

@@ -408,3 +408,18 @@ func TestCheckArgsJudgesAsMainDoes(t *testing.T) {
 		t.Errorf("CheckArgs with GPUCOMM_TIMEOUT=soon = %d, %q; want usage status naming the variable", code, errOut.String())
 	}
 }
+
+// A configuration no run can do on this many ranks (a root outside them, a
+// sweep with no whole element per rank) is a usage error, status 2, as a bad
+// flag is, found before anything runs; it was a failure, status 1.
+func TestConfigurationsNoRunCanDoAreUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"-np", "3", "-op", "allgather", "-b", "4", "-e", "8", "-noprogress"},
+		{"-np", "3", "-op", "broadcast", "-r", "7", "-b", "8", "-e", "8", "-noprogress"},
+	} {
+		var out, errOut bytes.Buffer
+		if code := Main(context.Background(), args, &out, &errOut); code != ExitUsage || out.Len() != 0 || !strings.Contains(errOut.String(), "invalid argument") {
+			t.Errorf("bench %q: exit %d, stdout %q, stderr %q; want %d and the reason", args, code, out.String(), errOut.String(), ExitUsage)
+		}
+	}
+}

@@ -52,7 +52,7 @@ func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress 
 	}
 	// A configuration every rank would refuse is said once, not by each.
 	if _, _, _, _, err := plan(cfg, len(cs)); err != nil {
-		return nil, err
+		return nil, configError{err}
 	}
 	// Rank 0 may go on after RunGroup returns (when another rank failed):
 	// from then on its progress reaches nobody.

@@ -192,7 +192,7 @@ func run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress
 	n, rank := c.Size(), c.Rank()
 	cfg, steps, maxSend, maxRecv, err := plan(cfg, n)
 	if err != nil {
-		return nil, true, err
+		return nil, true, configError{err}
 	}
 	dev := c.Device()
 	r := &runner{c: c, cfg: cfg, rank: rank, n: n}
@@ -284,6 +284,12 @@ func plan(cfg Config, n int) (_ Config, steps []step, maxSend, maxRecv int, err 
 	}
 	return cfg, steps, maxSend, maxRecv, nil
 }
+
+// configError is an error of the configuration itself (plan's), which
+// every rank finds alike before anything runs: the CLI's usage status.
+type configError struct{ error }
+
+func (e configError) Unwrap() error { return e.error }
 
 // noSizeError is the error of an operation that no size of the sweep gives
 // a whole element (per rank, where the operation splits the array between
