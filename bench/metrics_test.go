@@ -247,7 +247,7 @@ func TestParseOperations(t *testing.T) {
 	if all, _ := ParseOperations("all"); !slices.Equal(all, Operations) {
 		t.Errorf("all = %v", all)
 	}
-	for _, bad := range []string{"", ",", "allreduce,gather", "nope"} {
+	for _, bad := range []string{"", ",", "allreduce,gather", "nope", "allreduce,,bw", "allreduce,", " , bw"} {
 		if _, err := ParseOperations(bad); err == nil {
 			t.Errorf("ParseOperations(%q) succeeded", bad)
 		}

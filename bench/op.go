@@ -83,16 +83,18 @@ func ParseOperation(s string) (Operation, error) {
 }
 
 // ParseOperations reads a comma-separated list such as "allreduce,pingpong";
-// "all" means every operation. Repeats are dropped, order is kept.
+// "all" means every operation. Repeats are dropped, order is kept; an empty
+// item ("allreduce,,bw", "" alone) is an error.
 func ParseOperations(s string) ([]Operation, error) {
 	if strings.TrimSpace(s) == "all" {
 		return append([]Operation(nil), Operations...), nil
 	}
 	var ops []Operation
 	seen := map[Operation]bool{}
-	for _, f := range strings.Split(s, ",") {
+	for i, f := range strings.Split(s, ",") {
 		if strings.TrimSpace(f) == "" {
-			continue
+			// "allreduce,,bw" is a name left out, not a list of two.
+			return nil, fmt.Errorf("%q: item %d is empty", s, i+1)
 		}
 		o, err := ParseOperation(f)
 		if err != nil {
@@ -102,9 +104,6 @@ func ParseOperations(s string) ([]Operation, error) {
 			seen[o] = true
 			ops = append(ops, o)
 		}
-	}
-	if len(ops) == 0 {
-		return nil, fmt.Errorf("no operation in %q", s)
 	}
 	return ops, nil
 }
