@@ -146,7 +146,22 @@ func TestDebugFindsMismatchedCollectivesBeforeNCCL(t *testing.T) {
 	net := newFakeNet()
 	cs := mustOpenFake(t, net, 2, comm.Options{Debug: true}, nil)
 	defer closeAll(t, cs)
-	errs := make([]error, 2)
+	errs := mismatchedAllReduces(cs)
+	for r, err := range errs {
+		other := fmt.Sprintf("rank %d called AllReduce(count=%d ", 1-r, 4*(2-r))
+		if !errors.Is(err, comm.ErrMismatch) || !strings.Contains(err.Error(), other) {
+			t.Errorf("rank %d: %v; want ErrMismatch naming the other rank's call", r, err)
+		}
+	}
+	if n := net.ops.Load(); n != 0 {
+		t.Errorf("%d operations reached NCCL; want none", n)
+	}
+}
+
+// mismatchedAllReduces has rank r of cs call AllReduce of 4·(r+1) int32s,
+// every rank at once, and returns each rank's error.
+func mismatchedAllReduces(cs []*Comm) []error {
+	errs := make([]error, len(cs))
 	var wg sync.WaitGroup
 	for r, c := range cs {
 		wg.Go(func() {
@@ -160,15 +175,7 @@ func TestDebugFindsMismatchedCollectivesBeforeNCCL(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	for r, err := range errs {
-		other := fmt.Sprintf("rank %d called AllReduce(count=%d ", 1-r, 4*(2-r))
-		if !errors.Is(err, comm.ErrMismatch) || !strings.Contains(err.Error(), other) {
-			t.Errorf("rank %d: %v; want ErrMismatch naming the other rank's call", r, err)
-		}
-	}
-	if n := net.ops.Load(); n != 0 {
-		t.Errorf("%d operations reached NCCL; want none", n)
-	}
+	return errs
 }
 
 // Transfers to self never reach NCCL, which refuses a send to self without
@@ -512,23 +519,11 @@ func TestDebugOnOneRankIsOnForAll(t *testing.T) {
 		}
 	}
 	defer closeAll(t, cs)
-	errs := make([]error, 2)
+	var errs []error
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		var wg sync.WaitGroup
-		for r, c := range cs {
-			wg.Go(func() {
-				buf, err := c.Device().Alloc(64)
-				if err != nil {
-					errs[r] = err
-					return
-				}
-				defer buf.Free()
-				errs[r] = c.AllReduce(buf, buf, 4*(r+1), comm.Int32, comm.Sum, nil)
-			})
-		}
-		wg.Wait()
+		errs = mismatchedAllReduces(cs)
 	}()
 	select {
 	case <-done:
