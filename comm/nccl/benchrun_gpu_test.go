@@ -106,12 +106,23 @@ func BenchmarkGPUBenchRunRounds(b *testing.B) {
 					name             string
 					barrier, checked bool
 				}{{"plain", false, false}, {"barrier", true, false}, {"barrier+checks", true, true}} {
-					t := round(size/4, v.barrier, v.checked)
-					ct := cRound(b, cl, send, recv, size/4, k)
-					b.Logf("round %d single %-15s %8d B: %.2f µs, C loop %.2f", r, v.name, size, median(t), median(ct))
-					if size == 8 {
-						b.Logf("  gpucomm %.2f", t)
-						b.Logf("  C loop  %.2f", ct)
+					// Both orders: a gap that follows the order (whichever
+					// loop runs second faster) is the machine's, not the
+					// call's.
+					for _, cFirst := range []bool{false, true} {
+						var t, ct []float64
+						if cFirst {
+							ct = cRound(b, cl, send, recv, size/4, k)
+							t = round(size/4, v.barrier, v.checked)
+						} else {
+							t = round(size/4, v.barrier, v.checked)
+							ct = cRound(b, cl, send, recv, size/4, k)
+						}
+						b.Logf("round %d single %-15s cfirst=%v %8d B: %.2f µs, C loop %.2f", r, v.name, cFirst, size, median(t), median(ct))
+						if size == 8 {
+							b.Logf("  gpucomm %.2f", t)
+							b.Logf("  C loop  %.2f", ct)
+						}
 					}
 				}
 			}

@@ -218,3 +218,13 @@ func Arg[T ArgValue](v T) []byte {
 func (u UUID) String() string {
 	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
 }
+
+// CallKind is one of the calls TimeCalls makes.
+type CallKind int
+
+const (
+	CallNothing          CallKind = iota // the loop alone
+	CallCtxGetCurrent                    // cuCtxGetCurrent
+	CallEventRecord                      // cuEventRecord(e, s), the context assumed current
+	CallEventRecordInCtx                 // EventRecordIn's C side: the context checked, then the record
+)

@@ -1181,3 +1181,25 @@ func MemImportFromShareableHandle(fd int) (MemHandle, error) {
 
 // reset forgets the loaded library, so that a test can load another one.
 func reset() { driver.Reset(func() { C.gpucomm_cu_clear() }) }
+
+// TimeCalls makes n calls of kind back to back inside one C call and
+// returns the host time they took: a driver call's cost with no cgo
+// crossing, beside the same call made from Go once a call (NoopCall times
+// the crossing alone). For the records, e and s are an event and a stream
+// of ctx, and the calls other than CallEventRecordInCtx need ctx current on
+// the calling thread (WithContext). Used by benchmarks (issue 23.2).
+func TimeCalls(kind CallKind, n int, ctx Context, e Event, s Stream) (time.Duration, error) {
+	if err := ready(); err != nil {
+		return 0, err
+	}
+	if kind < CallNothing || kind > CallEventRecordInCtx || n < 0 || n > 1<<30 {
+		return 0, fmt.Errorf("cuda: TimeCalls(%d, %d): %w", kind, n, errs.ErrInvalidArgument)
+	}
+	var last C.CUresult
+	ns := C.gc_time_calls(C.int(kind), C.int(n), C.uintptr_t(ctx), C.uintptr_t(e), C.uintptr_t(s), &last)
+	return time.Duration(ns), result("TimeCalls", last)
+}
+
+// NoopCall is one cgo call of a C function that does nothing: the cost of
+// crossing from Go to C and back, for benchmarks.
+func NoopCall() { C.gc_noop() }

@@ -109,3 +109,11 @@ func MemUnmap(p DevicePtr, n int) error                          { return errNoC
 func MemSetAccess(p DevicePtr, n int, d Device) error            { return errNoCgo }
 func MemExportToShareableHandle(h MemHandle) (fd int, err error) { return -1, errNoCgo }
 func MemImportFromShareableHandle(fd int) (MemHandle, error)     { return 0, errNoCgo }
+
+// TimeCalls needs cgo.
+func TimeCalls(kind CallKind, n int, ctx Context, e Event, s Stream) (time.Duration, error) {
+	return 0, errNoCgo
+}
+
+// NoopCall does nothing without cgo.
+func NoopCall() {}

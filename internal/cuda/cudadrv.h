@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -241,6 +242,30 @@ static gc_staged gc_in(uintptr_t ctx, int op, uintptr_t a, uintptr_t b, size_t n
 	gc_leave(ctx, prev);
 	return out;
 }
+
+// gc_time_calls makes n calls of one kind back to back in C and returns
+// the nanoseconds they took by the host's monotonic clock: what a call
+// costs with no cgo crossing around it, beside the same call made from Go
+// (internal/cuda's BenchmarkGPUHostCallCost, issue 23.2). kind 0: nothing
+// (the loop), 1: cuCtxGetCurrent, 2: cuEventRecord(e, s), 3: gc_in's
+// record (the context checked first, as EventRecordIn records).
+static int64_t gc_time_calls(int kind, int n, uintptr_t ctx, uintptr_t e, uintptr_t s, CUresult* last) {
+	struct timespec t0, t1;
+	CUcontext c = NULL;
+	*last = 0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (int i = 0; i < n; i++) {
+		switch (kind) {
+		case 1: *last = CU(cuCtxGetCurrent, (CUcontext*))(&c); break;
+		case 2: *last = gc_cuEventRecord(e, s); break;
+		case 3: *last = gc_in(ctx, GC_IN_EVENT_RECORD, e, 0, 0, s).r; break;
+		default: __asm__ volatile("" ::: "memory"); break;
+		}
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+}
+static void gc_noop(void) {}
 
 static CUresult gc_cuIpcGetMemHandle(void* h, CUdeviceptr p) { return CU(cuIpcGetMemHandle, (CUipcMemHandle*, CUdeviceptr))((CUipcMemHandle*)h, p); }
 // The handle travels by value, as the driver's prototype says.
