@@ -95,12 +95,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if err != nil {
 			// Every case would open the same way, and a failed open may
 			// have ended MPI too: report the cause once and stop.
-			if probe != nil {
-				printProbeErrors(stderr, -1, *probe)
-			}
-			fmt.Fprintf(stderr, "gpucomm check: %v\n", err)
-			fmt.Fprintf(stderr, "gpucomm check: backend %s did not open: no case ran%s\n", name, f.envNote)
-			return exitFail
+			return openFailed(name, f, probe, err, stdout, stderr)
 		}
 		defer func() {
 			for _, c := range anchor {
@@ -114,8 +109,7 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if name == local.Name {
 			var err error
 			if group, err = newGroup(); err != nil {
-				fmt.Fprintf(stderr, "gpucomm check: %v\n", err)
-				return exitFail
+				return openFailed(name, f, probe, err, stdout, stderr)
 			}
 		}
 		runProbe(probe, name, group, f.timeout)
@@ -181,6 +175,45 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFail
 	}
 	return exitOK
+}
+
+// openFailed reports a backend that did not open, so that no case and no
+// probed operation ran: the cause on stderr, as every rank says it, and on
+// rank 0 the report that was asked for on stdout (the probe's findings so
+// far with the failure among them, or -json's report with ok false and no
+// results), so that a reader of stdout is not left with nothing.
+func openFailed(name string, f checkFlags, probe *probeReport, err error, stdout, stderr io.Writer) int {
+	if probe != nil {
+		printProbeErrors(stderr, -1, *probe)
+	}
+	fmt.Fprintf(stderr, "gpucomm check: %v\n", err)
+	fmt.Fprintf(stderr, "gpucomm check: backend %s did not open: no case ran%s\n", name, f.envNote)
+	if rankFromEnv() > 0 {
+		return exitFail
+	}
+	msg := fmt.Sprintf("backend %s did not open: %v", name, err)
+	if probe != nil {
+		probe.add("backend", levelError, msg, "")
+		probe.Verdict = fmt.Sprintf("%s: NOT usable: it did not open", name)
+	}
+	var werr error
+	switch {
+	case f.json && f.only:
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		werr = enc.Encode(probe)
+	case f.json:
+		out := checkJSON{Backend: name, Results: []checkJSONEntry{}, Probe: probe, Error: msg}
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		werr = enc.Encode(out)
+	case probe != nil:
+		writeProbe(stdout, *probe)
+	}
+	if werr != nil {
+		fmt.Fprintf(stderr, "gpucomm check: %v\n", werr)
+	}
+	return exitFail
 }
 
 // checkSetup checks the flags against each other and against the backend,
@@ -397,6 +430,7 @@ type checkJSON struct {
 	Seconds float64          `json:"seconds"`
 	Results []checkJSONEntry `json:"results"`
 	Probe   *probeReport     `json:"probe,omitempty"`
+	Error   string           `json:"error,omitempty"` // why nothing ran: the backend did not open
 }
 
 type checkJSONEntry struct {
