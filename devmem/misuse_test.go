@@ -199,6 +199,29 @@ func TestSlicesOfPointerTypesAreRefused(t *testing.T) {
 	if v := FromBytes[[2]int32](AsBytes([]int32{7, 8, 9, 10})); len(v) != 2 || v[1] != [2]int32{9, 10} {
 		t.Errorf("FromBytes[[2]int32] = %v", v)
 	}
+	// AsBytes refuses what FromBytes refuses: bytes copied into a view of
+	// pointers would forge them. A copy into the nil view moves nothing:
+	// the pointers stay as they were.
+	x, y := 1, 2
+	ptrs := []*int{&x, &y}
+	if v := AsBytes(ptrs); v != nil {
+		t.Errorf("AsBytes([]*int) = %d bytes, want nil", len(v))
+	}
+	if v := AsBytes([]struct{ p *byte }{{}}); v != nil {
+		t.Errorf("AsBytes of a struct holding a pointer = %d bytes, want nil", len(v))
+	}
+	if v := AsBytes(make([]struct{}, 4)); v != nil {
+		t.Errorf("AsBytes of zero-size elements = %d bytes, want nil", len(v))
+	}
+	if err := Memset(b, 0x5a, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := CopyToHost(AsBytes(ptrs), b, nil); err != nil {
+		t.Errorf("a copy of nothing into AsBytes([]*int): %v", err)
+	}
+	if ptrs[0] != &x || ptrs[1] != &y {
+		t.Error("the pointers changed")
+	}
 	// The verdict is cached: FromBytes of a struct type allocates nothing.
 	raw := make([]byte, 64)
 	if n := testing.AllocsPerRun(100, func() { _ = FromBytes[plain](raw) }); n != 0 {

@@ -185,9 +185,13 @@ func (s Slice[T]) ToHost(st *Stream) ([]T, error) {
 	return out, s.CopyTo(out, st)
 }
 
-// AsBytes views a slice of plain values as its bytes, without copying.
+// AsBytes views a slice of plain values as its bytes, without copying. For
+// a T that Slice refuses (of size zero, or holding pointers: bytes written
+// through the view would forge them) it returns nil, as FromBytes does: a
+// copy into it moves no bytes. Slice's CopyTo and CopyFrom refuse such a T
+// with an error.
 func AsBytes[T any](v []T) []byte {
-	if len(v) == 0 {
+	if len(v) == 0 || checkElem[T]() != nil {
 		return nil
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), len(v)*elemSize[T]())

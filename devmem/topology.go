@@ -203,9 +203,11 @@ func cpusOfMask(words []uint64) []int {
 	return cpus
 }
 
-// FormatCPUList writes CPUs as Linux cpu lists do: "0-15,32-47".
+// FormatCPUList writes CPUs as Linux cpu lists do: "0-15,32-47", in
+// order and once each. A negative number names no CPU and is left out
+// ("-3--1" would be a list no parser reads back, ParseCPUList included).
 func FormatCPUList(cpus []int) string {
-	s := slices.Clone(cpus)
+	s := slices.DeleteFunc(slices.Clone(cpus), func(c int) bool { return c < 0 })
 	slices.Sort(s)
 	s = slices.Compact(s)
 	var b strings.Builder

@@ -262,6 +262,19 @@ func TestCPUList(t *testing.T) {
 	if got := FormatCPUList([]int{7, 5, 6, 5, 1}); got != "1,5-7" {
 		t.Errorf("unsorted input: %q", got)
 	}
+	// Negative numbers name no CPU: left out, so that the list parses back.
+	for _, tc := range []struct {
+		cpus []int
+		text string
+	}{{[]int{-3, -2, -1}, ""}, {[]int{-1, 0, 1, 3}, "0-1,3"}, {[]int{2, -5}, "2"}} {
+		got := FormatCPUList(tc.cpus)
+		if got != tc.text {
+			t.Errorf("FormatCPUList(%v) = %q, want %q", tc.cpus, got, tc.text)
+		}
+		if back, err := ParseCPUList(got); got != "" && (err != nil || FormatCPUList(back) != got) {
+			t.Errorf("ParseCPUList(%q) = %v, %v: does not read back", got, back, err)
+		}
+	}
 	for _, bad := range []string{"a", "3-1", "-1", "1-", "1,,2"} {
 		if got, err := ParseCPUList(bad); !errors.Is(err, ErrInvalidArgument) {
 			t.Errorf("ParseCPUList(%q) = %v, %v; want ErrInvalidArgument", bad, got, err)

@@ -125,7 +125,9 @@ func (n callName) String() string {
 	return callNames[n]
 }
 
-// signature is what Call.Signature reads.
+// signature is what Call.Signature reads. A GroupP2P's count is its
+// number of transfers (its own Count is unused), so that its name says
+// "GroupP2P(transfers=N)" as Call.Signature does.
 type signature struct {
 	op    driver.Operation
 	count int
@@ -135,10 +137,18 @@ type signature struct {
 }
 
 func markOf(call *driver.Call) callMark {
-	return callMark{sig: signature{op: call.Operation, count: call.Count, dt: call.DType, rop: call.Op, root: call.Root}}
+	count := call.Count
+	if call.Operation == driver.OpGroupP2P {
+		count = len(call.P2P)
+	}
+	return callMark{sig: signature{op: call.Operation, count: count, dt: call.DType, rop: call.Op, root: call.Root}}
 }
 
 func (m *callMark) name() string {
+	if m.sig.op == driver.OpGroupP2P {
+		// Only the list's length goes into the name (an error's path).
+		return driver.Call{Operation: m.sig.op, P2P: make([]driver.P2P, max(m.sig.count, 0))}.Signature()
+	}
 	if m.sig.op != 0 {
 		return driver.Call{Operation: m.sig.op, Count: m.sig.count, DType: m.sig.dt, Op: m.sig.rop, Root: m.sig.root}.Signature()
 	}

@@ -214,6 +214,17 @@ func TestWatchdogReadsTheMarkOfTheCallInside(t *testing.T) {
 	if got := marks[4].name(); got != "Split" {
 		t.Errorf("name %q", got)
 	}
+	// A GroupP2P's mark carries its number of transfers, as its signature
+	// does, through the watchdog's read.
+	call := driver.Call{Operation: driver.OpGroupP2P, P2P: make([]driver.P2P, 3)}
+	m := markOf(&call)
+	w.inCall.enter(&m)
+	st, _, _ := w.inCall.inside(t0)
+	got, ok := w.inCall.mark(st)
+	w.inCall.leave()
+	if !ok || got.name() != "GroupP2P(transfers=3)" || got.name() != call.Signature() {
+		t.Errorf("GroupP2P's mark read back as %q (%v); want %q", got.name(), ok, call.Signature())
+	}
 }
 
 // The watchdog reads marks while the caller enters and returns: every mark
