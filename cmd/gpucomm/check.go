@@ -179,9 +179,11 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 // openFailed reports a backend that did not open, so that no case and no
 // probed operation ran: the cause on stderr, as every rank says it, and on
-// rank 0 the report that was asked for on stdout (the probe's findings so
-// far with the failure among them, or -json's report with ok false and no
-// results), so that a reader of stdout is not left with nothing.
+// rank 0 the report that was asked for on stdout where it is the probe's
+// or a machine's (-probe-only's findings so far with the failure among
+// them, or -json's report with ok false and no results), so that a reader
+// of stdout is not left with nothing; the suite's table stays unprinted, as
+// no case ran.
 func openFailed(name string, f checkFlags, probe *probeReport, err error, stdout, stderr io.Writer) int {
 	if probe != nil {
 		printProbeErrors(stderr, -1, *probe)
@@ -207,7 +209,7 @@ func openFailed(name string, f checkFlags, probe *probeReport, err error, stdout
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		werr = enc.Encode(out)
-	case probe != nil:
+	case f.only:
 		writeProbe(stdout, *probe)
 	}
 	if werr != nil {

@@ -187,6 +187,22 @@ func TestCheckBackendThatCannotOpenStopsWithTheCause(t *testing.T) {
 			t.Errorf("stderr should say %q once:\n%s", want, errOut)
 		}
 	}
+	// Where stdout is the probe's or a machine's, it still gets its report,
+	// with the failure in it.
+	code, out, errOut = runCLI(t, "check", "-backend", brokenBackend, "-probe-only", "-json")
+	var p probeReport
+	if err := json.Unmarshal([]byte(out), &p); code != exitFail || err != nil || !p.failed() || p.Verdict != brokenBackend+": NOT usable: it did not open" {
+		t.Errorf("-probe-only -json: exit %d, %v, %+v\nstdout:\n%s\nstderr:\n%s", code, err, p, out, errOut)
+	}
+	code, out, errOut = runCLI(t, "check", "-backend", brokenBackend, "-json")
+	var c checkJSON
+	if err := json.Unmarshal([]byte(out), &c); code != exitFail || err != nil || c.OK || !strings.Contains(c.Error, brokenReason) || len(c.Results) != 0 {
+		t.Errorf("-json: exit %d, %v, %+v\nstdout:\n%s\nstderr:\n%s", code, err, c, out, errOut)
+	}
+	code, out, _ = runCLI(t, "check", "-backend", brokenBackend, "-probe-only")
+	if code != exitFail || !strings.Contains(out, "backend "+brokenBackend+" did not open: ") || !strings.Contains(out, "verdict: "+brokenBackend+": NOT usable") {
+		t.Errorf("-probe-only: exit %d\nstdout:\n%s", code, out)
+	}
 }
 
 func TestCheckNpAppliesToLocalOnly(t *testing.T) {
