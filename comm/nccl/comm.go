@@ -239,21 +239,32 @@ func (c *Comm) runLocked(call *driver.Call, fl driver.Flight, enqueue func(s *de
 	return nil
 }
 
-// waitOwn waits for a call on no stream and no deadline: it polls the
-// communicator's own stream, where the call is the only work, rather than
-// recording an event and synchronizing after it (on an H200 that took a
-// one-rank 8 B AllReduce to 16 µs where NCCL from C took 6), and gives up
-// with the communicator's failure when the watchdog finds one (c.mu is held
-// here, so a blocking wait could not be aborted).
+// waitOwn waits for a call on no stream and no deadline: it synchronizes
+// the communicator's own stream, where the call is the only work, rather
+// than recording an event and synchronizing after it (on an H200 that took
+// a one-rank 8 B AllReduce to 16 µs where NCCL from C took 6), and blocks
+// in the driver rather than polling the stream (a poll that yields between
+// queries found a one-rank AllReduce of 16 or 128 MiB done 2-3 µs after
+// cuStreamSynchronize did, on an H100: BenchmarkGPUNilStreamWait). The
+// wait counts as inside NCCL for the watchdog, so that a failure it finds
+// (NCCL's asynchronous error: a peer gone) aborts the communicator, as for
+// a call stuck in NCCL while it holds c.mu: the abort ends the
+// communicator's kernels, and with them the wait, which then gives the
+// failure. No NCCL call is under way in the wait, so
+// the watchdog aborts at once (the mark says nameWaiting), not after the
+// grace it leaves a call into NCCL that may yet return.
 func (c *Comm) waitOwn(call *driver.Call) error {
-	err := c.pollUntil(c.own.Query)
-	if err == nil {
-		return nil
-	}
-	if c.failure() != nil {
+	m := markOf(call)
+	m.what = nameWaiting
+	err := c.inNCCL(m, c.own.Synchronize)
+	if cause := c.failure(); cause != nil {
 		c.abort()
+		return c.errorf(call.Operation, nil, "%s: %w", call.Signature(), cause)
 	}
-	return c.errorf(call.Operation, nil, "%s: %w", call.Signature(), err)
+	if err != nil {
+		return c.errorf(call.Operation, nil, "%s: %w", call.Signature(), err)
+	}
+	return nil
 }
 
 // testHookAfterStart lets a GPU test stall a stream inside an operation's

@@ -114,9 +114,13 @@ const (
 	nameOperation callName = iota // the mark's signature says what it is
 	nameSplit
 	nameClose
+	// nameWaiting: the operation its signature names is in NCCL's hands
+	// and its caller waits for its stream (no call into NCCL is under
+	// way), which an abort ends at once without racing one.
+	nameWaiting
 )
 
-var callNames = [...]string{"an operation", "Split", "Close"}
+var callNames = [...]string{"an operation", "Split", "Close", "an operation's wait"}
 
 func (n callName) String() string {
 	if int(n) >= len(callNames) {
@@ -369,8 +373,12 @@ func (c *Comm) watchOnce(now time.Time) {
 		c.mu.Unlock()
 		return
 	}
-	if _, d, ok := c.dog.inCall.inside(now); ok && d >= c.dog.grace() {
-		c.abort() // the holder of c.mu is stuck inside NCCL; this frees it
+	if st, d, ok := c.dog.inCall.inside(now); ok {
+		if m, ok := c.dog.inCall.mark(st); ok && m.what == nameWaiting {
+			c.abort() // the holder of c.mu waits for NCCL's kernels; this ends them
+		} else if d >= c.dog.grace() {
+			c.abort() // the holder of c.mu is stuck inside NCCL; this frees it
+		}
 	}
 }
 

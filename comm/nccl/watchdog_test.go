@@ -273,3 +273,39 @@ func TestWatchdogReadsMarksWhileCallsComeAndGo(t *testing.T) {
 	}
 	t.Logf("%d marks read whole", read)
 }
+
+// Once the communicator has failed, the watchdog aborts at once a holder
+// of its lock that waits for its stream (no NCCL call under way: the abort
+// ends the kernels it waits for), and leaves a holder inside an NCCL call
+// its grace (the call may yet return on its own).
+func TestWatchdogAbortsAFailedCommunicatorsWaitAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		what    callName
+		aborted bool
+	}{{nameOperation, false}, {nameWaiting, true}} {
+		net := newFakeNet()
+		cs := mustOpenFake(t, net, 1, comm.Options{}, nil)
+		c := cs[0]
+		c.dog.stop() // this test plays the watchdog
+		<-c.watchdogEnd
+		c.mu.Lock() // the holder of the lock, in the call or the wait
+		m := callMark{what: tc.what, sig: signature{op: driver.OpAllReduce, count: 4, dt: driver.Float32, rop: driver.Sum}}
+		c.dog.inCall.enter(&m)
+		c.fail(errors.New("a peer went away in this test"))
+		c.watchOnce(t0)
+		select {
+		case <-c.abortDone:
+			if !tc.aborted {
+				t.Errorf("%v: aborted at once, within the grace of a call inside NCCL", tc.what)
+			}
+		default:
+			if tc.aborted {
+				t.Errorf("%v: not aborted at once", tc.what)
+			}
+		}
+		c.dog.inCall.leave()
+		c.mu.Unlock()
+		c.Close() // the failure's abort, where the watchdog made none
+		net.checkClean(t)
+	}
+}

@@ -1203,3 +1203,27 @@ func TimeCalls(kind CallKind, n int, ctx Context, e Event, s Stream) (time.Durat
 // NoopCall is one cgo call of a C function that does nothing: the cost of
 // crossing from Go to C and back, for benchmarks.
 func NoopCall() { C.gc_noop() }
+
+// TimeWait queues a device-to-device copy of n bytes on s and waits for it
+// inside one C call, by cuStreamSynchronize or (poll) by calling
+// cuStreamQuery until the stream is done, and returns the host time from
+// before the copy was queued to the end of the wait, and the number of
+// queries. ctx must be current on the calling thread. For benchmarks
+// (issue 23.2: gpucomm's waits on no stream against C's).
+func TimeWait(poll bool, dst, src DevicePtr, n int, s Stream) (time.Duration, int64, error) {
+	if err := ready(); err != nil {
+		return 0, 0, err
+	}
+	sz, err := nbytes("TimeWait", n)
+	if err != nil {
+		return 0, 0, err
+	}
+	kind := C.int(0)
+	if poll {
+		kind = 1
+	}
+	var polls C.int64_t
+	var last C.CUresult
+	ns := C.gc_time_wait(kind, C.CUdeviceptr(dst), C.CUdeviceptr(src), sz, C.uintptr_t(s), &polls, &last)
+	return time.Duration(ns), int64(polls), result("TimeWait", last)
+}

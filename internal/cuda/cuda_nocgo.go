@@ -117,3 +117,8 @@ func TimeCalls(kind CallKind, n int, ctx Context, e Event, s Stream) (time.Durat
 
 // NoopCall does nothing without cgo.
 func NoopCall() {}
+
+// TimeWait needs cgo.
+func TimeWait(poll bool, dst, src DevicePtr, n int, s Stream) (time.Duration, int64, error) {
+	return 0, 0, errNoCgo
+}

@@ -266,6 +266,29 @@ static int64_t gc_time_calls(int kind, int n, uintptr_t ctx, uintptr_t e, uintpt
 	return (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
 }
 static void gc_noop(void) {}
+// gc_time_wait queues a copy of n bytes on s and waits for it, all in C,
+// returning the nanoseconds from before the copy was queued to the end of
+// the wait: kind 0 waits in cuStreamSynchronize, kind 1 polls cuStreamQuery
+// in a loop (*polls counts the queries). What a wait's way costs, with no
+// Go between (internal/cuda's BenchmarkGPUWaitLatency, issue 23.2).
+static int64_t gc_time_wait(int kind, CUdeviceptr dst, CUdeviceptr src, size_t n, uintptr_t s, int64_t* polls, CUresult* last) {
+	struct timespec t0, t1;
+	*polls = 0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	*last = gc_cuMemcpyDtoDAsync(dst, src, n, s);
+	if (*last == 0) {
+		if (kind == 0) {
+			*last = gc_cuStreamSynchronize(s);
+		} else {
+			do {
+				*last = gc_cuStreamQuery(s);
+				(*polls)++;
+			} while (*last == 600); // CUDA_ERROR_NOT_READY
+		}
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	return (int64_t)(t1.tv_sec - t0.tv_sec) * 1000000000 + (t1.tv_nsec - t0.tv_nsec);
+}
 
 static CUresult gc_cuIpcGetMemHandle(void* h, CUdeviceptr p) { return CU(cuIpcGetMemHandle, (CUipcMemHandle*, CUdeviceptr))((CUipcMemHandle*)h, p); }
 // The handle travels by value, as the driver's prototype says.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -308,4 +309,115 @@ func BenchmarkGPUHostCallCost(b *testing.B) {
 			b.ReportMetric(float64(cT.Nanoseconds())/float64(calls), "c-ns")
 		})
 	}
+}
+
+// BenchmarkGPUWaitLatency says what each way of waiting for a stream costs
+// from the copy's queueing to the wait's end (issue 23.2: gpucomm's waits
+// on no stream, which poll, took 1.06-1.19x C's cuStreamSynchronize at 16
+// and 128 MiB): in C, cuStreamSynchronize (c-sync) and a loop of
+// cuStreamQuery (c-poll); from Go, StreamSynchronize (go-sync), a loop of
+// StreamQuery (go-poll) and the same yielding between queries
+// (go-poll-yield, the nccl backend's first 200 µs of a wait). Each case
+// alternates with c-sync, so each reports its median (us) and c-sync's in
+// the same rounds (c-sync-us), and the queries a wait made. Run it as
+// GPUCOMM_GPU_TESTS=1 cuda.test -test.run XXX -test.bench GPUWaitLatency -test.benchtime 200x
+func BenchmarkGPUWaitLatency(b *testing.B) {
+	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
+		b.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU")
+	}
+	if err := cuda.Load(); err != nil {
+		b.Fatal(err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	ctx, err := cuda.PrimaryCtxRetain(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cuda.PrimaryCtxRelease(0)
+	if err := cuda.CtxSetCurrent(ctx); err != nil {
+		b.Fatal(err)
+	}
+	const most = 128 << 20
+	src, err := cuda.MemAlloc(most)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cuda.MemFree(src)
+	dst, err := cuda.MemAlloc(most)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cuda.MemFree(dst)
+	s, err := cuda.StreamCreate(cuda.StreamNonBlocking)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cuda.StreamDestroy(s)
+	goWait := func(n int, wait func() (int64, error)) (time.Duration, int64, error) {
+		t0 := time.Now()
+		if err := cuda.MemcpyDtoDAsync(dst, src, n, s); err != nil {
+			return 0, 0, err
+		}
+		polls, err := wait()
+		return time.Since(t0), polls, err
+	}
+	poll := func(yield bool) func() (int64, error) {
+		return func() (int64, error) {
+			var n int64
+			for {
+				n++
+				done, err := cuda.StreamQuery(s)
+				if done || err != nil {
+					return n, err
+				}
+				if yield {
+					runtime.Gosched()
+				}
+			}
+		}
+	}
+	cases := []struct {
+		name string
+		wait func(n int) (time.Duration, int64, error)
+	}{
+		{"c-poll", func(n int) (time.Duration, int64, error) { return cuda.TimeWait(true, dst, src, n, s) }},
+		{"go-sync", func(n int) (time.Duration, int64, error) {
+			return goWait(n, func() (int64, error) { return 0, cuda.StreamSynchronize(s) })
+		}},
+		{"go-poll", func(n int) (time.Duration, int64, error) { return goWait(n, poll(false)) }},
+		{"go-poll-yield", func(n int) (time.Duration, int64, error) { return goWait(n, poll(true)) }},
+	}
+	for _, size := range []int{8, 2 << 20, 16 << 20, most} {
+		for _, c := range cases {
+			b.Run(fmt.Sprintf("%dB/%s", size, c.name), func(b *testing.B) {
+				var mine, base []float64
+				var polls int64
+				for b.Loop() {
+					d, p, err := c.wait(size)
+					if err != nil {
+						b.Fatal(err)
+					}
+					mine, polls = append(mine, float64(d.Nanoseconds())/1e3), polls+p
+					d, _, err = cuda.TimeWait(false, dst, src, size, s)
+					if err != nil {
+						b.Fatal(err)
+					}
+					base = append(base, float64(d.Nanoseconds())/1e3)
+				}
+				b.ReportMetric(medianOf(mine), "us")
+				b.ReportMetric(medianOf(base), "c-sync-us")
+				b.ReportMetric(float64(polls)/float64(len(mine)), "polls")
+			})
+		}
+	}
+}
+
+func medianOf(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
 }
