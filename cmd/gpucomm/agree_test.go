@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpucomm/gpucomm/internal/mpi"
 	"github.com/gpucomm/gpucomm/internal/mpicomm/mpitest"
 )
 
@@ -61,13 +60,7 @@ func TestJudgeViewsNamesWhatTheRanksDisagreeOn(t *testing.T) {
 // waited in MPI_Finalize, the others in Open), and heat with one rank's
 // other step count, or check with one rank's other tests, waited for ever.
 func TestRanksThatDisagreeStopTogether(t *testing.T) {
-	if !mpi.Built() {
-		t.Skip("MPI is not built in: run with -tags mpi or -tags mpich")
-	}
-	if testing.Short() {
-		t.Skip("launches MPI jobs")
-	}
-	bin := mpitest.BuildCommand(t)
+	bin := launcherCommand(t)
 	path, args, err := mpitest.Launcher(3)
 	if err != nil {
 		t.Skip(err)

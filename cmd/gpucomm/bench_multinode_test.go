@@ -20,13 +20,7 @@ var benchArgs = []string{"bench", "-backend", "mpi", "-op", "pingpong,bw,allredu
 // under this binary's launcher, on this host.
 func benchJob(t *testing.T, np int, extra ...string) mpitest.Job {
 	t.Helper()
-	if !mpi.Built() {
-		t.Skip("MPI is not built in: run with -tags mpi or -tags mpich")
-	}
-	if testing.Short() {
-		t.Skip("launches MPI jobs")
-	}
-	bin := mpitest.BuildCommand(t)
+	bin := launcherCommand(t)
 	argv := append(append([]string{bin}, benchArgs...), extra...)
 	j := mpitest.Launch(t, np, 90*time.Second, []string{"GPUCOMM_DEVICE=host", "GPUCOMM_BACKEND="}, argv...)
 	if j.Err != nil && !j.Orphaned {

@@ -20,13 +20,7 @@ import (
 // check's JSON with ok false and the error, -probe-only the probe's table.
 // The exit status says the failure in every case.
 func TestCheckReportsABackendThatDidNotOpenOnStdout(t *testing.T) {
-	if !mpi.Built() {
-		t.Skip("MPI is not built in: run with -tags mpi or -tags mpich")
-	}
-	if testing.Short() {
-		t.Skip("launches MPI jobs")
-	}
-	bin := mpitest.BuildCommand(t)
+	bin := launcherCommand(t)
 	path, args, err := mpitest.Launcher(2)
 	if err != nil {
 		t.Skip(err)
@@ -82,4 +76,18 @@ func TestCheckReportsABackendThatDidNotOpenOnStdout(t *testing.T) {
 	if strings.Count(errOut, "gpucomm check: "+cause[:len(cause)-2]) < 1 {
 		t.Errorf("-probe-only: stderr does not say the backend did not open:\n%s", errOut)
 	}
+}
+
+// launcherCommand skips unless MPI is built in and the tests may launch
+// jobs (not -short), and returns the gpucomm binary the jobs run, built
+// for this test binary's MPI family.
+func launcherCommand(t *testing.T) string {
+	t.Helper()
+	if !mpi.Built() {
+		t.Skip("MPI is not built in: run with -tags mpi or -tags mpich")
+	}
+	if testing.Short() {
+		t.Skip("launches MPI jobs")
+	}
+	return mpitest.BuildCommand(t)
 }

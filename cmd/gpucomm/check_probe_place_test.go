@@ -12,7 +12,6 @@ import (
 
 	"github.com/gpucomm/gpucomm/comm/local"
 	"github.com/gpucomm/gpucomm/devmem"
-	"github.com/gpucomm/gpucomm/internal/mpi"
 	"github.com/gpucomm/gpucomm/internal/mpicomm/mpitest"
 )
 
@@ -183,13 +182,7 @@ func TestProbeIPCIsBounded(t *testing.T) {
 // buffer through an IPC handle and checks its content, and rank 0's JSON
 // says so, with the topology's findings "unknown (no NVML)".
 func TestProbeIPCUnderLauncher(t *testing.T) {
-	if !mpi.Built() {
-		t.Skip("MPI is not built in: run with -tags mpi or -tags mpich")
-	}
-	if testing.Short() {
-		t.Skip("launches MPI jobs")
-	}
-	bin := mpitest.BuildCommand(t)
+	bin := launcherCommand(t)
 	for _, np := range []int{2, 4} {
 		path, args, err := mpitest.Launcher(np)
 		if err != nil {

@@ -18,13 +18,7 @@ import (
 // "gpucomm trace" from the records the ranks wrote (on their timeouts, or
 // on the TERM the launcher sends when a rank dies).
 func TestDrillUnderLauncherIsDiagnosedByTrace(t *testing.T) {
-	if !mpi.Built() {
-		t.Skip("MPI is not built in: run with -tags mpi or -tags mpich")
-	}
-	if testing.Short() {
-		t.Skip("launches MPI jobs")
-	}
-	bin := mpitest.BuildCommand(t)
+	bin := launcherCommand(t)
 	for _, tc := range []struct {
 		mode, want string
 	}{

@@ -238,22 +238,8 @@ func must(t *testing.T, err error) {
 // reports ns a call from Go (go-ns) and from C (c-ns). Run it as
 // GPUCOMM_GPU_TESTS=1 cuda.test -test.run XXX -test.bench GPUHostCallCost -test.benchtime 2000x
 func BenchmarkGPUHostCallCost(b *testing.B) {
-	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
-		b.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU")
-	}
-	if err := cuda.Load(); err != nil {
-		b.Fatal(err)
-	}
-	runtime.LockOSThread()
+	ctx := benchContext(b)
 	defer runtime.UnlockOSThread()
-	ctx, err := cuda.PrimaryCtxRetain(0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cuda.PrimaryCtxRelease(0)
-	if err := cuda.CtxSetCurrent(ctx); err != nil {
-		b.Fatal(err)
-	}
 	s, err := cuda.StreamCreate(0)
 	if err != nil {
 		b.Fatal(err)
@@ -322,22 +308,8 @@ func BenchmarkGPUHostCallCost(b *testing.B) {
 // the same rounds (c-sync-us), and the queries a wait made. Run it as
 // GPUCOMM_GPU_TESTS=1 cuda.test -test.run XXX -test.bench GPUWaitLatency -test.benchtime 200x
 func BenchmarkGPUWaitLatency(b *testing.B) {
-	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
-		b.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU")
-	}
-	if err := cuda.Load(); err != nil {
-		b.Fatal(err)
-	}
-	runtime.LockOSThread()
+	benchContext(b)
 	defer runtime.UnlockOSThread()
-	ctx, err := cuda.PrimaryCtxRetain(0)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cuda.PrimaryCtxRelease(0)
-	if err := cuda.CtxSetCurrent(ctx); err != nil {
-		b.Fatal(err)
-	}
 	const most = 128 << 20
 	src, err := cuda.MemAlloc(most)
 	if err != nil {
@@ -420,4 +392,27 @@ func medianOf(v []float64) float64 {
 		return 0
 	}
 	return s[len(s)/2]
+}
+
+// benchContext skips unless GPUCOMM_GPU_TESTS=1, and makes device 0's
+// primary context current on the benchmark's thread, which it locks: the
+// caller unlocks it when done (defer runtime.UnlockOSThread()).
+func benchContext(b *testing.B) cuda.Context {
+	b.Helper()
+	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
+		b.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU")
+	}
+	if err := cuda.Load(); err != nil {
+		b.Fatal(err)
+	}
+	runtime.LockOSThread()
+	ctx, err := cuda.PrimaryCtxRetain(0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cuda.PrimaryCtxRelease(0) })
+	if err := cuda.CtxSetCurrent(ctx); err != nil {
+		b.Fatal(err)
+	}
+	return ctx
 }
