@@ -72,7 +72,7 @@ func TestCheckReportsABackendThatDidNotOpenOnStdout(t *testing.T) {
 	if err == nil || !strings.Contains(out, "verdict: mpi: NOT usable: it did not open") || !strings.Contains(out, cause) {
 		t.Errorf("-probe-only: exit %v; want a failure and the probe's table with the open's failure\nstdout:\n%s\nstderr:\n%s", err, out, errOut)
 	}
-	// The cause is on stderr as before, from each rank.
+	// The cause is on stderr as before.
 	if strings.Count(errOut, "gpucomm check: "+cause[:len(cause)-2]) < 1 {
 		t.Errorf("-probe-only: stderr does not say the backend did not open:\n%s", errOut)
 	}

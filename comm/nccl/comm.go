@@ -250,9 +250,15 @@ func (c *Comm) runLocked(call *driver.Call, fl driver.Flight, enqueue func(s *de
 // (NCCL's asynchronous error: a peer gone) aborts the communicator, as for
 // a call stuck in NCCL while it holds c.mu: the abort ends the
 // communicator's kernels, and with them the wait, which then gives the
-// failure. No NCCL call is under way in the wait, so
-// the watchdog aborts at once (the mark says nameWaiting), not after the
-// grace it leaves a call into NCCL that may yet return.
+// failure. No NCCL call is under way in the wait, so the watchdog aborts
+// at once (the mark says nameWaiting), not after the grace it leaves a call
+// into NCCL that may yet return. A failure found by the time the wait ends
+// is the call's error even where its work finished (as on the timed path:
+// work an abort cut short may look finished), and stands for the wait's own
+// error, which the abort may have caused. How the driver waits is CUDA's
+// scheduling policy for the context (the primary context's default spins
+// while the process has fewer active contexts than cores, as C's
+// cuStreamSynchronize does).
 func (c *Comm) waitOwn(call *driver.Call) error {
 	m := markOf(call)
 	m.what = nameWaiting

@@ -178,9 +178,11 @@ func (m *callMark) setKinds(k uint64) {
 // sequence lock of atomic words, written without a clock read or an
 // allocation. state counts the calls' entries and returns (odd: a call is
 // inside NCCL); the mark's words change only while it is even, and only
-// where they differ from the last call's (a loop that repeats a collective
-// writes none of them), so a reader that sees the same odd state before and
-// after reading them has read the mark of that call.
+// where they differ from the last call's (a loop that repeats a
+// stream-ordered collective writes none of them; one on no stream writes
+// the kind twice, its call's and its wait's), so a reader that sees the
+// same odd state before and after reading them has read the mark of that
+// call.
 type inCall struct {
 	state atomic.Uint64
 	kinds atomic.Uint64 // callMark.kinds
@@ -468,11 +470,24 @@ type backoff struct {
 
 const spinFor = 200 * time.Microsecond
 
+// busyFor is the first part of a wait, which polls again at once without
+// yielding: a yield of a goroutine locked to its thread (as CUDA programs
+// often lock theirs) hands the thread over twice, 8-10 µs a yield on an
+// H100 host (internal/cuda's GPUWaitLatency, go-poll-yield on a locked
+// thread: 18-21 µs for an 8-byte copy that a plain poll saw end in 9).
+// What the nccl backend's waits poll is the GPU's work, which needs no
+// goroutine of this process to progress.
+const busyFor = 20 * time.Microsecond
+
 func (b *backoff) wait() {
 	if b.start.IsZero() {
 		b.start = time.Now()
 	}
-	if time.Since(b.start) < spinFor {
+	since := time.Since(b.start)
+	if since < busyFor {
+		return
+	}
+	if since < spinFor {
 		runtime.Gosched()
 		return
 	}

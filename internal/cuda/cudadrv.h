@@ -254,7 +254,7 @@ static int64_t gc_time_calls(int kind, int n, uintptr_t ctx, uintptr_t e, uintpt
 	CUcontext c = NULL;
 	*last = 0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (int i = 0; i < n; i++) {
+	for (int i = 0; i < n && *last == 0; i++) { // the first error ends the loop
 		switch (kind) {
 		case 1: *last = CU(cuCtxGetCurrent, (CUcontext*))(&c); break;
 		case 2: *last = gc_cuEventRecord(e, s); break;

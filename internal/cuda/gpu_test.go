@@ -267,6 +267,10 @@ func BenchmarkGPUHostCallCost(b *testing.B) {
 		{"event-record-in", cuda.CallEventRecordInCtx},
 	} {
 		b.Run(c.name, func(b *testing.B) {
+			// Each sub-benchmark runs on a goroutine of its own: its
+			// thread gets the context here, as the calls need.
+			onThread(b, ctx)
+			defer runtime.UnlockOSThread()
 			call := fromGo[c.kind]
 			var goT, cT time.Duration
 			calls := 0
@@ -308,7 +312,7 @@ func BenchmarkGPUHostCallCost(b *testing.B) {
 // the same rounds (c-sync-us), and the queries a wait made. Run it as
 // GPUCOMM_GPU_TESTS=1 cuda.test -test.run XXX -test.bench GPUWaitLatency -test.benchtime 200x
 func BenchmarkGPUWaitLatency(b *testing.B) {
-	benchContext(b)
+	ctx := benchContext(b)
 	defer runtime.UnlockOSThread()
 	const most = 128 << 20
 	src, err := cuda.MemAlloc(most)
@@ -363,6 +367,8 @@ func BenchmarkGPUWaitLatency(b *testing.B) {
 	for _, size := range []int{8, 2 << 20, 16 << 20, most} {
 		for _, c := range cases {
 			b.Run(fmt.Sprintf("%dB/%s", size, c.name), func(b *testing.B) {
+				onThread(b, ctx)
+				defer runtime.UnlockOSThread()
 				var mine, base []float64
 				var polls int64
 				for b.Loop() {
@@ -415,4 +421,18 @@ func benchContext(b *testing.B) cuda.Context {
 		b.Fatal(err)
 	}
 	return ctx
+}
+
+// onThread locks a sub-benchmark's goroutine to its thread and makes ctx
+// current there (b.Run runs each on a goroutine of its own); the caller
+// unlocks it when done.
+func onThread(b *testing.B, ctx cuda.Context) {
+	b.Helper()
+	runtime.LockOSThread()
+	if err := cuda.CtxSetCurrent(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if cur, err := cuda.CtxGetCurrent(); err != nil || cur != ctx {
+		b.Fatalf("context current on the benchmark's thread: %v, %v; want %v", cur, err, ctx)
+	}
 }
