@@ -20,6 +20,7 @@ import (
 	"github.com/gpucomm/gpucomm/comm/local"
 	"github.com/gpucomm/gpucomm/conformance"
 	"github.com/gpucomm/gpucomm/devmem"
+	"github.com/gpucomm/gpucomm/internal/launcher"
 )
 
 func init() {
@@ -205,7 +206,14 @@ func openFailed(name string, f checkFlags, probe *probeReport, err error, stdout
 		enc.SetIndent("", "  ")
 		werr = enc.Encode(probe)
 	case f.json:
-		out := checkJSON{Backend: name, Results: []checkJSONEntry{}, Probe: probe, Error: msg}
+		// The job's size as the launcher gives it (no communicator says it).
+		ranks := 1
+		if job, under := launcher.FromEnv(); under {
+			ranks = job.Size
+		} else if name == local.Name {
+			ranks = f.np
+		}
+		out := checkJSON{Backend: name, Ranks: ranks, Results: []checkJSONEntry{}, Probe: probe, Error: msg}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		werr = enc.Encode(out)

@@ -64,8 +64,8 @@ func TestCheckReportsABackendThatDidNotOpenOnStdout(t *testing.T) {
 	if jerr := json.Unmarshal([]byte(out), &c); jerr != nil {
 		t.Fatalf("-json: stdout is not the check's JSON: %v\nstdout:\n%s\nstderr:\n%s", jerr, out, errOut)
 	}
-	if c.OK || c.Backend != "mpi" || len(c.Results) != 0 || !strings.HasPrefix(c.Error, cause) || c.Probe == nil || !c.Probe.failed() {
-		t.Errorf("-json: %+v; want ok false, no results, the error and the probe", c)
+	if c.OK || c.Backend != "mpi" || c.Ranks != 2 || len(c.Results) != 0 || !strings.HasPrefix(c.Error, cause) || c.Probe == nil || !c.Probe.failed() {
+		t.Errorf("-json: %+v; want ok false, the job's 2 ranks, no results, the error and the probe", c)
 	}
 
 	out, errOut, err = run("-probe-only")

@@ -196,7 +196,7 @@ func TestCheckBackendThatCannotOpenStopsWithTheCause(t *testing.T) {
 	}
 	code, out, errOut = runCLI(t, "check", "-backend", brokenBackend, "-json")
 	var c checkJSON
-	if err := json.Unmarshal([]byte(out), &c); code != exitFail || err != nil || c.OK || !strings.Contains(c.Error, brokenReason) || len(c.Results) != 0 {
+	if err := json.Unmarshal([]byte(out), &c); code != exitFail || err != nil || c.OK || c.Ranks != 1 || !strings.Contains(c.Error, brokenReason) || len(c.Results) != 0 {
 		t.Errorf("-json: exit %d, %v, %+v\nstdout:\n%s\nstderr:\n%s", code, err, c, out, errOut)
 	}
 	code, out, _ = runCLI(t, "check", "-backend", brokenBackend, "-probe-only")
