@@ -148,9 +148,25 @@ func describe(newGroup NewGroup) (backend string, ranks int, device string) {
 	if err != nil || len(cs) == 0 {
 		return "?", 0, fmt.Sprintf("? (NewGroup: %v)", err)
 	}
-	backend, ranks, device = cs[0].Backend(), cs[0].Size(), cs[0].Device().String()
+	backend, ranks = cs[0].Backend(), cs[0].Size()
+	device = describeDevice(cs[0].Device())
 	closeAll(cs)
 	return
+}
+
+// SimulatedHost is a report's Device on simulated host devices.
+const SimulatedHost = "host (simulated)"
+
+// describeDevice names d for a report: a GPU as devmem names it ("cuda:0
+// (NVIDIA H200)"), a simulated host device by its kind alone, since its
+// number only counts the host devices the process made before it (the
+// local backend makes one a rank and a group; gpucomm check's probe opens a
+// group before the suite's), and so changes from run to run of one job.
+func describeDevice(d *devmem.Device) string {
+	if d.Kind() == devmem.Host {
+		return SimulatedHost
+	}
+	return d.String()
 }
 
 func closeAll(cs []comm.Communicator) {

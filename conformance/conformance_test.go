@@ -46,6 +46,20 @@ func TestCheckRunsOnlySelectedCases(t *testing.T) {
 	}
 }
 
+// The report names a simulated host device by its kind: the same whatever
+// host devices the process made before (here two groups' worth), where
+// their numbers gave "host:0", then "host:4".
+func TestCheckNamesSimulatedHostDevicesAlike(t *testing.T) {
+	var devices []string
+	for range 2 {
+		rep := conformance.Check(group(2), conformance.Config{Run: "^Split$"})
+		devices = append(devices, rep.Device)
+	}
+	if devices[0] != conformance.SimulatedHost || devices[1] != devices[0] {
+		t.Errorf("devices %q; want %q twice", devices, conformance.SimulatedHost)
+	}
+}
+
 func TestCheckReportsABadPattern(t *testing.T) {
 	rep := conformance.Check(group(2), conformance.Config{Run: "("})
 	if rep.Failed() != 1 || !strings.Contains(rep.Results[0].Detail, "Config.Run") {
