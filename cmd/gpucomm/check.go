@@ -202,9 +202,7 @@ func openFailed(name string, f checkFlags, probe *probeReport, err error, stdout
 	var werr error
 	switch {
 	case f.json && f.only:
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		werr = enc.Encode(probe)
+		werr = writeJSON(stdout, probe)
 	case f.json:
 		// The job's size as the launcher gives it (no communicator says it).
 		ranks := 1
@@ -214,9 +212,7 @@ func openFailed(name string, f checkFlags, probe *probeReport, err error, stdout
 			ranks = f.np
 		}
 		out := checkJSON{Backend: name, Ranks: ranks, Results: []checkJSONEntry{}, Probe: probe, Error: msg}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		werr = enc.Encode(out)
+		werr = writeJSON(stdout, out)
 	case f.only:
 		writeProbe(stdout, *probe)
 	}
@@ -472,7 +468,13 @@ func writeCheckJSONProbe(w io.Writer, report conformance.Report, wall time.Durat
 	for _, r := range report.Results {
 		out.Results = append(out.Results, checkJSONEntry{Name: r.Name, Result: verdict(r), Seconds: r.Elapsed.Seconds(), Detail: r.Detail})
 	}
+	return writeJSON(w, out)
+}
+
+// writeJSON writes v to w as the CLI's reports are written: indented JSON
+// and a newline.
+func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	return enc.Encode(v)
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -415,9 +414,7 @@ func finishProbeOnly(p *probeReport, asJSON bool, rank int, stdout, stderr io.Wr
 	case rank > 0:
 		printProbeErrors(stderr, rank, *p)
 	case asJSON:
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(p); err != nil {
+		if err := writeJSON(stdout, p); err != nil {
 			fmt.Fprintf(stderr, "gpucomm check: %v\n", err)
 			return exitFail
 		}

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -210,9 +209,7 @@ func runInfo(_ context.Context, args []string, stdout, stderr io.Writer) int {
 				rep.Sections = append(rep.Sections, b.String())
 			}
 		}
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := writeJSON(stdout, rep); err != nil {
 			fmt.Fprintf(stderr, "gpucomm info: %v\n", err)
 			return exitFail
 		}

@@ -102,9 +102,7 @@ func runTrace(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(findings); err != nil {
+		if err := writeJSON(stdout, findings); err != nil {
 			fmt.Fprintf(stderr, "gpucomm trace: %v\n", err)
 			return exitFail
 		}

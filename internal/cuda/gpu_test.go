@@ -17,7 +17,7 @@ import (
 
 // needGPU skips unless GPUCOMM_GPU_TESTS=1: these tests use the real driver
 // and device 0, and CI has neither.
-func needGPU(t *testing.T) {
+func needGPU(t testing.TB) {
 	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
 		t.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU")
 	}
@@ -405,12 +405,7 @@ func medianOf(v []float64) float64 {
 // caller unlocks it when done (defer runtime.UnlockOSThread()).
 func benchContext(b *testing.B) cuda.Context {
 	b.Helper()
-	if os.Getenv("GPUCOMM_GPU_TESTS") != "1" {
-		b.Skip("set GPUCOMM_GPU_TESTS=1 on a machine with a GPU")
-	}
-	if err := cuda.Load(); err != nil {
-		b.Fatal(err)
-	}
+	needGPU(b)
 	runtime.LockOSThread()
 	ctx, err := cuda.PrimaryCtxRetain(0)
 	if err != nil {
