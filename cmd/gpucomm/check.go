@@ -7,9 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"text/tabwriter"
@@ -316,12 +314,11 @@ func groupMaker(name string, f checkFlags) (conformance.NewGroup, *atomic.Int64)
 }
 
 // rankFromEnv is this process's rank as the MPI launcher tells it, for when
-// no communicator ever opened; 0 (so the process reports) when there is none.
+// no communicator ever opened; 0 (so the process reports) when no launcher
+// announced a job.
 func rankFromEnv() int {
-	for _, k := range []string{"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"} {
-		if n, err := strconv.Atoi(os.Getenv(k)); err == nil && n >= 0 {
-			return n
-		}
+	if j, ok := launcher.FromEnv(); ok {
+		return j.Rank
 	}
 	return 0
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/gpucomm/gpucomm/comm/driver"
 	"github.com/gpucomm/gpucomm/devmem"
 	"github.com/gpucomm/gpucomm/internal/cuda"
+	"github.com/gpucomm/gpucomm/internal/launcher"
 )
 
 // Every step of Open that can fail on one rank alone ends in an agreement
@@ -274,10 +274,8 @@ func initOn(b boot, lib library, dev *devmem.Device, op string) (engine, error) 
 // envRank is this process's rank as the launcher says, for errors from
 // before MPI is up; 0 without a launcher.
 func envRank() int {
-	for _, k := range []string{"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"} {
-		if n, err := strconv.Atoi(os.Getenv(k)); err == nil && n >= 0 {
-			return n
-		}
+	if j, ok := launcher.FromEnv(); ok {
+		return j.Rank
 	}
 	return 0
 }
