@@ -54,11 +54,14 @@ type Communicator interface {
 	Scatter(send, recv devmem.Buffer, count int, dt DType, root int, s *devmem.Stream) error
 	// Send and Recv move count elements to or from peer; messages between
 	// two ranks arrive in the order sent. A receive must give the send's
-	// count and dtype. The local and MPI backends refuse another count (in
-	// bytes) with ErrMismatch, the buffer left as it was, and only the local
-	// backend another dtype of the same size (the MPI backends pass the
-	// bytes as sent); NCCL checks neither between two ranks (the call then
-	// hangs until the timeout, or moves what was sent).
+	// count and dtype. The local, mpi and cudaaware backends refuse another
+	// count (in bytes) with ErrMismatch, the send completing and the pair in
+	// step for the next message; local and mpi leave the receive's buffer as
+	// it was (cudaaware's MPI writes it directly, so it may hold part of the
+	// message). Only the local backend refuses another dtype of the same
+	// size (the MPI backends pass the bytes as sent); NCCL checks neither
+	// between two ranks (the call then hangs until the timeout, or moves what
+	// was sent).
 	Send(buf devmem.Buffer, count int, dt DType, peer int, s *devmem.Stream) error
 	Recv(buf devmem.Buffer, count int, dt DType, peer int, s *devmem.Stream) error
 	// GroupP2P issues several sends and receives as one operation, so that

@@ -16,9 +16,13 @@
 // agree on the smallest one asked for), each next one twice the one before,
 // up to 4 MiB (or the agreed chunk, if larger). Each chunk costs MPI a
 // rendezvous and the copies a launch and a wait, so long messages want long
-// chunks, while a short first chunk starts MPI early; the cuts depend on the
-// chunk's index only, so a receive longer than its send still lines up and
-// fails with comm.ErrMismatch. Each chunk goes through a pinned staging
+// chunks, while a short first chunk starts MPI early. A message of more
+// than one chunk is announced by a 24-byte header with its length, which
+// the receive takes alone before it posts its chunks' receives: a receive
+// whose count differs then drops the sender's chunks (so that the send
+// completes) and fails with comm.ErrMismatch before it has written a byte,
+// and a one-chunk receive that meets a header, or a longer one-chunk
+// message, does the same. Each chunk goes through a pinned staging
 // slot from a pool that lives until Close. Three stages run at once: a
 // goroutine copies chunks into slots on the backend's D2H stream, the
 // operation's goroutine starts MPI on each chunk as soon as it is in (up to
@@ -76,7 +80,8 @@
 // namespace); where they cannot, every message goes through MPI. A receive
 // whose count differs from the send's is comm.ErrMismatch, its buffer
 // untouched; when both sides took the node path, or the sender's message
-// went through MPI whole, the pair stays in step for the next message. When
+// went through MPI (whole, or announced), the pair stays in step for the
+// next message. When
 // the sender took the node path and the receive, too small for it, went
 // through MPI, the sender's chunks are left in its ring: the communicator is
 // then broken, and Close ends the job with the reason rather than let the
@@ -86,8 +91,8 @@
 // sender's buffer, opened by its IPC handle), counts that differ leave
 // the pair in step: the receiver answers the sender's control message with
 // a refusal, and drops the bytes of a sender whose buffer could not be
-// exported as they come through MPI (where the receive is staged over
-// several chunks, it breaks the communicator instead). The ring costs
+// exported as they come through MPI (a receive staged over several chunks
+// takes the control message alone, before its chunks' receives). The ring costs
 // four chunks of pinned memory per pair and direction that uses it. The ring
 // is the sender's memory, and a completed Send is delivered whatever the
 // sender does next, as in MPI: Close (and Finalize, for communicators left

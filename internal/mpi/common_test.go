@@ -2,6 +2,7 @@ package mpi
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -101,5 +102,20 @@ func TestErrorNamesTheCallAndUnwrapsToItsSentinel(t *testing.T) {
 	}
 	if errors.Is(&Error{Call: "MPI_Barrier"}, errs.ErrInvalidArgument) {
 		t.Error("an Error without a sentinel unwraps to one")
+	}
+}
+
+func TestTruncatedFindsMPIsTruncationThroughWrapping(t *testing.T) {
+	trunc := &Error{Call: "MPI_Wait", Code: 15, Class: 15, Msg: "message truncated", kind: errs.ErrInvalidArgument, truncated: true}
+	for _, err := range []error{trunc, &PeerError{Peer: 1, Err: trunc}, fmt.Errorf("receive: %w", &PeerError{Peer: 3, Err: trunc})} {
+		if !Truncated(err) {
+			t.Errorf("Truncated(%v) = false", err)
+		}
+	}
+	for _, err := range []error{nil, errs.ErrInvalidArgument, &Error{Call: "MPI_Recv", Class: 6, kind: errs.ErrInvalidArgument},
+		&PeerError{Peer: 1, Err: errors.New("gone")}} {
+		if Truncated(err) {
+			t.Errorf("Truncated(%v) = true", err)
+		}
 	}
 }

@@ -1,6 +1,9 @@
 package mpi
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // Error is a failure that MPI itself returned (every communicator of this
 // package has MPI_ERRORS_RETURN). Arguments that Go can check never get this
@@ -11,7 +14,16 @@ type Error struct {
 	Class int    // its error class (MPI_Error_class), -1 if unknown
 	Msg   string // MPI_Error_string of Code
 
-	kind error // sentinel that the class maps to, if any
+	kind      error // sentinel that the class maps to, if any
+	truncated bool  // the class is MPI_ERR_TRUNCATE
+}
+
+// Truncated reports whether err holds MPI's MPI_ERR_TRUNCATE: a receive
+// matched a message longer than its buffer. MPI has then taken the message
+// (the sender's call completes) and dropped what did not fit.
+func Truncated(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.truncated
 }
 
 func (e *Error) Error() string {

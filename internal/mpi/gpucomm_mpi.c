@@ -523,6 +523,8 @@ int gc_class_is_argument(int cls) {
 	       cls == MPI_ERR_ARG || cls == MPI_ERR_TRUNCATE || cls == MPI_ERR_REQUEST;
 }
 
+int gc_class_is_truncate(int cls) { return cls == MPI_ERR_TRUNCATE; }
+
 // ---- communicators ----
 
 MPI_Comm gc_comm_world(void) { return MPI_COMM_WORLD; }

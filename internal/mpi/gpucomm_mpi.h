@@ -65,6 +65,7 @@ const char *gc_library_file(void);
 void gc_cuda_aware(int *known, int *aware);
 int gc_error_string(int code, char *buf, int *len, int *cls);
 int gc_class_is_argument(int cls);
+int gc_class_is_truncate(int cls);
 int gc_replaced_ops(void);
 
 // Handles and tables.

@@ -509,7 +509,7 @@ func check(name string, rc C.int) error {
 	if C.gc_error_string(rc, (*C.char)(unsafe.Pointer(&buf[0])), &n, &cls) == C.MPI_SUCCESS {
 		msg = strings.TrimSpace(strings.TrimRight(string(buf[:min(int(n), len(buf))]), "\x00"))
 	}
-	e := &Error{Call: name, Code: int(rc), Class: int(cls), Msg: msg}
+	e := &Error{Call: name, Code: int(rc), Class: int(cls), Msg: msg, truncated: C.gc_class_is_truncate(cls) != 0}
 	if C.gc_class_is_argument(cls) != 0 {
 		e.kind = errs.ErrInvalidArgument
 	}

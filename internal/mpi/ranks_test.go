@@ -959,8 +959,8 @@ func TestRankErrors(t *testing.T) {
 	if rank == 0 {
 		_, err := c.Recv(y.addr(), count/2, Int32, 1, 21)
 		var e *Error
-		if !errors.As(err, &e) || e.Call != "MPI_Recv" || e.Msg == "" || !isArgErr(err) {
-			t.Errorf("truncated Recv: got %v (%#v), want an *Error from MPI_Recv wrapping ErrInvalidArgument", err, e)
+		if !errors.As(err, &e) || e.Call != "MPI_Recv" || e.Msg == "" || !isArgErr(err) || !Truncated(err) {
+			t.Errorf("truncated Recv: got %v (%#v), want an *Error from MPI_Recv wrapping ErrInvalidArgument that Truncated reports", err, e)
 		} else {
 			t.Logf("truncated Recv: %v", err)
 		}
@@ -984,7 +984,7 @@ func TestRankErrors(t *testing.T) {
 			err = wait(r, other)
 			var pe *PeerError
 			var e *Error
-			if !errors.As(err, &pe) || pe.Peer != 1 || pe.Send || !errors.As(err, &e) || !isArgErr(err) ||
+			if !errors.As(err, &pe) || pe.Peer != 1 || pe.Send || !errors.As(err, &e) || !isArgErr(err) || !Truncated(err) ||
 				!strings.HasPrefix(err.Error(), "receive from rank 1: mpi: MPI_") {
 				t.Errorf("wait %d on truncated Irecvs from rank 1: got %v (%#v), want a *PeerError naming rank 1 around MPI's *Error", i, err, pe)
 			}

@@ -211,7 +211,7 @@ func (c *Comm) completeP2P(o *op, ps []comm.P2P, tags []int, reqs []*mpi.Request
 	if err := c.wait(o, reqs); err != nil {
 		if !errors.Is(err, comm.ErrTimeout) {
 			c.leaveRequests(o, reqs, err)
-			return err
+			return truncatedP2P(err)
 		}
 		var who []string
 		for i, p := range ps {
@@ -285,6 +285,7 @@ func (c *Comm) p2pNow(call driver.Call, fl driver.Flight, ps []comm.P2P, tags []
 		switch done, err = mpi.Testall(reqs); {
 		case err != nil:
 			c.leaveRequests(&o, reqs, err)
+			err = truncatedP2P(err)
 		case done:
 			err = receivedCounts(ps, reqs)
 		default:
@@ -352,6 +353,7 @@ func (c *Comm) waitLater(o op, fl driver.Flight, ps []comm.P2P, tags []int, reqs
 		switch {
 		case err != nil:
 			c.leaveRequests(&o, reqs, err)
+			err = truncatedP2P(err)
 		case !done:
 			return false, nil
 		default:
@@ -386,6 +388,9 @@ func (c *Comm) blockingP2P(p comm.P2P, tag int) error {
 		return c.p2p.Send(p.Buf.Addr(), p.Count, dt, p.Peer, tag)
 	}
 	st, err := c.p2p.Recv(p.Buf.Addr(), p.Count, dt, p.Peer, tag)
+	if mpi.Truncated(err) {
+		return fmt.Errorf("receive of %d %v from rank %d met a longer send: %w", p.Count, p.DType, p.Peer, comm.ErrMismatch)
+	}
 	if err != nil {
 		return err
 	}
@@ -393,6 +398,21 @@ func (c *Comm) blockingP2P(p comm.P2P, tag int) error {
 		return receivedOtherCount(p, st.Count)
 	}
 	return nil
+}
+
+// truncatedP2P is a direct transfer's error when MPI truncated a receive's
+// message (the send was longer: MPI took the message, so the send
+// completes, and wrote what fit into the receive's buffer), else err as it
+// is.
+func truncatedP2P(err error) error {
+	if !mpi.Truncated(err) {
+		return err
+	}
+	var pe *mpi.PeerError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("a receive from rank %d met a longer send: %w", pe.Peer, comm.ErrMismatch)
+	}
+	return fmt.Errorf("a receive met a longer send: %w", comm.ErrMismatch)
 }
 
 func receivedOtherCount(p comm.P2P, got int) error {

@@ -596,6 +596,11 @@ func (c *Comm) ipcControl(o *op, t transfer, cell devmem.Buffer, got int) (keep 
 	peer := t.peers[0]
 	ctl := cellBytes(cell, 0, min(got, c.ipc.room))
 	if got != ctlLen || binary.LittleEndian.Uint64(ctl) != ctlMagic {
+		if bytes, ok := announcement(ctl, got); ok {
+			// The sender sent below nodeMin, through the pipeline, and
+			// announced its chunks: they are dropped.
+			return false, c.dropAnnounced(o, t, bytes)
+		}
 		// The sender sent below nodeMin, through the pipeline: its first
 		// chunk is here, and the rest (if any) will never be received.
 		if got >= c.chunk {
@@ -705,13 +710,14 @@ func (c *Comm) postAnswer(t transfer, cell devmem.Buffer, a uint64) (*mpi.Reques
 // follow through the pipeline (the sender's buffer could not be exported),
 // they are received and dropped first, if this receive is one chunk (the
 // pipeline then posted no other receive of the tag, which could take one of
-// them); a longer receive, or an answer that could not be sent, breaks the
-// communicator instead, as when the ring path's counts differ.
-func (c *Comm) refuseControl(o *op, t transfer, ctl []byte) error {
+// them) or alone (the control message came to a receive posted by itself,
+// recvAnnounced's); a longer receive, or an answer that could not be sent,
+// breaks the communicator instead, as when the ring path's counts differ.
+func (c *Comm) refuseControl(o *op, t transfer, ctl []byte, alone bool) error {
 	bytes := int(binary.LittleEndian.Uint64(ctl[8:]))
 	err := fmt.Errorf("%v: rank %d sent %d bytes through the IPC path; the sender's count differs: %w", t, t.peers[0], bytes, comm.ErrMismatch)
 	if binary.LittleEndian.Uint64(ctl[16:]) == ctlStaged {
-		if len(c.cut(t.bytes, t.dt.Size()).Spans(t.bytes, true)) > 1 {
+		if !alone && len(c.cut(t.bytes, t.dt.Size()).Spans(t.bytes, true)) > 1 {
 			err = fmt.Errorf("%w; its bytes follow through the pipeline, where this receive has posted more than one chunk", err)
 			c.setBroken(err)
 			return err

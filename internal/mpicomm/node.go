@@ -195,7 +195,15 @@ func (c *Comm) nodeRecv(o *op, t transfer, inStep *bool) (err error) {
 		}
 		return err
 	}
-	bytes, ok, err := l.Accept(c.dev, req.Status().Count, c.chunk)
+	got := req.Status().Count
+	if hb, _ := hdr.Bytes(); got == announceLen {
+		if bytes, ok := announcement(hb, got); ok {
+			// A send below nodeMin through the pipeline, announced: its
+			// chunks are dropped, and the ring is untouched.
+			return c.dropAnnounced(o, t, bytes)
+		}
+	}
+	bytes, ok, err := l.Accept(c.dev, got, c.chunk)
 	if err != nil {
 		*inStep = ok
 		return fmt.Errorf("%v: %w", t, err)

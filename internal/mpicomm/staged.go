@@ -330,6 +330,9 @@ type transfer struct {
 	ticket uint64
 	// ipc moves the message through the IPC path (ipcpath.go).
 	ipc bool
+	// announce: a user's message (stagedP2P), whose sends of several
+	// chunks through the pipeline say their length first (announce.go).
+	announce bool
 }
 
 func (t transfer) String() string {
@@ -388,7 +391,7 @@ func (c *Comm) moveOne(o *op, t transfer) error {
 	if t.link != nil {
 		return c.explainTimeout(o, t, c.nodeMove(o, t))
 	}
-	return c.explainTimeout(o, t, c.stagedMove(o, t))
+	return c.explainTimeout(o, t, c.stagedMessage(o, t))
 }
 
 // stagedMove runs one transfer through the chunk pipeline.
@@ -419,24 +422,33 @@ func (c *Comm) stagedMove(o *op, t transfer) error {
 		if header && c.ipc.cache != nil && c.ipc.reach[t.peers[0]] {
 			hdrLen = max(hdrLen, ctlLen)
 		}
+		// A user's receive of one chunk may meet the header of a longer
+		// send (announce.go), which has room there too; not where the IPC
+		// path's control message said the bytes follow unannounced.
+		listen := t.announce && !t.ipc
+		if listen {
+			hdrLen = max(hdrLen, announceLen)
+		}
 		p.Start = func(s *slot, off, n int) ([]*mpi.Request, error) {
 			room := n
-			if header && off == 0 && s.Buf.Len() >= hdrLen {
+			if (header || listen) && off == 0 && s.Buf.Len() >= hdrLen {
 				room = max(n, hdrLen)
 			}
 			return one(t.on.Irecv(s.Buf.Addr(), room, mpi.Byte, t.peers[0], t.tag))
 		}
 		p.Check = func(s *slot, off, n int, reqs []*mpi.Request) error {
 			got := reqs[0].Status().Count
+			if listen && off == 0 && got == announceLen {
+				if bytes, ok := announcement(s.Bytes(announceLen), got); ok {
+					return c.dropAnnounced(o, t, bytes)
+				}
+			}
 			if header && off == 0 && hdrLen > nodepath.HdrLen && c.isControl(s.Bytes(min(got, hdrLen)), got) {
-				return c.refuseControl(o, t, s.Bytes(ctlLen))
+				return c.refuseControl(o, t, s.Bytes(ctlLen), false)
 			}
 			if header && off == 0 && got == nodepath.HdrLen && nodepath.IsHeader(s.Bytes(nodepath.HdrLen)) {
-				err := fmt.Errorf("%v: rank %d sent %d bytes through the node path; the sender's count differs: %w",
-					t, t.peers[0], nodepath.HeaderBytes(s.Bytes(nodepath.HdrLen)), comm.ErrMismatch)
 				// Its chunks wait in its ring for a receive that will not come.
-				c.setBroken(err)
-				return err
+				return c.nodeSenderMismatch(t, s.Bytes(nodepath.HdrLen))
 			}
 			if got != n {
 				return fmt.Errorf("%v: bytes [%d, %d) came as a message of %d bytes; the sender's count differs: %w",
@@ -446,7 +458,7 @@ func (c *Comm) stagedMove(o *op, t transfer) error {
 		}
 		p.Out = pipeline.CopyOut(t.buf, 0)
 	}
-	return c.explainTimeout(o, t, c.run(o, p))
+	return c.explainTimeout(o, t, truncatedMismatch(t, c.run(o, p)))
 }
 
 // explainTimeout says which peer a point-to-point transfer waited for.
@@ -471,7 +483,7 @@ func (c *Comm) stagedP2P(o *op, ps []comm.P2P, tags []int, tickets []nodepath.Tu
 	for i, p := range ps {
 		bytes := p.Count * p.DType.Size()
 		ts[i] = transfer{send: p.Kind == comm.SendKind, peers: []int{p.Peer}, buf: p.Buf, bytes: bytes, dt: p.DType, on: c.p2p, tag: tags[i],
-			link: tickets[i].Link, ticket: tickets[i].Ticket, ipc: c.ipcFor(p.Peer, bytes)}
+			link: tickets[i].Link, ticket: tickets[i].Ticket, ipc: c.ipcFor(p.Peer, bytes), announce: true}
 	}
 	return c.move(o, ts)
 }

@@ -392,51 +392,118 @@ func OptionsAgree(t *testing.T, backend string) {
 	Expect(t, "halo of 10000 float64 in chunks of 4096 bytes", y, Values(left, n))
 }
 
-// ReceiveOfAnotherSizeIsAMismatch has rank 1 wait for more than rank 0
-// sends, in several chunks: rank 1 gets ErrMismatch, the receive it had
-// posted for the next chunk is cancelled, and both ranks go on.
+// ReceiveOfAnotherSizeIsAMismatch has rank 0 send messages into rank 1's
+// receives of other counts, in chunks of 4096 bytes (512 float64, then
+// 1024, 2048, ...: whole chunks end at 512, 1536 and 3584 elements): longer
+// and shorter by whole chunks, within a chunk, one chunk against several,
+// a one-chunk receive the size of the pipeline's length header (3
+// float64), through the pipeline alone (the node path off), and, on the
+// mpi backend, a send of several chunks below the node path's threshold
+// into a receive above it and the other way round, on the IPC path and on
+// the ring, and from pinned memory (whose bytes follow the IPC path's
+// control message through the pipeline). Every receive fails with
+// ErrMismatch (on the mpi backend, its buffer as it was: on cudaaware MPI
+// writes the device buffer itself), every send completes, and the next
+// message arrives whole.
 func ReceiveOfAnotherSizeIsAMismatch(t *testing.T, backend string) {
 	RankOnly(t)
-	c := open(t, backend, comm.WithChunkBytes(4096))
-	defer func() {
-		if err := c.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
-	const sent, wanted = 3000, 5000
+	staged := [][2]int{{3000, 5000}, {5000, 3000}, {3584, 1536}, {1536, 3584}, {100, 3584}, {3584, 100},
+		{500, 100}, {100, 500}, {3, 3584}, {3584, 3}, {1536, 1535}, {1535, 1536}}
+	settings := []mismatchSetting{
+		{"Pipeline", "", false, []comm.Option{comm.WithNodeBytes(-1)}, staged},
+	}
+	if backend == "mpi" {
+		crossing := [][2]int{{3584, 10000}, {10000, 3584}, {10000, 3}, {3, 10000}}
+		node := []comm.Option{comm.WithNodeBytes(65536)}
+		settings = append(settings,
+			mismatchSetting{"IPCPath", "", false, node, crossing},
+			mismatchSetting{"IPCPathFromPinned", "", true, node, crossing},
+			mismatchSetting{"Ring", "off", false, node, [][2]int{{3584, 10000}, {3, 10000}}})
+	}
+	for _, set := range settings {
+		t.Run(set.name, func(t *testing.T) {
+			if set.ipc != "" {
+				t.Setenv(mpicomm.IPCEnv, set.ipc)
+			}
+			c := open(t, backend, append(set.opts, comm.WithChunkBytes(4096))...)
+			defer func() {
+				if err := c.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			for _, k := range set.cases {
+				anotherCount(t, c, k[0], k[1], set.pinned, backend == "mpi")
+			}
+		})
+	}
+}
+
+// mismatchSetting is one communicator of ReceiveOfAnotherSizeIsAMismatch
+// and the pairs of counts (sent, wanted) it runs.
+type mismatchSetting struct {
+	name   string
+	ipc    string // GPUCOMM_NODE_IPC
+	pinned bool   // rank 0 sends from pinned memory
+	opts   []comm.Option
+	cases  [][2]int
+}
+
+// anotherCount has rank 0 send sent float64 into rank 1's receive of
+// wanted, then a message of 1000 that rank 1 receives whole; then a
+// Barrier.
+func anotherCount(t *testing.T, c comm.Communicator, sent, wanted int, pinned, untouched bool) {
+	t.Helper()
+	what := fmt.Sprintf("a send of %d float64 into a receive of %d", sent, wanted)
 	switch c.Rank() {
 	case 0:
-		x := upload(t, c, Values(0, sent))
+		var x devmem.Slice[float64]
+		if pinned {
+			pb, err := c.Device().AllocPinned(8 * sent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x = devmem.SliceOf[float64](pb)
+			if err := x.CopyFrom(Values(0, sent), nil); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			x = upload(t, c, Values(0, sent))
+		}
 		if err := comm.Send(c, x, 1, nil); err != nil {
-			t.Errorf("Send: %v", err)
+			t.Errorf("%s: the send: %v; want it to complete", what, err)
 		}
 		x.Free()
 	case 1:
-		y := upload(t, c, make([]float64, wanted))
+		y := Poisoned(t, c.Device(), wanted)
 		err := comm.Recv(c, y, 0, nil)
 		var ce *comm.Error
 		if !errors.Is(err, comm.ErrMismatch) || !errors.As(err, &ce) || ce.Rank != 1 {
-			t.Errorf("Recv of %d float64 from a Send of %d: %v; want a *comm.Error of rank 1 wrapping ErrMismatch", wanted, sent, err)
+			t.Errorf("%s: the receive: %v; want a *comm.Error of rank 1 wrapping ErrMismatch", what, err)
+		}
+		if untouched {
+			Expect(t, what+": the refused receive's buffer", y, slices.Repeat([]float64{Poison}, wanted))
 		}
 		y.Free()
 	}
-	if err := c.Barrier(nil); err != nil {
-		t.Fatalf("Barrier after the mismatch: %v", err)
-	}
-	if c.Rank() == 1 {
-		// The message numbers stay in step: the next message arrives whole.
-		y := upload(t, c, make([]float64, sent))
-		defer y.Free()
-		if err := comm.Recv(c, y, 0, nil); err != nil {
-			t.Fatal(err)
-		}
-		Expect(t, "the message after the mismatch", y, Values(7, sent))
-	} else if c.Rank() == 0 {
-		x := upload(t, c, Values(7, sent))
-		defer x.Free()
+	// The pair is in step: the next message arrives whole.
+	const next = 1000
+	switch c.Rank() {
+	case 0:
+		x := upload(t, c, Values(7, next))
 		if err := comm.Send(c, x, 1, nil); err != nil {
-			t.Fatal(err)
+			t.Errorf("after %s: the next send: %v", what, err)
 		}
+		x.Free()
+	case 1:
+		y := Poisoned(t, c.Device(), next)
+		if err := comm.Recv(c, y, 0, nil); err != nil {
+			t.Errorf("after %s: the next receive: %v", what, err)
+		}
+		Expect(t, "the message after "+what, y, Values(7, next))
+		y.Free()
+	}
+	if err := c.Barrier(nil); err != nil {
+		t.Fatalf("Barrier after %s: %v", what, err)
 	}
 }
 
@@ -467,12 +534,6 @@ func Timeout(t *testing.T, backend string) {
 	}
 	if scenario == "node-mismatch" {
 		nodeMismatch(t, backend, 3000, 100, comm.WithNodeBytes(1000))
-		return
-	}
-	if scenario == "ipc-staged-mismatch" {
-		// Pinned memory (no IPC handle: the bytes follow the control
-		// message through MPI) into a staged receive of four chunks.
-		nodeMismatch(t, backend, 2000, 500, comm.WithChunkBytes(comm.MinChunkBytes), comm.WithNodeBytes(8192))
 		return
 	}
 	if scenario == "abort" {
@@ -541,36 +602,16 @@ func abortEndsTheJob(t *testing.T, backend string) {
 // nodeMismatch: rank 0 sends sent float64s through the node path, the
 // last rank receives expected, fewer, through MPI (its count is below the
 // node path's). The receive is ErrMismatch with its buffer untouched, the
-// sender's chunks are left in flight (in its ring; or, through the IPC path
-// from pinned memory, sent through MPI where the receive posted several
-// chunks, one of which may take one), so the communicator is broken, and
-// closing it ends the job with the reason, instead of the pair hanging at
-// its next message.
+// sender's chunks are left in flight in its ring, so the communicator is
+// broken, and closing it ends the job with the reason, instead of the pair
+// hanging at its next message.
 func nodeMismatch(t *testing.T, backend string, sent, expected int, opts ...comm.Option) {
 	c := open(t, backend, append(opts, comm.WithTimeout(5*time.Second))...)
 	last := c.Size() - 1
 	switch c.Rank() {
 	case 0:
-		var x devmem.Slice[float64]
-		if Scenario() == "ipc-staged-mismatch" {
-			pb, err := c.Device().AllocPinned(8 * sent)
-			if err != nil {
-				t.Fatal(err)
-			}
-			x = devmem.SliceOf[float64](pb)
-			if err := x.CopyFrom(Values(0, sent), nil); err != nil {
-				t.Fatal(err)
-			}
-		} else {
-			x = upload(t, c, Values(0, sent))
-		}
-		err := comm.Send(c, x, last, nil)
-		switch {
-		case err != nil && Scenario() == "ipc-staged-mismatch":
-			// Its chunks wait for receives that will not come, until the
-			// job ends.
-			fmt.Fprintf(os.Stderr, "rank 0: the send ended: %v\n", err)
-		case err != nil:
+		x := upload(t, c, Values(0, sent))
+		if err := comm.Send(c, x, last, nil); err != nil {
 			fmt.Fprintf(os.Stderr, "rank 0: the send failed: %v\n", err)
 		}
 	case last:
