@@ -44,7 +44,7 @@ func TestProbeSaysWhy(t *testing.T) {
 		{"1", true, "GPUCOMM_CUDA_AWARE=1"},
 		{"0", false, "use -backend mpi (host-staged) or nccl, or an MPI built with CUDA support"},
 		{"probe", true, "exchanges device buffers"},
-		{"maybe", false, "want 1, 0 or probe"},
+		{"maybe", true, "want 1, 0 or probe: invalid argument; Open refuses it"},
 	} {
 		t.Setenv(cudaaware.AwareEnv, tc.env)
 		v, err := comm.Probe(name)
@@ -60,6 +60,24 @@ func TestProbeSaysWhy(t *testing.T) {
 		if v.Usable != tc.usable || !strings.Contains(v.Reason, tc.says) {
 			t.Errorf("%s=%q: Probe %+v; want usable %v, saying %q", cudaaware.AwareEnv, tc.env, v, tc.usable, tc.says)
 		}
+	}
+}
+
+// A malformed GPUCOMM_CUDA_AWARE stops "auto" at this backend, whose Open
+// refuses it with ErrInvalidArgument, rather than letting auto pass over to
+// mpi as if the backend could not run here.
+func TestAutoStopsAtAMalformedCUDAAware(t *testing.T) {
+	if !mpi.Built() {
+		t.Skip("MPI is not built in")
+	}
+	t.Setenv("GPUCOMM_DEVICE", "host")
+	t.Setenv("GPUCOMM_BACKEND", "")
+	t.Setenv(cudaaware.AwareEnv, "yes")
+	if v, err := comm.Probe("nccl"); err == nil && v.Usable {
+		t.Skip("nccl is usable here: auto tries it first")
+	}
+	if got, err := comm.Auto(); err != nil || got != name {
+		t.Fatalf("Auto() = %q, %v with %s=yes; want %q, whose Open refuses the value", got, err, cudaaware.AwareEnv, name)
 	}
 }
 

@@ -90,7 +90,10 @@ func ProbeCUDAAware() comm.Verdict {
 	}
 	switch o, err := AwareOverride(); {
 	case err != nil:
-		return comm.Verdict{Reason: err.Error()}
+		// Usable, so that "auto" opens this backend and stops with the
+		// malformed value (an error of the program's set-up, as a bad
+		// GPUCOMM_TIMEOUT is) instead of passing over to mpi unseen.
+		return comm.Verdict{Usable: true, Reason: err.Error() + "; Open refuses it"}
 	case o == Trust:
 		return comm.Verdict{Usable: true, Reason: AwareEnv + "=1: " + Library() + " is trusted with device pointers unchecked"}
 	case o == Refuse:
