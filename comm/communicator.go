@@ -56,12 +56,14 @@ type Communicator interface {
 	// two ranks arrive in the order sent. A receive must give the send's
 	// count and dtype. The local, mpi and cudaaware backends refuse another
 	// count (in bytes) with ErrMismatch, the send completing and the pair in
-	// step for the next message; local and mpi leave the receive's buffer as
-	// it was (cudaaware's MPI writes it directly, so it may hold part of the
-	// message). Only the local backend refuses another dtype of the same
-	// size (the MPI backends pass the bytes as sent); NCCL checks neither
-	// between two ranks (the call then hangs until the timeout, or moves what
-	// was sent).
+	// step for the next message; local and mpi leave the receive's buffer
+	// as it was. cudaaware's MPI writes the buffer itself, so it may hold
+	// part of the message, and on a GPU a receive shorter than its send is
+	// MPI's truncation into device memory, which CUDA-aware Open MPI 4.1
+	// does not survive (it copies the whole message). Only the local
+	// backend refuses another dtype of the same size (the MPI backends pass
+	// the bytes as sent); NCCL checks neither between two ranks (the call
+	// then hangs until the timeout, or moves what was sent).
 	Send(buf devmem.Buffer, count int, dt DType, peer int, s *devmem.Stream) error
 	Recv(buf devmem.Buffer, count int, dt DType, peer int, s *devmem.Stream) error
 	// GroupP2P issues several sends and receives as one operation, so that
