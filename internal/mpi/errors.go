@@ -22,6 +22,9 @@ type Error struct {
 // matched a message longer than its buffer. MPI has then taken the message
 // (the sender's call completes) and dropped what did not fit.
 func Truncated(err error) bool {
+	if err == nil {
+		return false // before e, which escapes: the calls that succeed allocate nothing
+	}
 	var e *Error
 	return errors.As(err, &e) && e.truncated
 }
