@@ -117,7 +117,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // for a flag, a sweep or a -compare file that Main would refuse before it
 // starts, ExitOK (0) for -h and for arguments Main would run with. A
 // caller that runs part of a benchmark itself (gpucomm bench -pairs) holds
-// its arguments to bench's rules so.
+// its arguments to bench's rules so. Under a launcher of several ranks the
+// -compare files are left to Main, which reads them on rank 0 and stops
+// every rank together when they are not reports.
 func CheckArgs(args []string, stderr io.Writer) int {
 	o, fs, code := parseArgs(args, stderr)
 	if o == nil {
@@ -125,6 +127,12 @@ func CheckArgs(args []string, stderr io.Writer) int {
 	}
 	if _, err := o.config(); err != nil {
 		return usageError(fs, "%v", err)
+	}
+	if _, multi := launchedRank(); multi {
+		// Main reads them on rank 0 once the ranks can agree on the
+		// outcome: a rank that stopped here alone, where the file is
+		// missing on its node, left the others waiting for it.
+		o.compare = nil
 	}
 	for _, path := range o.compare {
 		if _, err := ReadReport(path); err != nil {
@@ -277,22 +285,6 @@ func (o *options) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.W
 		fmt.Fprintf(stderr, "gpucomm bench: %v\n", err)
 		return ExitUsage
 	}
-	if o.cpuProfile != "" {
-		stop, err := startProfile(o.cpuProfile)
-		if err != nil {
-			fmt.Fprintf(stderr, "gpucomm bench: -cpuprofile: %v\n", err)
-			return 1
-		}
-		defer stop()
-	}
-	var compare []*Report
-	for _, path := range o.compare {
-		r, err := ReadReport(path)
-		if err != nil {
-			return usageError(fs, "-compare: %v", err)
-		}
-		compare = append(compare, r)
-	}
 	// note ends each error that the choice of backend causes.
 	var note string
 	o.backend, note = BackendFromEnv("gpucomm bench", o.backend, o.set["backend"], stderr)
@@ -300,13 +292,24 @@ func (o *options) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.W
 	if o.timeout > 0 {
 		opts = append(opts, comm.WithTimeout(o.timeout))
 	}
-	if o.backend != "auto" && o.backend != "" {
-		if _, err := comm.Probe(o.backend); err != nil {
+	// auto is resolved first, as check and drill resolve it, so that what
+	// it picks meets the checks below: on a machine where it means local,
+	// -np applies (it was refused) and its default holds (it ran 1 rank).
+	name := o.backend
+	if name == "auto" || name == "" {
+		if name, err = comm.Auto(); err != nil {
 			fmt.Fprintf(stderr, "gpucomm bench: %v%s\n", err, note)
-			return ExitUsage
+			if errors.Is(err, comm.ErrInvalidArgument) {
+				return ExitUsage
+			}
+			return ExitFail
 		}
+		note = fmt.Sprintf(" (-backend %s picked %s)%s", o.backend, name, note)
+	} else if _, err := comm.Probe(name); err != nil {
+		fmt.Fprintf(stderr, "gpucomm bench: %v%s\n", err, note)
+		return ExitUsage
 	}
-	if o.backend == local.Name {
+	if name == local.Name {
 		if o.np < 1 || o.np > local.MaxRanks {
 			return usageError(fs, "-np %d: want 1 to %d ranks", o.np, local.MaxRanks)
 		}
@@ -322,18 +325,29 @@ func (o *options) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.W
 			fmt.Fprintf(stderr, "gpucomm bench: %v%s\n", err, note)
 			return ExitFail
 		}
+		// One process holds every rank: its files fail before any rank
+		// waits for another.
+		stop, compare, err := o.prepare(true)
+		if err != nil {
+			if errors.As(err, new(configError)) {
+				return usageError(fs, "%v", err)
+			}
+			fmt.Fprintf(stderr, "gpucomm bench: %v\n", err)
+			return ExitFail
+		}
+		defer stop()
 		bar := newBar(stderr, o.noProgress)
 		rep, err := RunLocal(ctx, o.np, cfg, bar.progress, opts...)
 		bar.finish()
 		return o.report(rep, err, compare, stdout, stderr)
 	}
 	if o.set["np"] && o.np != 1 {
-		return usageError(fs, "-np applies to the local backend only; %s takes one rank a process, so set the rank count with mpirun -np%s", o.backend, note)
+		return usageError(fs, "-np applies to the local backend only; %s takes one rank a process, so set the rank count with mpirun -np%s", name, note)
 	}
 	if o.device != "" {
 		opts = append(opts, comm.WithDevice(o.device))
 	}
-	c, err := comm.Open(o.backend, opts...)
+	c, err := comm.Open(name, opts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpucomm bench: %v%s\n", err, note)
 		if errors.Is(err, comm.ErrInvalidArgument) {
@@ -342,7 +356,39 @@ func (o *options) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.W
 		return ExitFail
 	}
 	defer c.Close()
-	return o.runRank(ctx, c, cfg, compare, stdout, stderr)
+	// The files come after Open, and a rank's failure with them goes to
+	// run's set-up, which every rank agrees on: a rank that stopped here
+	// alone waited in MPI_Finalize while the others waited for it in
+	// Open's MPI_Comm_dup, for ever.
+	stop, compare, err := o.prepare(c.Rank() == 0)
+	defer stop()
+	return o.runRank(ctx, c, cfg, compare, prepared{err: err}, stdout, stderr)
+}
+
+// prepare does this process's file work for the run: it starts the CPU
+// profile (-cpuprofile) and, where reports is true (rank 0, which alone
+// draws the plot), reads the -compare reports. stop ends the profile, and
+// does nothing when none started. A -compare file that is no report is a
+// configError: the usage status, as a bad flag.
+func (o *options) prepare(reports bool) (stop func(), compare []*Report, err error) {
+	stop = func() {}
+	if reports {
+		for _, path := range o.compare {
+			r, err := ReadReport(path)
+			if err != nil {
+				return stop, nil, configError{fmt.Errorf("-compare: %w", err)}
+			}
+			compare = append(compare, r)
+		}
+	}
+	if o.cpuProfile != "" {
+		s, err := startProfile(o.cpuProfile)
+		if err != nil {
+			return stop, nil, fmt.Errorf("-cpuprofile: %w", err)
+		}
+		stop = s
+	}
+	return stop, compare, nil
 }
 
 // runRank runs one rank of a job of processes and reports: rank 0 speaks
@@ -350,8 +396,9 @@ func (o *options) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.W
 // fails where the others may be waiting for it (not at a point every rank
 // stops at together) aborts the job once it has said why (comm.Aborter:
 // MPI_Abort under the MPI backends, which does not return), so that the
-// others do not wait for it for ever when no timeout is set.
-func (o *options) runRank(ctx context.Context, c comm.Communicator, cfg Config, compare []*Report, stdout, stderr io.Writer) int {
+// others do not wait for it for ever when no timeout is set. pre is what
+// this rank prepared, which the ranks agree on at set-up.
+func (o *options) runRank(ctx context.Context, c comm.Communicator, cfg Config, compare []*Report, pre prepared, stdout, stderr io.Writer) int {
 	var code int
 	var bar *bar
 	var progress Progress
@@ -359,13 +406,16 @@ func (o *options) runRank(ctx context.Context, c comm.Communicator, cfg Config, 
 		bar = newBar(stderr, o.noProgress)
 		progress = bar.progress
 	}
-	rep, shared, err := run(ctx, c, cfg, progress)
+	rep, shared, err := run(ctx, c, cfg, progress, pre)
 	if c.Rank() == 0 {
 		bar.finish()
 		code = o.report(rep, err, compare, stdout, stderr)
 	} else if err != nil {
 		fmt.Fprintf(stderr, "gpucomm bench: rank %d: %v\n", c.Rank(), err)
 		code = ExitFail
+		if errors.As(err, new(configError)) {
+			code = ExitUsage // as rank 0's, which report gives
+		}
 	}
 	if err != nil && !shared {
 		comm.Abort(c, fmt.Errorf("bench: rank %d failed where the other ranks may be waiting for it: %w", c.Rank(), err))
@@ -403,7 +453,9 @@ func BackendFromEnv(cmd, flagValue string, given bool, stderr io.Writer) (backen
 func (o *options) report(rep *Report, runErr error, compare []*Report, stdout, stderr io.Writer) int {
 	code := ExitOK
 	if runErr != nil {
-		fmt.Fprintf(stderr, "gpucomm bench: %v\n", runErr)
+		for _, line := range errorLines(runErr) {
+			fmt.Fprintf(stderr, "gpucomm bench: %s\n", line)
+		}
 		code = ExitFail
 		if errors.As(runErr, new(configError)) {
 			code = ExitUsage // the flags asked for what no run can do

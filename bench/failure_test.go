@@ -311,7 +311,7 @@ func TestTheCommandsRankThatFailsMidRunAbortsTheJob(t *testing.T) {
 	within(t, "every rank's runRank", func() {
 		var wg sync.WaitGroup
 		for r, c := range cs {
-			wg.Go(func() { codes[r] = o.runRank(context.Background(), c, cfg, nil, &outs[r], &errOuts[r]) })
+			wg.Go(func() { codes[r] = o.runRank(context.Background(), c, cfg, nil, prepared{}, &outs[r], &errOuts[r]) })
 		}
 		wg.Wait()
 	})

@@ -50,9 +50,14 @@ func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress 
 	if err := oneGroup(cs); err != nil {
 		return nil, err
 	}
-	// A configuration every rank would refuse is said once, not by each.
-	if _, _, _, _, err := plan(cfg, len(cs)); err != nil {
+	// A configuration every rank would refuse is said once, not by each,
+	// and so is memory the ranks cannot have: they share this process.
+	planned, _, maxSend, maxRecv, err := plan(cfg, len(cs))
+	if err != nil {
 		return nil, configError{err}
+	}
+	if err := checkMemory(planned, maxSend, maxRecv, len(cs), cs[0].Device(), len(cs)); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
 	}
 	// Rank 0 may go on after RunGroup returns (when another rank failed):
 	// from then on its progress reaches nobody.
@@ -86,7 +91,7 @@ func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress 
 			if i == 0 {
 				rp = p
 			}
-			rep, shared, err := run(ctx, c, cfg, rp)
+			rep, shared, err := run(ctx, c, cfg, rp, prepared{memoryChecked: true})
 			outcomes <- outcome{i, rep, shared, err}
 		}()
 	}
@@ -97,7 +102,7 @@ func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress 
 	take := func(o outcome) {
 		reports[o.rank], back[o.rank], raw[o.rank] = o.rep, true, o
 		if o.err != nil {
-			errs[o.rank] = fmt.Errorf("rank %d: %w", o.rank, o.err)
+			errs[o.rank] = rankError{o.rank, o.err}
 		}
 	}
 	failed := -1
@@ -133,8 +138,8 @@ func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress 
 		}
 		for j, o := range raw {
 			if j != failed && o.err != nil && !o.shared && stoppedByAnother(o.err) {
-				errs[j] = fmt.Errorf("rank %d: %w", j, rankFailed{fmt.Sprintf(
-					"bench: rank %d failed, and this rank stopped: %v", failed, o.err)})
+				errs[j] = rankError{j, rankFailed{fmt.Sprintf(
+					"bench: rank %d failed, and this rank stopped: %v", failed, o.err)}}
 			}
 		}
 	} else if failed >= 0 {
@@ -151,12 +156,56 @@ func RunGroup(ctx context.Context, cs []comm.Communicator, cfg Config, progress 
 		}
 		for j, ok := range back {
 			if !ok {
-				errs[j] = fmt.Errorf("rank %d: %w", j, rankFailed{fmt.Sprintf(
-					"bench: rank %d failed, and this rank, which may be waiting for it, is left running", failed)})
+				errs[j] = rankError{j, rankFailed{fmt.Sprintf(
+					"bench: rank %d failed, and this rank, which may be waiting for it, is left running", failed)}}
 			}
 		}
 	}
 	return reports[0], errors.Join(errs...)
+}
+
+// rankError is one rank's error among those RunGroup joins: "rank 2: ...".
+type rankError struct {
+	rank int
+	err  error
+}
+
+func (e rankError) Error() string { return fmt.Sprintf("rank %d: %v", e.rank, e.err) }
+func (e rankError) Unwrap() error { return e.err }
+
+// errorLines are the lines that say err: for RunGroup's, each distinct
+// error of its ranks once, with the ranks that met it ("rank 5: why",
+// "ranks 0-4 and 6-7: bench: rank 5 could not set up: why"), in the order
+// of the first rank to meet it; a job of 65536 in-process ranks one of
+// which could not set up printed 65536 lines. Any other error is one line.
+func errorLines(err error) []string {
+	j, ok := err.(interface{ Unwrap() []error })
+	if !ok {
+		return []string{err.Error()}
+	}
+	var msgs []string
+	ranks := map[string][]int{}
+	for _, e := range j.Unwrap() {
+		var re rankError
+		if !errors.As(e, &re) {
+			return []string{err.Error()} // not RunGroup's
+		}
+		m := re.err.Error()
+		if _, seen := ranks[m]; !seen {
+			msgs = append(msgs, m)
+		}
+		ranks[m] = append(ranks[m], re.rank)
+	}
+	lines := make([]string, len(msgs))
+	for i, m := range msgs {
+		rs := ranks[m]
+		if len(rs) == 1 {
+			lines[i] = fmt.Sprintf("rank %d: %s", rs[0], m)
+			continue
+		}
+		lines[i] = fmt.Sprintf("ranks %s: %s", rankList(rs), m)
+	}
+	return lines
 }
 
 // oneGroup refuses local communicators that are not all of one group (two

@@ -187,6 +187,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(&b, "# baseline: %s\n", r.Baseline)
 	order, by := r.sections()
 	var wrong int64
+	checked := false // any row's results checked (-c 0 checks none)
 	for _, op := range order {
 		fmt.Fprintf(&b, "#\n# %s (%s)\n", op, describe(op, r.Window))
 		// Right-aligned cells always start with padding, so the header lines
@@ -206,6 +207,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 				fmtTime(res.Time.P90), res.AlgBW, res.BusBW, fmtWrong(res.Wrong), base, tr, br)
 			busbw += res.BusBW
 			wrong += max(res.Wrong, 0)
+			checked = checked || res.Wrong >= 0
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -224,11 +226,17 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "# Avg bus bandwidth    : %.4g GB/s\n", busbw/float64(len(by[op])))
 	}
-	verdict := "OK"
-	if wrong > 0 {
-		verdict = "FAILED"
+	verdict := fmt.Sprintf("%d OK", wrong)
+	switch {
+	case wrong > 0:
+		verdict = fmt.Sprintf("%d FAILED", wrong)
+	case !checked && r.Checks == 0:
+		// "0 OK" would claim results that nobody looked at.
+		verdict = "not checked (-c 0)"
+	case !checked:
+		verdict = "not checked"
 	}
-	fmt.Fprintf(&b, "#\n# Wrong elements : %d %s\n", wrong, verdict)
+	fmt.Fprintf(&b, "#\n# Wrong elements : %s\n", verdict)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -161,7 +161,10 @@ func (e rankFailed) Unwrap() error { return ErrRankFailed }
 //
 // The ranks set up (a stream, buffers, the baseline) and then tell each
 // other how that went, before anything else, so that a rank that cannot
-// set up (its buffers do not fit, say) keeps no rank waiting: it returns
+// set up (its buffers do not fit, say: each rank first checks that they
+// fit in its GPU's free memory and, with the other ranks of its host, in
+// the host's available memory, and refuses without allocating them when
+// they do not) keeps no rank waiting: it returns
 // its own error, and every other rank an error wrapping ErrRankFailed that
 // names it and gives its cause. A rank whose baseline fails to open after
 // the baseline's own collective set-up (NCCL's is one: a Broadcast of its
@@ -174,15 +177,29 @@ func (e rankFailed) Unwrap() error { return ErrRankFailed }
 // comm.Abort, which gpucomm bench calls for such a rank and RunGroup for
 // its in-process ranks.
 func Run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress) (*Report, error) {
-	rep, _, err := run(ctx, c, cfg, progress)
+	rep, _, err := run(ctx, c, cfg, progress, prepared{})
 	return rep, err
+}
+
+// prepared is what the caller of run did on this rank before it, for the
+// ranks to agree on as on their own set-up.
+type prepared struct {
+	// err is this rank's failure to prepare (gpucomm bench's -cpuprofile
+	// file or -compare reports), or nil. A rank that failed sets up
+	// nothing and tells the others at set-up, so that every rank stops
+	// together naming it, where it would have stopped alone and left the
+	// others waiting for it. A configError stays one on every rank.
+	err error
+	// memoryChecked: the caller has checked the memory of every rank
+	// (RunGroup, once for its in-process ranks), so run does not.
+	memoryChecked bool
 }
 
 // run is Run, also saying whether its error is shared: one every rank
 // returns at the same point of the run (bad input, a failed set-up, a
 // cancellation), or one of releasing what the run held once every step is
 // done, so that no rank is left waiting for this one.
-func run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress) (rep *Report, shared bool, err error) {
+func run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress, pre prepared) (rep *Report, shared bool, err error) {
 	if c == nil {
 		return nil, true, fmt.Errorf("bench: nil communicator: %w", comm.ErrInvalidArgument)
 	}
@@ -209,7 +226,16 @@ func run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress
 	if r.status, err = r.alloc("status", statusBytes(n)); err != nil {
 		return nil, false, fmt.Errorf("bench: setting up: %w", err)
 	}
-	if shared, err = r.setUpTogether(r.setup(dev, maxSend, maxRecv)); err != nil {
+	setupErr := pre.err
+	if setupErr == nil && !pre.memoryChecked {
+		// Before the buffers: a run too large for the memory would be
+		// killed by the kernel, without a word, once it touched them.
+		setupErr = checkMemory(cfg, maxSend, maxRecv, n, dev, max(c.LocalSize(), 1))
+	}
+	if setupErr == nil {
+		setupErr = r.setup(dev, maxSend, maxRecv)
+	}
+	if shared, err = r.setUpTogether(setupErr); err != nil {
 		return nil, shared, err
 	}
 	timing := "wall"
@@ -220,7 +246,7 @@ func run(ctx context.Context, c comm.Communicator, cfg Config, progress Progress
 	}
 	rep = &Report{
 		Backend: c.Backend(), Ranks: n, Device: dev.Name(), Timing: timing, DType: cfg.DType.String(),
-		Op: cfg.Op.String(), Root: cfg.Root, Iters: cfg.Iters, Warmup: cfg.Warmup, Checks: cfg.Checks,
+		Op: cfg.Op.String(), Root: cfg.Root, Iters: cfg.Iters, Warmup: cfg.Warmup, Checks: min(cfg.Checks, cfg.Iters), // as checkedIterations picks them
 		Window: cfg.Window, MinBytes: cfg.MinBytes, MaxBytes: cfg.MaxBytes, StepFactor: cfg.StepFactor,
 		Baseline: "none: the " + c.Backend() + " backend has no library underneath",
 		Date:     time.Now().UTC().Format(time.RFC3339),
@@ -376,7 +402,7 @@ func (r *runner) setup(dev *devmem.Device, maxSend, maxRecv int) (err error) {
 // up returns its own error, the others one naming it. The error is shared
 // unless telling failed.
 func (r *runner) setUpTogether(setupErr error) (shared bool, err error) {
-	failed, msg, xerr := r.exchange(setupErr)
+	failed, msg, usage, xerr := r.exchange(setupErr)
 	if xerr != nil {
 		if setupErr != nil {
 			return false, fmt.Errorf("bench: setting up: %w (and telling the other ranks failed: %v)", setupErr, xerr)
@@ -389,7 +415,13 @@ func (r *runner) setUpTogether(setupErr error) (shared bool, err error) {
 	if len(failed) == 0 {
 		return true, nil
 	}
-	return true, rankFailed{"bench: " + failedText(failed, "could not set up", msg)}
+	err = rankFailed{"bench: " + failedText(failed, "could not set up", msg)}
+	if usage {
+		// The failed ranks' flags asked for what cannot be (a -compare
+		// file that is no report): the usage status on every rank.
+		err = configError{err}
+	}
+	return true, err
 }
 
 // openBaselineTogether opens the baseline on every rank and keeps it only
@@ -400,7 +432,7 @@ func (r *runner) openBaselineTogether(none string) (string, error) {
 	if err == nil && bl == nil {
 		err = errors.New(strings.TrimPrefix(none, "none: "))
 	}
-	failed, msg, xerr := r.exchange(err)
+	failed, msg, _, xerr := r.exchange(err)
 	switch {
 	case xerr != nil:
 		if bl != nil {
@@ -431,59 +463,178 @@ func statusBytes(n int) int { return 8*n + statusMessageBytes }
 
 // exchange tells every rank which ranks failed (failure is this rank's, or
 // nil) and the message of the first of them, through the status buffer on
-// no stream. Every rank calls it at the same point of the run.
-func (r *runner) exchange(failure error) (failed []int, msg string, err error) {
+// no stream, and whether every failure was a configError (usage). Every
+// rank calls it at the same point of the run.
+func (r *runner) exchange(failure error) (failed []int, msg string, usage bool, err error) {
+	// A rank's flag: 0 set up, 1 failed, 2 failed with a configError.
 	flags := make([]int64, r.n)
 	if failure != nil {
 		flags[r.rank] = 1
+		if errors.As(failure, new(configError)) {
+			flags[r.rank] = 2
+		}
 	}
 	if err := reduceIn(r.c, r.status, flags, comm.Int64, comm.Max); err != nil {
-		return nil, "", err
+		return nil, "", false, err
 	}
+	usage = true
 	for i, f := range flags {
 		if f != 0 {
 			failed = append(failed, i)
+			usage = usage && f == 2
 		}
 	}
 	if len(failed) == 0 {
-		return nil, "", nil
+		return nil, "", false, nil
 	}
 	b, err := r.status.Slice(8*r.n, statusMessageBytes)
 	if err != nil {
-		return nil, "", err
+		return nil, "", false, err
 	}
 	text := make([]byte, statusMessageBytes)
 	if r.rank == failed[0] {
 		copy(text, failure.Error())
 	}
 	if err := devmem.CopyFromHost(b, text, nil); err != nil {
-		return nil, "", err
+		return nil, "", false, err
 	}
 	if err := r.c.Broadcast(b, b, statusMessageBytes, comm.Uint8, failed[0], nil); err != nil {
-		return nil, "", err
+		return nil, "", false, err
 	}
 	if err := devmem.CopyToHost(text, b, nil); err != nil {
-		return nil, "", err
+		return nil, "", false, err
 	}
 	if i := bytes.IndexByte(text, 0); i >= 0 {
 		text = text[:i]
 	}
-	return failed, strings.ToValidUTF8(string(text), ""), nil
+	return failed, strings.ToValidUTF8(string(text), ""), usage, nil
 }
 
 // failedText says that the failed ranks did what, and why the first one
 // did: "rank 2 could not set up: why", "ranks 1 and 3 could not set up;
-// rank 1: why".
+// rank 1: why", "ranks 0-4 and 6 could not set up; rank 0: why" (runs of
+// three or more as ranges, so that thousands of ranks make a short line).
 func failedText(failed []int, what, msg string) string {
 	if len(failed) == 1 {
 		return fmt.Sprintf("rank %d %s: %s", failed[0], what, msg)
 	}
-	s := make([]string, len(failed))
-	for i, r := range failed {
-		s[i] = fmt.Sprint(r)
+	return fmt.Sprintf("ranks %s %s; rank %d: %s", rankList(failed), what, failed[0], msg)
+}
+
+// rankList writes two or more sorted ranks as "1 and 3", "0-4, 6 and 7".
+func rankList(ranks []int) string {
+	s := rankRanges(ranks)
+	if len(s) == 1 {
+		return s[0]
 	}
-	ranks := strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
-	return fmt.Sprintf("ranks %s %s; rank %d: %s", ranks, what, failed[0], msg)
+	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+}
+
+// rankRanges writes sorted ranks as "3", and runs of three or more as
+// "0-4": {0, 1, 2, 3, 4, 6, 7} is "0-4", "6", "7".
+func rankRanges(ranks []int) []string {
+	var s []string
+	for i := 0; i < len(ranks); {
+		j := i
+		for j+1 < len(ranks) && ranks[j+1] == ranks[j]+1 {
+			j++
+		}
+		if j-i >= 2 {
+			s = append(s, fmt.Sprintf("%d-%d", ranks[i], ranks[j]))
+		} else {
+			for _, r := range ranks[i : j+1] {
+				s = append(s, fmt.Sprint(r))
+			}
+		}
+		i = j + 1
+	}
+	return s
+}
+
+// memoryOf reports the bytes free and in total of a device's memory
+// (Device.Memory), or, for a nil device, of the host's
+// (devmem.HostMemory); tests shrink it to check the refusal without
+// filling the machine.
+var memoryOf = func(d *devmem.Device) (free, total int, err error) {
+	if d == nil {
+		return devmem.HostMemory()
+	}
+	return d.Memory()
+}
+
+// runBytes is what one rank of a run allocates for its largest step: on
+// its device the send and receive buffers and the scratch, and in host
+// memory the input's copy and, when results are checked, the output's.
+func runBytes(cfg Config, maxSend, maxRecv, n int) (device, host int64) {
+	device = int64(maxSend) + int64(maxRecv) + int64(8*(cfg.Iters+1)) + int64(statusBytes(n))
+	host = int64(maxSend)
+	if cfg.Checks > 0 {
+		host += int64(maxRecv)
+	}
+	return device, host
+}
+
+// checkMemory refuses, before anything is allocated, a run whose buffers
+// do not fit where they would live: a rank's device buffers in its GPU's
+// free memory, and the host copies of the sharers ranks on this host (and
+// their device buffers too, when their devices are host devices) in the
+// host's available memory, as solver.New checks a grid. Without it a run
+// too large for the host was killed by the kernel with no message once it
+// touched its buffers. A memory that cannot be read is not checked. The
+// error names the largest -e that fits.
+func checkMemory(cfg Config, maxSend, maxRecv, n int, dev *devmem.Device, sharers int) error {
+	fits := func(cfg Config, maxSend, maxRecv int) (need, free, total int64, where string, ok bool) {
+		d, h := runBytes(cfg, maxSend, maxRecv, n)
+		if dev.Kind() != devmem.Host {
+			if f, t, err := memoryOf(dev); err == nil && d > int64(f) {
+				return d, int64(f), int64(t), "the GPU's memory", false
+			}
+		} else {
+			h += d
+		}
+		if f, t, err := memoryOf(nil); err == nil && h*int64(sharers) > int64(f) {
+			return h * int64(sharers), int64(f), int64(t), "host memory", false
+		}
+		return 0, 0, 0, "", true
+	}
+	need, free, total, where, ok := fits(cfg, maxSend, maxRecv)
+	if ok {
+		return nil
+	}
+	perRank, has := "", fmt.Sprintf("the GPU has %s free of %s", gb(free), gb(total))
+	if where == "host memory" {
+		has = fmt.Sprintf("the host has %s available of %s", gb(free), gb(total))
+		if sharers > 1 {
+			perRank = fmt.Sprintf(" (%s a rank, for the %d ranks of this host)", gb(need/int64(sharers)), sharers)
+		}
+	}
+	// The largest -e that fits, halving: the sweep's sizes with -f 2.
+	hint := "use fewer ranks a host"
+	for e := cfg.MaxBytes / 2; e >= 1; e /= 2 {
+		smaller := cfg
+		smaller.MinBytes, smaller.MaxBytes = min(cfg.MinBytes, e), e
+		if _, _, s, r, err := plan(smaller, n); err == nil {
+			if _, _, _, _, ok := fits(smaller, s, r); ok {
+				hint = fmt.Sprintf("use a smaller -e: -e %s fits", FormatSize(e))
+				if e < cfg.MinBytes {
+					hint = fmt.Sprintf("use a smaller -b and -e: -b %s -e %s fits", FormatSize(e), FormatSize(e))
+				}
+				break
+			}
+		}
+	}
+	return fmt.Errorf("a sweep up to -e %s of %s on %d ranks needs %s of %s%s for its buffers "+
+		"(send, receive and host copies), but %s: %s",
+		FormatSize(cfg.MaxBytes), cfg.DType, n, gb(need), where, perRank, has, hint)
+}
+
+// gb writes a byte count in decimal gigabytes, or megabytes below one, as
+// heat's refusal does.
+func gb(n int64) string {
+	if n < 1e9 {
+		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	}
+	return fmt.Sprintf("%.1f GB", float64(n)/1e9)
 }
 
 func (r *runner) close() error {

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 
 	"github.com/gpucomm/gpucomm/bench"
+	"github.com/gpucomm/gpucomm/comm/local"
 )
 
 // The bench command lives in package bench; this file names it and adds
@@ -119,6 +121,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if err != nil {
 			return benchUsage(stderr, "%v", err)
 		}
+		// As bench resolves it: Open("auto") would open one local rank.
+		r.backend = layout.backend
 		window = r.cfg.Window
 		failed := runMain && code != exitOK && (mainRep == nil || mainRep.Wrong() == 0)
 		reps, rank, err := measurePairs(ctx, r, extra, failed)
@@ -156,7 +160,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		stdout.Write(withPlacement(out.Bytes(), place))
 		return code
 	}
-	io.WriteString(stdout, layout.header(pairs))
+	io.WriteString(stdout, layout.header(pairs, len(others) > 0))
 	switch {
 	case mainRep != nil:
 		table := *mainRep
@@ -171,15 +175,30 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		stdout.Write(out.Bytes())
 	}
 	if len(pairs) > 0 {
-		note := "the others none: the C loop times ranks 0 and 1 of MPI_COMM_WORLD only"
-		if !slices.Contains(pairs, firstPair) {
-			note = "none: the C loop times ranks 0 and 1 of MPI_COMM_WORLD only"
-		} else if len(extra) == 0 {
-			note = "no other pair"
-		}
-		layout.pairTable(stdout, pairs, res, window, note)
+		layout.pairTable(stdout, pairs, res, window, pairsBaseline(layout.backend, args, mainRep, pairs, len(extra) > 0))
 	}
 	return code
+}
+
+// pairsBaseline is the pairs' table's note on the baseline: which pairs the
+// C loop timed, or why none has one. Only an MPI backend's C loop times
+// anything, and only ranks 0 and 1 of MPI_COMM_WORLD; the local backend has
+// no library underneath (the table said the C loop and MPI_COMM_WORLD for
+// it too), and -nobaseline has none.
+func pairsBaseline(backend string, args []string, mainRep *bench.Report, pairs []rankPair, extra bool) string {
+	switch {
+	case mainRep != nil && strings.HasPrefix(mainRep.Baseline, "none"):
+		return mainRep.Baseline // bench's own line: "none: -nobaseline", say
+	case flagSet(args, "nobaseline"):
+		return "none: -nobaseline"
+	case backend == local.Name:
+		return "none: the local backend has no library underneath"
+	case !slices.Contains(pairs, firstPair):
+		return "none: the C loop times ranks 0 and 1 of MPI_COMM_WORLD only"
+	case !extra:
+		return "no other pair"
+	}
+	return "the others none: the C loop times ranks 0 and 1 of MPI_COMM_WORLD only"
 }
 
 // benchUsage says what is wrong with gpucomm bench's own flags.

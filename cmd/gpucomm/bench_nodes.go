@@ -19,6 +19,9 @@ import (
 // rank, in rank order.
 type nodeLayout struct {
 	hosts []string
+	// backend is the backend the ranks run, "auto" resolved as bench
+	// resolves it.
+	backend string
 }
 
 // Nodes of the layout: each host with its ranks, in order of first rank.
@@ -74,8 +77,9 @@ func where(inter bool) string {
 }
 
 // header is the table's lines on the layout, each starting with "#" as
-// bench's own header lines do.
-func (l nodeLayout) header(pairs []rankPair) string {
+// bench's own header lines do; the collectives' line only where a
+// collective runs (collectives).
+func (l nodeLayout) header(pairs []rankPair, collectives bool) string {
 	p := l.placement(pairs, nil)
 	var b strings.Builder
 	nodes := make([]string, len(p.Nodes))
@@ -86,7 +90,9 @@ func (l nodeLayout) header(pairs []rankPair) string {
 	for _, pr := range p.Pairs {
 		fmt.Fprintf(&b, "# pingpong, bw: ranks %d (%s) and %d (%s): %s\n", pr.Ranks[0], pr.Hosts[0], pr.Ranks[1], pr.Hosts[1], where(pr.InterNode))
 	}
-	fmt.Fprintf(&b, "# collectives: %d ranks on %d node(s): %s\n", len(l.hosts), len(p.Nodes), where(p.InterNodeCollectives))
+	if collectives {
+		fmt.Fprintf(&b, "# collectives: %d ranks on %d node(s): %s\n", len(l.hosts), len(p.Nodes), where(p.InterNodeCollectives))
+	}
 	return b.String()
 }
 
@@ -231,6 +237,13 @@ func gatherLayout(args []string) (nodeLayout, bool) {
 	if env := os.Getenv("GPUCOMM_BACKEND"); env != "" {
 		backend = env
 	}
+	if backend == "auto" || backend == "" {
+		// As bench resolves it: where auto means local, -np ranks of
+		// this process, not one.
+		if backend, err = resolveBackend(backend); err != nil {
+			return nodeLayout{}, false
+		}
+	}
 	job, launched := launcher.FromEnv()
 	multi := launched && job.MultiRank()
 	if backend == local.Name {
@@ -238,10 +251,10 @@ func gatherLayout(args []string) (nodeLayout, bool) {
 		if err != nil || np < 1 || multi {
 			return nodeLayout{}, false
 		}
-		return nodeLayout{hosts: slices.Repeat([]string{host}, np)}, true
+		return nodeLayout{hosts: slices.Repeat([]string{host}, np), backend: backend}, true
 	}
 	if !multi {
-		return nodeLayout{hosts: []string{host}}, true
+		return nodeLayout{hosts: []string{host}, backend: backend}, true
 	}
 	if !mpi.Built() || mpi.Init() != nil {
 		return nodeLayout{}, false
@@ -250,7 +263,7 @@ func gatherLayout(args []string) (nodeLayout, bool) {
 	if err != nil {
 		return nodeLayout{}, false
 	}
-	l := nodeLayout{hosts: make([]string, len(all))}
+	l := nodeLayout{hosts: make([]string, len(all)), backend: backend}
 	for r, b := range all {
 		l.hosts[r] = string(b)
 	}

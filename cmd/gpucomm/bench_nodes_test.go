@@ -25,7 +25,7 @@ func TestBenchLayoutSaysWhichPairsAndCollectivesCrossNodes(t *testing.T) {
 	} {
 		l := nodeLayout{hosts: tc.hosts}
 		pairs := []rankPair{{0, 1}}
-		h := l.header(pairs)
+		h := l.header(pairs, true)
 		if got := strings.Split(strings.TrimSuffix(h, "\n"), "\n"); strings.Join(got, "\n") != strings.Join(tc.header, "\n") {
 			t.Errorf("hosts %v: header\n%s\nwant\n%s", tc.hosts, h, strings.Join(tc.header, "\n"))
 		}

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -101,6 +102,20 @@ func runHeat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "gpucomm heat: %v%s\n", err, note)
 			return exitUsage
 		}
+	default:
+		// auto is resolved here, as check and drill resolve it, so that
+		// what it picks meets the checks below: where it means local, -np
+		// applies (it was refused) and its default holds (it ran 1 rank).
+		name, err := resolveBackend(f.backend)
+		if err != nil {
+			fmt.Fprintf(stderr, "gpucomm heat: %v%s\n", err, note)
+			if errors.Is(err, comm.ErrInvalidArgument) {
+				return exitUsage
+			}
+			return exitFail
+		}
+		note = fmt.Sprintf(" (-backend %s picked %s)%s", f.backend, name, note)
+		f.backend = name
 	}
 	switch {
 	case f.backend == local.Name && f.np < 1:
@@ -169,6 +184,14 @@ func runHeat(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, r := range results {
 		if r.rank == 0 && r.err == nil {
 			r.report(stdout, comms[0].Backend(), f.steps)
+			if r.stopped {
+				// The run asked for did not complete: a failure, as
+				// bench and check say an interrupt, after the report.
+				fmt.Fprintf(stderr, "gpucomm heat: interrupted after %d of %d steps\n", r.steps, f.steps)
+			}
+		}
+		if r.stopped {
+			code = exitFail
 		}
 	}
 	return code
@@ -260,9 +283,26 @@ type heatResult struct {
 	stopped   bool
 }
 
-// heatChunks is how many pieces the run is cut into: progress is shown and
-// an interrupt is agreed on between them.
-const heatChunks = 100
+// The run is cut into chunks of steps: progress is shown and an interrupt
+// is agreed on between them. A chunk lasts about heatChunkTime, its size
+// doubled or halved after each by the slowest rank's time for the last
+// (agreed on with the interrupt, so every rank cuts the run alike), so that
+// Ctrl-C stops the run within a fraction of a second and the agreement, one
+// small all-reduce, costs nothing measurable. (A hundredth of the steps, as
+// the chunk was, ran for minutes before Ctrl-C took effect.)
+const heatChunkTime = 100 * time.Millisecond
+
+// nextChunk is the size of the chunk after one of chunk steps that took
+// took on the slowest rank.
+func nextChunk(chunk int, took time.Duration) int {
+	switch {
+	case took < heatChunkTime/2 && chunk < math.MaxInt/2:
+		return 2 * chunk
+	case took > heatChunkTime:
+		return max(1, chunk/2)
+	}
+	return chunk
+}
 
 func heatRank(ctx context.Context, c comm.Communicator, cfg solver.Config, steps int, bar *heatBar) heatResult {
 	res := heatResult{rank: c.Rank(), size: c.Size(), device: c.Device().String()}
@@ -273,26 +313,30 @@ func heatRank(ctx context.Context, c comm.Communicator, cfg solver.Config, steps
 	}
 	defer s.Close()
 	res.cfg, res.stencil = s.Config(), s.StencilBytes()
-	chunk := max(1, steps/heatChunks)
+	chunk := 1
 	for done := 0; done < steps; {
 		n := min(chunk, steps-done)
-		if err := s.Step(n); err != nil {
+		start := time.Now()
+		if err := s.Step(n); err != nil { // Step waits for its steps
 			res.err = err
 			return res
 		}
+		took := time.Since(start)
 		done += n
 		res.steps = done
 		bar.progress(done, steps)
-		// Every rank must stop at the same step, so they agree on it.
-		stop, err := heatReduce(c, comm.Max, boolToInt(ctx.Err() != nil))
+		// Every rank must stop at the same step, and cut the rest alike,
+		// so they agree on both.
+		agreed, err := heatReduce(c, comm.Max, boolToInt(ctx.Err() != nil), int64(took))
 		if err != nil {
 			res.err = err
 			return res
 		}
-		if stop[0] != 0 && done < steps {
+		if agreed[0] != 0 && done < steps {
 			res.stopped = true
 			break
 		}
+		chunk = nextChunk(chunk, time.Duration(agreed[1]))
 	}
 	st := s.Stats()
 	slowest, err := heatReduce(c, comm.Max, int64(st.Elapsed))
