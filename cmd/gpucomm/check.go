@@ -52,6 +52,10 @@ type checkFlags struct {
 	// envNote ends each error that the choice of backend causes when
 	// GPUCOMM_BACKEND made it (bench.BackendFromEnv); "" otherwise.
 	envNote string
+	// unusable is why the backend cannot run here, as its Probe says ("":
+	// it can): checkSetup finds it, and runCheck reports it as it reports
+	// a backend that did not open, after the probe.
+	unusable string
 }
 
 func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -84,6 +88,9 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		probe = &probeReport{}
 		probeJob(probe, name, nil)
 		probeBackends(probe)
+	}
+	if f.unusable != "" {
+		return cannotRun(name, f, probe, stdout, stderr)
 	}
 	var anchor []comm.Communicator
 	if name != local.Name {
@@ -178,24 +185,64 @@ func runCheck(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 // openFailed reports a backend that did not open, so that no case and no
 // probed operation ran: the cause on stderr, as every rank says it, and on
-// rank 0 the report that was asked for on stdout where it is the probe's
-// or a machine's (-probe-only's findings so far with the failure among
-// them, or -json's report with ok false and no results), so that a reader
-// of stdout is not left with nothing; the suite's table stays unprinted, as
-// no case ran.
+// rank 0 the report that was asked for on stdout (noRunReport). A failure
+// that the arguments or the environment cause (ErrInvalidArgument: a
+// malformed variable that the backend reads at Open, such as
+// GPUCOMM_MPI_THREAD_LEVEL) is a usage error, exit 2, as bench and heat
+// give for it.
 func openFailed(name string, f checkFlags, probe *probeReport, err error, stdout, stderr io.Writer) int {
 	if probe != nil {
 		printProbeErrors(stderr, -1, *probe)
 	}
 	fmt.Fprintf(stderr, "gpucomm check: %v\n", err)
 	fmt.Fprintf(stderr, "gpucomm check: backend %s did not open: no case ran%s\n", name, f.envNote)
+	code := exitFail
+	if errors.Is(err, comm.ErrInvalidArgument) {
+		code = exitUsage
+	}
+	if rankFromEnv() > 0 {
+		return code
+	}
+	noRunReport(name, f, probe, fmt.Sprintf("backend %s did not open: %v", name, err), "it did not open", stdout, stderr)
+	return code
+}
+
+// cannotRun reports a backend that its Probe finds unusable here (not
+// built in, no NCCL, GPUCOMM_CUDA_AWARE=0, a binary under the other MPI
+// family's launcher), which check therefore never opens: the reason on
+// stderr, as every rank says it, and on rank 0 the report that was asked
+// for on stdout, as for a backend that did not open (openFailed), where
+// stdout had nothing and a script reading -json got no JSON at all.
+func cannotRun(name string, f checkFlags, probe *probeReport, stdout, stderr io.Writer) int {
+	if probe != nil {
+		// The probe's own errors (the launcher against the library), but
+		// not again the one that the reason below already says.
+		p := probeReport{}
+		for _, fd := range probe.Findings {
+			if !strings.Contains(f.unusable, fd.Detail) {
+				p.Findings = append(p.Findings, fd)
+			}
+		}
+		printProbeErrors(stderr, -1, p)
+	}
+	fmt.Fprintf(stderr, "gpucomm check: backend %s cannot run here: %s%s\n", name, f.unusable, f.envNote)
 	if rankFromEnv() > 0 {
 		return exitFail
 	}
-	msg := fmt.Sprintf("backend %s did not open: %v", name, err)
+	noRunReport(name, f, probe, fmt.Sprintf("backend %s cannot run here: %s", name, f.unusable), "it cannot run here", stdout, stderr)
+	return exitFail
+}
+
+// noRunReport is rank 0's report of a backend with which nothing ran, msg
+// saying why and why the verdict's reason: on stdout where it is the
+// probe's or a machine's (-probe-only's findings so far with the failure
+// among them, or -json's report with ok false and no results), so that a
+// reader of stdout is not left with nothing; the suite's table stays
+// unprinted, as no case ran.
+func noRunReport(name string, f checkFlags, probe *probeReport, msg, why string, stdout, stderr io.Writer) {
 	if probe != nil {
 		probe.add("backend", levelError, msg, "")
-		probe.Verdict = fmt.Sprintf("%s: NOT usable: it did not open", name)
+		probe.Verdict = fmt.Sprintf("%s: NOT usable: %s", name, why)
 	}
 	var werr error
 	switch {
@@ -217,7 +264,6 @@ func openFailed(name string, f checkFlags, probe *probeReport, err error, stdout
 	if werr != nil {
 		fmt.Fprintf(stderr, "gpucomm check: %v\n", werr)
 	}
-	return exitFail
 }
 
 // checkSetup checks the flags against each other and against the backend,
@@ -234,6 +280,25 @@ func checkSetup(fs *flag.FlagSet, f *checkFlags, stderr io.Writer) (name string,
 	if !validDeviceSpec(f.device) {
 		return "", usageError(fs, "-device %q: want auto, host, cuda or cuda:N", f.device)
 	}
+	// -probe-only runs the probe and nothing else: a flag that turns the
+	// probe off, or chooses the suite's cases, asks for what it skips.
+	if f.only && f.set["probe"] && !f.probe {
+		return "", usageError(fs, "-probe=false and -probe-only: pick one (-probe=false runs the suite alone, -probe-only the probe alone)")
+	}
+	if f.only {
+		var suite []string
+		for _, fl := range []string{"run", "short"} {
+			if f.set[fl] {
+				suite = append(suite, "-"+fl)
+			}
+		}
+		switch len(suite) {
+		case 1:
+			return "", usageError(fs, "%s with -probe-only: it chooses the conformance suite's cases, which -probe-only skips", suite[0])
+		case 2:
+			return "", usageError(fs, "%s with -probe-only: they choose the conformance suite's cases, which -probe-only skips", strings.Join(suite, " and "))
+		}
+	}
 	if _, err := comm.DefaultOptions(); err != nil {
 		fmt.Fprintf(stderr, "gpucomm check: %v\n", err)
 		return "", exitUsage
@@ -247,8 +312,8 @@ func checkSetup(fs *flag.FlagSet, f *checkFlags, stderr io.Writer) (name string,
 		return "", exitFail
 	}
 	if name == local.Name {
-		if f.np < 1 {
-			return "", usageError(fs, "-np %d: want 1 or more ranks", f.np)
+		if f.np < 1 || f.np > local.MaxRanks {
+			return "", usageError(fs, "-np %d: want 1 to %d ranks", f.np, local.MaxRanks)
 		}
 		switch strings.ToLower(strings.TrimSpace(f.device)) {
 		case "", "auto", "host":
@@ -268,8 +333,11 @@ func checkSetup(fs *flag.FlagSet, f *checkFlags, stderr io.Writer) (name string,
 		return "", exitFail
 	}
 	if !v.Usable {
-		fmt.Fprintf(stderr, "gpucomm check: backend %s cannot run here: %s%s\n", name, v.Reason, note)
-		return "", exitFail
+		// Reported after the probe, which says more of why (runCheck).
+		f.unusable = v.Reason
+		if f.unusable == "" {
+			f.unusable = "its probe gives no reason"
+		}
 	}
 	return name, exitOK
 }

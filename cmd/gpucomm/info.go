@@ -183,6 +183,7 @@ func runInfo(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "gpucomm info: %v\n", err)
 			code = exitFail
 		}
+		rank = reportingRank(rank) // while MPI is up, if it came up
 		routes, err = nodeRoutes(mc, openErr)
 		if err != nil {
 			fmt.Fprintf(stderr, "gpucomm info: routes: %v\n", err)
@@ -224,6 +225,23 @@ func runInfo(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return code
+}
+
+// reportingRank is the rank that decides whether this process prints info
+// -mpi's report, from the rank that settleCUDAAware gives: MPI's, where MPI
+// came up as the launcher's job; else the launcher's (launcher.FromEnv),
+// for where MPI did not start (a binary without MPI, a malformed variable,
+// the other family's launcher) or made a world of its own, and every
+// process was "rank 0" and printed the whole report.
+func reportingRank(mpiRank int) int {
+	job, under := launcher.FromEnv()
+	if !under {
+		return mpiRank
+	}
+	if mpi.Initialized() && (job.Size <= 0 || mpi.World().Size() == job.Size) {
+		return mpiRank
+	}
+	return job.Rank
 }
 
 // settleCUDAAware opens and closes the cudaaware backend: MPI starts, and
@@ -287,7 +305,14 @@ func nodeRoutes(c *mpicomm.Comm, openErr error) ([]string, error) {
 	for _, r := range mc.NodeRoutes() {
 		mine = append(mine, fmt.Sprintf("rank %d -> %s", c.Rank(), r))
 	}
-	mine = append(mine, fmt.Sprintf("rank %d: %s", c.Rank(), mc.CollectiveRoute()))
+	coll := mc.CollectiveRoute()
+	if c.Size() == 1 {
+		// The backend says "the node path is off" for a communicator of
+		// one rank, which reads as GPUCOMM_NODE_BYTES=off: there is no
+		// peer to take any path to.
+		coll = "reductions and Broadcast: one rank: no peer, so no node path (MPI, host-staged)"
+	}
+	mine = append(mine, fmt.Sprintf("rank %d: %s", c.Rank(), coll))
 	all, err := mpi.AllgatherBytes(mpi.World(), []byte(strings.Join(mine, "\n")))
 	err = errors.Join(err, c.Close())
 	if err != nil {
@@ -376,6 +401,11 @@ func knobEffect(name, value string, opts comm.Options, optsErr error) (effect, p
 	}
 	if l, ok := libLoaders[name]; ok && value != "" {
 		return libKnobEffect(name, value, l.what, l.load()), ""
+	}
+	if name == "GPUCOMM_TRACE_DIR" && value == "" {
+		if effect, on := traceDirDefault(); on {
+			return effect, ""
+		}
 	}
 	if k, ok := otherKnobs[name]; ok {
 		switch {
@@ -528,11 +558,14 @@ func sizeEffect(n int, off, byDefault, atFormat string) string {
 // wrapped it ("nccl: load NCCL: dl: cannot open libnccl.so.2, libnccl.so
 // (...): library not found (set GPUCOMM_NCCL_LIB to its path)"): the names
 // tried (1), dlerror's reason for each, joined by "; " (2: a reason may hold
-// one level of parentheses, as glibc's "(required by ...)"), and the
+// one level of parentheses, as glibc's "(required by ...)"), then "library
+// not found", or "NAME exists but could not be loaded" where a file was
+// there (internal/dl says which; shortReason tells them apart from the
+// reasons itself), and the
 // variable that points gpucomm at the library, unset (3) or set (4), as
 // internal/dl's EnvHint words it.
 var loaderError = regexp.MustCompile(`(?:(?:nccl|nvrtc|cuda|devmem|cuda driver|load [A-Za-z -]+): )*` +
-	`dl: cannot open ([^()]+?) \(((?:[^()]|\([^()]*\))*)\): library not found` +
+	`dl: cannot open ([^()]+?) \(((?:[^()]|\([^()]*\))*)\): (?:library not found|[^()]+? exists but could not be loaded)` +
 	`(?: \((?:set (\w+) to its path|named by (\w+))\))?`)
 
 // libKnobs names the variable that points gpucomm at each library, for a

@@ -16,6 +16,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -25,9 +26,13 @@ import (
 	"os/signal"
 	"sort"
 	"text/tabwriter"
+	"time"
 
+	"github.com/gpucomm/gpucomm/bench"
 	"github.com/gpucomm/gpucomm/comm"
 	gpumpi "github.com/gpucomm/gpucomm/comm/mpi"
+	"github.com/gpucomm/gpucomm/internal/launcher"
+	"github.com/gpucomm/gpucomm/internal/mpi"
 )
 
 // Exit statuses, the same for every subcommand.
@@ -62,6 +67,15 @@ func register(c *command) {
 
 func main() {
 	code := run(os.Args[1:], os.Stdout, os.Stderr)
+	if code == exitUsage && usageOut(os.Stderr) == io.Discard && !mpi.Initialized() {
+		// A rank that said nothing of its usage error leaves the saying to
+		// rank 0, but Open MPI's mpirun kills the job's other ranks as
+		// soon as one exits with a failure: rank 0, if slower to start,
+		// died before it could print. Where no MPI_Finalize holds this
+		// rank until rank 0 is done (agree.go starts MPI for check, bench
+		// and heat), it gives rank 0 that time.
+		time.Sleep(usageGrace)
+	}
 	// A failed Open leaves MPI up for another backend; end it before exit,
 	// so that mpirun does not report a process that skipped MPI_Finalize.
 	if err := gpumpi.Finalize(); err != nil && !errors.Is(err, comm.ErrNotBuilt) {
@@ -88,13 +102,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	c, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(stderr, "gpucomm: unknown command %q\nRun 'gpucomm help' for usage.\n", name)
+		fmt.Fprintf(usageOut(stderr), "gpucomm: unknown command %q\nRun 'gpucomm help' for usage.\n", name)
 		return exitUsage
 	}
 	if name == "check" || name == "bench" || name == "heat" {
 		// Before any rank waits for another (agree.go).
 		if why := agreeOnArgs(rest); why != "" {
 			return stopDisagreeing(name, why, stderr)
+		}
+		if name == "bench" {
+			if code := benchArgsOnRank0(rest, stderr); code != exitOK {
+				return code
+			}
 		}
 		warnPlacement(name, stderr)
 	}
@@ -136,11 +155,58 @@ func usage(w io.Writer) {
 	fmt.Fprint(w, "Exit status: 0 success, 1 failures, 2 usage error.\n")
 }
 
+// Under a launcher every rank runs the command with the same arguments
+// (check, bench and heat agree on them first: agree.go), so every rank
+// found the same usage error and printed it, with its "Run ... -h" line:
+// N copies under mpirun -np N. Usage errors and -h output are printed by
+// the launcher's rank 0 only; the other ranks exit with the same status
+// without a word. The launcher's rank, not MPI's: a usage error comes
+// before MPI starts, or where it never does.
+
+// usageGrace is how long a quiet rank waits before it exits with a usage
+// error (main): rank 0 of the same launch, started at the same moment,
+// has long printed it by then.
+const usageGrace = 2 * time.Second
+
+// usageOut is where usage and usage errors go: stderr, or nowhere on a
+// rank other than 0 of a launcher's job of several ranks.
+func usageOut(stderr io.Writer) io.Writer {
+	if job, ok := launcher.FromEnv(); ok && job.MultiRank() && job.Rank > 0 {
+		return io.Discard
+	}
+	return stderr
+}
+
+// benchArgsOnRank0 holds bench's arguments, under a launcher of several
+// ranks, to what bench.CheckArgs refuses before bench runs (its flags, its
+// sweep, the variables), so that rank 0 alone says what is wrong: bench's
+// flag set is its own package's, whose output newFlagSet does not make.
+// Every rank stops with the status (the ranks agreed on the arguments and
+// on what is wrong with their variables, so none goes on alone to wait
+// for the others). Elsewhere, or for -h, bench says it itself.
+func benchArgsOnRank0(args []string, stderr io.Writer) int {
+	job, ok := launcher.FromEnv()
+	if !ok || !job.MultiRank() || benchWantsHelp(args) {
+		return exitOK
+	}
+	_, _, rest, err := takePairsFlag(args)
+	if err != nil {
+		return exitOK // runBench says what is wrong with -pairs
+	}
+	var msg bytes.Buffer
+	code := bench.CheckArgs(rest, &msg)
+	if code != exitOK {
+		io.Copy(usageOut(stderr), &msg)
+	}
+	return code
+}
+
 // newFlagSet makes a subcommand's flag set: errors and -h output go to
-// stderr, headed by the given usage line and description.
+// stderr (usageOut: on a launcher's rank 0 only), headed by the given
+// usage line and description.
 func newFlagSet(name, usageLine, description string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("gpucomm "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(usageOut(stderr))
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: gpucomm %s\n\n%s\n\nFlags:\n", usageLine, description)
 		fs.PrintDefaults()

@@ -35,6 +35,22 @@ func init() {
 	register(&command{name: "trace", summary: "merge the ranks' flight records of a hung or failed job and name where they diverge", run: runTrace})
 }
 
+// traceDefaultDir is where the ranks write their records when
+// GPUCOMM_TRACE_SIGNAL alone turned the recorder on: comm/driver's
+// default, relative to each rank's working directory.
+const traceDefaultDir = "gpucomm-trace"
+
+// traceDirDefault is info's line for an unset GPUCOMM_TRACE_DIR while
+// GPUCOMM_TRACE_SIGNAL is set (on: true), which turns the recorder on as
+// the directory does: "no flight recorder" there sat above the signal's
+// "(recording on)", and nothing said where the records go.
+func traceDirDefault() (effect string, on bool) {
+	if strings.TrimSpace(os.Getenv("GPUCOMM_TRACE_SIGNAL")) == "" {
+		return "", false
+	}
+	return "records go to ./" + traceDefaultDir + " (each rank's working directory): GPUCOMM_TRACE_SIGNAL turns the flight recorder on", true
+}
+
 const traceDescription = `Trace reads the flight records the ranks of a job wrote into DIR and names
 the first operation where they diverge: the ranks that never entered
 collective S, or entered it with another operation, count, type, reduction
@@ -42,10 +58,11 @@ or root; a rank that wrote no record (it died, or was killed before it
 could); or, when they agree, the operation still unfinished and on which
 ranks.
 
-The ranks write their records when GPUCOMM_TRACE_DIR (or
-GPUCOMM_TRACE_SIGNAL) is set: on a timeout (GPUCOMM_TIMEOUT), on the signal
-GPUCOMM_TRACE_SIGNAL names (USR1, USR2, TERM, INT or HUP), or when the
-program calls driver.WriteTraces. For example:
+The ranks write their records into GPUCOMM_TRACE_DIR (when only
+GPUCOMM_TRACE_SIGNAL is set, into ./gpucomm-trace) when either is set: on a
+timeout (GPUCOMM_TIMEOUT), on the signal GPUCOMM_TRACE_SIGNAL names (USR1,
+USR2, TERM, INT or HUP), or when the program calls driver.WriteTraces. For
+example:
 
 	GPUCOMM_TRACE_DIR=/shared/trace GPUCOMM_TIMEOUT=60s mpirun -np 8 ./prog
 	gpucomm trace /shared/trace
@@ -59,6 +76,10 @@ type traceGroup struct {
 	Backend string
 	Size    int
 	Files   map[int]driver.TraceFile
+	Paths   map[int]string // the file each record was read from
+	// Stale are the records left out as an earlier job's, each said in
+	// a line: which file, and what shows it (staleRecords).
+	Stale []string
 }
 
 // traceFinding is what trace says of one communicator.
@@ -72,6 +93,10 @@ type traceFinding struct {
 	Coll    uint64   `json:"collective,omitempty"` // the collective the finding is about
 	Summary string   `json:"summary"`
 	Detail  []string `json:"detail,omitempty"`
+	// Stale says, a line each, the records of this communicator's id that
+	// trace left out because an earlier job wrote them (the id is the
+	// same in every job of the same backend and size).
+	Stale []string `json:"stale,omitempty"`
 }
 
 func runTrace(_ context.Context, args []string, stdout, stderr io.Writer) int {
@@ -113,7 +138,11 @@ func runTrace(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		if len(f.Missing) > 0 {
 			fmt.Fprintf(stdout, "; none from %s", traceRankRanges(f.Missing))
 		}
-		fmt.Fprintf(stdout, ")\n  %s\n", f.Summary)
+		fmt.Fprint(stdout, ")\n")
+		for _, st := range f.Stale {
+			fmt.Fprintf(stdout, "  left out: %s\n", st)
+		}
+		fmt.Fprintf(stdout, "  %s\n", f.Summary)
 		for _, d := range f.Detail {
 			fmt.Fprintf(stdout, "    %s\n", d)
 		}
@@ -166,13 +195,27 @@ func readTraces(dir string) ([]traceGroup, error) {
 		}
 		g := byID[f.ID]
 		if g == nil {
-			g = &traceGroup{ID: f.ID, Backend: f.Backend, Size: f.Size, Files: map[int]driver.TraceFile{}}
+			g = &traceGroup{ID: f.ID, Backend: f.Backend, Size: f.Size, Files: map[int]driver.TraceFile{}, Paths: map[int]string{}}
 			byID[f.ID] = g
 		}
 		if f.Size != g.Size {
 			return nil, fmt.Errorf("%s: field \"size\" is %d, but other records of communicator %s say %d", n, f.Size, f.ID, g.Size)
 		}
+		if old, dup := g.Files[f.Rank]; dup {
+			// Two files of one rank (a copy under another name): the
+			// later-written is this job's.
+			keepPath, drop, dropPath := n, old, g.Paths[f.Rank]
+			if old.Written > f.Written {
+				keepPath, drop, dropPath = g.Paths[f.Rank], f, n
+			} else {
+				g.Files[f.Rank], g.Paths[f.Rank] = f, n
+			}
+			g.Stale = append(g.Stale, fmt.Sprintf("%s (rank %d, written %s): %s holds a later record of the same rank",
+				dropPath, drop.Rank, stamp(drop.Written), keepPath))
+			continue
+		}
 		g.Files[f.Rank] = f
+		g.Paths[f.Rank] = n
 	}
 	ids := make([]string, 0, len(byID))
 	for id := range byID {
@@ -181,14 +224,111 @@ func readTraces(dir string) ([]traceGroup, error) {
 	sort.Strings(ids)
 	out := make([]traceGroup, 0, len(ids))
 	for _, id := range ids {
-		out = append(out, *byID[id])
+		g := byID[id]
+		leaveOutEarlierJobs(g)
+		out = append(out, *g)
 	}
 	return out, nil
 }
 
+// A communicator's id ("mpi-n3-c0") is the same in every job of its backend
+// and size, and a record says nothing of its job: a directory that still
+// holds an earlier job's records (a rank of this job that was killed before
+// it could write leaves the earlier job's record of its rank in place)
+// mixed them into this job's diagnosis, and an old rank's finished
+// collectives read as this job's. The times in the records tell them
+// apart where the ranks had to meet: a collective that every rank must
+// enter before any can finish it (allDependent) can finish on a rank only
+// after every other rank of its job entered it. A record whose rank
+// finished collective S before another record's rank entered S (or, where
+// that record holds its rank's whole history, queued its first operation)
+// is of an earlier job.
+
+// allDependent are the collectives none of whose ranks can finish before
+// every rank entered them: each rank's result needs every rank's part.
+var allDependent = map[string]bool{"AllReduce": true, "AllGather": true, "ReduceScatter": true, "AllToAll": true, "Barrier": true, "Split": true}
+
+// Clock skew allowed between two records' times: the ranks of one host
+// read one clock (each process turns its counter into Unix time at its
+// start, to well under a millisecond); hosts' clocks, kept by NTP, agree
+// to some milliseconds, and a gap of seconds (a job's start) is what
+// separates two jobs.
+const (
+	sameHostSkew  = 100 * time.Millisecond
+	otherHostSkew = 2 * time.Second
+)
+
+// leaveOutEarlierJobs moves the records of g that an earlier job wrote
+// from g.Files to g.Stale (earlierJob says which and why). When every
+// record would go, it keeps them all: the times then contradict each other
+// and say nothing.
+func leaveOutEarlierJobs(g *traceGroup) {
+	ranks := make([]int, 0, len(g.Files))
+	for r := range g.Files {
+		ranks = append(ranks, r)
+	}
+	sort.Ints(ranks)
+	why := map[int]string{}
+	for _, x := range ranks {
+		for _, y := range ranks {
+			if x == y {
+				continue
+			}
+			if w := earlierJob(g.Files[x], g.Files[y]); w != "" {
+				why[x] = w
+				break
+			}
+		}
+	}
+	if len(why) == 0 || len(why) == len(ranks) {
+		return
+	}
+	for _, r := range ranks {
+		if w, ok := why[r]; ok {
+			g.Stale = append(g.Stale, fmt.Sprintf("%s (rank %d, written %s), an earlier job's: %s", g.Paths[r], r, stamp(g.Files[r].Written), w))
+			delete(g.Files, r)
+			delete(g.Paths, r)
+		}
+	}
+}
+
+// earlierJob says why record x was written by an earlier job than record
+// y, or "" when nothing shows it.
+func earlierJob(x, y driver.TraceFile) string {
+	skew := otherHostSkew
+	if x.Host != "" && x.Host == y.Host {
+		skew = sameHostSkew
+	}
+	entered := map[uint64]int64{} // y's queue time of each collective it holds
+	for _, e := range y.Entries {
+		if e.Coll != 0 && e.Queued != 0 {
+			entered[e.Coll] = e.Queued
+		}
+	}
+	var first int64 // y's first operation, where y holds its rank's whole history
+	if len(y.Entries) > 0 && y.Entries[0].Seq == 1 {
+		first = y.Entries[0].Queued
+	}
+	for _, e := range x.Entries {
+		if e.Coll == 0 || e.State != driver.StateDone || e.Ended == 0 || !allDependent[e.Op] {
+			continue
+		}
+		if q, ok := entered[e.Coll]; ok {
+			if time.Duration(q-e.Ended) > skew {
+				return fmt.Sprintf("its rank finished collective %d (%s) at %s, before rank %d entered it at %s", e.Coll, e.Signature(), stamp(e.Ended), y.Rank, stamp(q))
+			}
+			continue
+		}
+		if first != 0 && time.Duration(first-e.Ended) > skew {
+			return fmt.Sprintf("its rank finished collective %d (%s) at %s, before rank %d began (its first operation was queued at %s)", e.Coll, e.Signature(), stamp(e.Ended), y.Rank, stamp(first))
+		}
+	}
+	return ""
+}
+
 // diagnose finds the first divergence of one communicator's records.
 func diagnose(g traceGroup) traceFinding {
-	f := traceFinding{ID: g.ID, Backend: g.Backend, Size: g.Size}
+	f := traceFinding{ID: g.ID, Backend: g.Backend, Size: g.Size, Stale: g.Stale}
 	for r := range g.Files {
 		f.Ranks = append(f.Ranks, r)
 	}

@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,12 +36,21 @@ new cluster before a real one needs it:
 	kill   the rank kills itself (SIGKILL) in the collective (MPI backends)
 
 The other ranks time out (-timeout) and write their records into
-GPUCOMM_TRACE_DIR (default ./gpucomm-trace); then
+GPUCOMM_TRACE_DIR, or, unset, into ./gpucomm-drill, a directory of the
+drill's own that it empties of earlier records before it starts (a record
+left there by an earlier drill would be read as this one's); then
 
 	gpucomm trace DIR
 
 names the rank and the collective. Under MPI: mpirun -np 4 gpucomm drill
 -backend mpi -mode skip. The exit status is 1 (the job failed, as it should).
+
+In kill mode the launcher ends the other ranks when one dies, before they
+time out: Open MPI's mpirun sends them TERM, and then KILL a second later,
+so the drill sets GPUCOMM_TRACE_SIGNAL=TERM when it is unset (each rank
+writes its record on the TERM); on a loaded node give them longer, with
+mpirun --mca odls_base_sigkill_timeout 10. MPICH's Hydra kills every rank
+of a node at once, and no rank there lives to write a record.
 
 With the local backend every rank is a goroutine of this process (-np of
 them). GPUCOMM_BACKEND, when set, overrides -backend.`
@@ -118,9 +129,10 @@ func runDrill(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitFail
 		}
 	}
-	if os.Getenv("GPUCOMM_TRACE_DIR") == "" && os.Getenv("GPUCOMM_TRACE_SIGNAL") == "" {
-		// The recorder is on only with one of them; a drill always records.
-		os.Setenv("GPUCOMM_TRACE_DIR", "gpucomm-trace")
+	dir, err := drillTraceDir(f.mode, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpucomm drill: %v\n", err)
+		return exitFail
 	}
 	var cs []comm.Communicator
 	if f.backend == local.Name {
@@ -160,7 +172,7 @@ func runDrill(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if paths, err := driver.WriteTraces("drill ended"); err != nil {
 		fmt.Fprintf(stderr, "gpucomm drill: %v\n", err)
 	} else if len(paths) > 0 && cs[0].Rank() == 0 {
-		fmt.Fprintf(stdout, "flight records in %s; run: gpucomm trace %s\n", os.Getenv("GPUCOMM_TRACE_DIR"), os.Getenv("GPUCOMM_TRACE_DIR"))
+		fmt.Fprintf(stdout, "flight records in %s; run: gpucomm trace %s\n", dir, dir)
 	}
 	for _, c := range cs {
 		c.Close()
@@ -170,6 +182,77 @@ func runDrill(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stderr, "gpucomm drill: every collective passed: the rank that was to go wrong did not")
 	return exitFail
+}
+
+// drillDefaultDir is where a drill records when GPUCOMM_TRACE_DIR is unset:
+// a directory of its own, not the recorder's default (./gpucomm-trace,
+// where a real job's records may lie), so that emptying it loses nothing.
+const drillDefaultDir = "gpucomm-drill"
+
+// drillTraceDir turns the flight recorder on for the drill and returns the
+// directory the records go to. Unset, GPUCOMM_TRACE_DIR becomes
+// drillDefaultDir, emptied of earlier records first: each rank removes
+// them before its Open, and no rank writes before every rank has opened,
+// so no rank removes another's new record. A directory the user named is
+// left as it is, with a note where it holds records already (trace leaves
+// out those it can tell are an earlier job's). In kill mode the other
+// ranks are ended by the launcher before they time out, so the drill sets
+// GPUCOMM_TRACE_SIGNAL=TERM, where unset, for them to write on the TERM,
+// and says beforehand where to look, as no rank may live to say it after.
+func drillTraceDir(mode string, stdout io.Writer) (string, error) {
+	rank0 := rankFromEnv() == 0
+	dir := strings.TrimSpace(os.Getenv("GPUCOMM_TRACE_DIR"))
+	if dir == "" {
+		dir = drillDefaultDir
+		os.Setenv("GPUCOMM_TRACE_DIR", dir)
+		if err := removeTraces(dir); err != nil {
+			return "", fmt.Errorf("emptying %s of the records of an earlier drill: %w", dir, err)
+		}
+	} else if rank0 && holdsTraces(dir) {
+		fmt.Fprintf(stdout, "note: GPUCOMM_TRACE_DIR=%s already holds flight records; gpucomm trace leaves out those it can tell an earlier job wrote, and an empty directory leaves no doubt\n", dir)
+	}
+	if mode == "kill" {
+		if os.Getenv("GPUCOMM_TRACE_SIGNAL") == "" {
+			os.Setenv("GPUCOMM_TRACE_SIGNAL", "TERM")
+		}
+		if rank0 {
+			fmt.Fprintf(stdout, "the ranks that live write their flight records into %s when they time out or get the trace signal (%s); when the job has ended, run: gpucomm trace %s\n",
+				dir, os.Getenv("GPUCOMM_TRACE_SIGNAL"), dir)
+		}
+	}
+	return dir, nil
+}
+
+// removeTraces removes the flight records (traceFilePattern) in dir, if
+// any; the ranks of a job on one file system remove the same files, so a
+// file already gone is no error.
+func removeTraces(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if ok, _ := filepath.Match(traceFilePattern, e.Name()); ok && !e.IsDir() {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// holdsTraces reports whether dir holds a flight record.
+func holdsTraces(dir string) bool {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if ok, _ := filepath.Match(traceFilePattern, e.Name()); ok && !e.IsDir() {
+			return true
+		}
+	}
+	return false
 }
 
 // drillRank is one rank's part: -ops AllReduces of random float32 values
