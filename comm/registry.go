@@ -36,11 +36,14 @@ func WithDebug(on bool) Option { return func(o *Options) { o.Debug = on } }
 func WithChunkBytes(n int) Option { return func(o *Options) { o.ChunkBytes = n } }
 
 // WithNodeBytes sets the size from which host-staged point-to-point
-// messages within a node go through shared pinned memory; -1 turns that off.
+// messages within a node go through shared pinned memory: 0 for the
+// default, -1 turns that off (Open refuses other negative sizes and sizes
+// above MaxInt32).
 func WithNodeBytes(n int) Option { return func(o *Options) { o.NodeBytes = n } }
 
 // WithStageReduceBytes sets the size from which the cudaaware backend's
-// reductions go through host staging; -1 hands every reduction to MPI.
+// reductions go through host staging: 0 for the default, -1 hands every
+// reduction to MPI (Open refuses other negative sizes).
 func WithStageReduceBytes(n int) Option { return func(o *Options) { o.StageReduceBytes = n } }
 
 // DefaultOptions reads GPUCOMM_DEVICE, GPUCOMM_TIMEOUT, GPUCOMM_DEBUG,
@@ -78,12 +81,12 @@ func DefaultOptions() (Options, error) {
 		o.Debug = on
 	}
 	if v := os.Getenv("GPUCOMM_CHUNK_BYTES"); v != "" {
+		// 0 is refused here, unlike WithChunkBytes(0): the default is the
+		// variable unset, and this refusal offers no 0.
 		n, err := parseBytes(v)
-		if err != nil || n <= 0 {
-			return o, fmt.Errorf("GPUCOMM_CHUNK_BYTES=%q: want a byte count from 512 to 1G, such as 1048576, 512K or 4M: %w", v, ErrInvalidArgument)
-		}
-		if err := checkChunk(n); err != nil {
-			return o, fmt.Errorf("GPUCOMM_CHUNK_BYTES=%q: %w", v, err)
+		if err != nil || n < MinChunkBytes || n > MaxChunkBytes {
+			return o, fmt.Errorf("GPUCOMM_CHUNK_BYTES=%q: a pipelining chunk: want %s bytes, such as 1048576, 512K or 4M (unset for the default): %w",
+				v, chunkRange(), ErrInvalidArgument)
 		}
 		o.ChunkBytes = n
 	}
@@ -97,20 +100,43 @@ func DefaultOptions() (Options, error) {
 	return o, nil
 }
 
+// chunkRange is the range of pipelining chunks taken: "512 to 1073741824 (1G)".
+func chunkRange() string {
+	return fmt.Sprintf("%d to %d (1G)", MinChunkBytes, MaxChunkBytes)
+}
+
 // checkChunk refuses a pipelining chunk that cannot be meant; 0 is the default.
 func checkChunk(n int) error {
 	if n != 0 && (n < MinChunkBytes || n > MaxChunkBytes) {
-		return fmt.Errorf("a pipelining chunk of %d bytes: want %d to %d (1G), or 0 for the default: %w",
-			n, MinChunkBytes, MaxChunkBytes, ErrInvalidArgument)
+		return fmt.Errorf("a pipelining chunk of %d bytes: want %s, or 0 for the default: %w",
+			n, chunkRange(), ErrInvalidArgument)
+	}
+	return nil
+}
+
+// checkThresholds refuses a node-path or staged-reduction threshold that
+// cannot be meant: each is a positive size, 0 for the default or -1 for
+// off, and the node path's at most MaxInt32 (the MPI backends' rule and
+// words, which they applied alone before).
+func checkThresholds(o Options) error {
+	switch {
+	case o.NodeBytes < -1:
+		return fmt.Errorf("node path from %d bytes: want a positive size, 0 for the default or -1 for off: %w", o.NodeBytes, ErrInvalidArgument)
+	case o.NodeBytes > math.MaxInt32:
+		return fmt.Errorf("node path from %d bytes: want at most %d: %w", o.NodeBytes, math.MaxInt32, ErrInvalidArgument)
+	case o.StageReduceBytes < -1:
+		return fmt.Errorf("staged reductions from %d bytes: want a positive size, 0 for the default or -1 for off: %w", o.StageReduceBytes, ErrInvalidArgument)
 	}
 	return nil
 }
 
 // CheckOptions says what is wrong with options on their own (a device spec
-// that names no device, a negative timeout, a chunk size out of range), as
-// an error wrapping ErrInvalidArgument; nil when nothing is. Open checks
-// them so, and so do constructors of communicators that take Options
-// without Open (local.NewGroup).
+// that names no device, a negative timeout, a chunk size out of range, a
+// node-path or staged-reduction threshold below -1 or, the node path's,
+// above MaxInt32), as an error wrapping ErrInvalidArgument; nil when
+// nothing is. Open checks them so, for every backend, and so do
+// constructors of communicators that take Options without Open
+// (local.NewGroup): a local group takes no option a job's Open refuses.
 func CheckOptions(o Options) error {
 	err := devmem.CheckSpec(o.Device)
 	if err == nil && o.Timeout < 0 {
@@ -118,6 +144,9 @@ func CheckOptions(o Options) error {
 	}
 	if err == nil {
 		err = checkChunk(o.ChunkBytes)
+	}
+	if err == nil {
+		err = checkThresholds(o)
 	}
 	return err
 }

@@ -68,10 +68,20 @@ func AllToAll[T Element](c Communicator, send, recv devmem.Slice[T], s *devmem.S
 	if c == nil {
 		return noComm("AllToAll")
 	}
-	if send.Len()%c.Size() != 0 {
-		return fmt.Errorf("comm: AllToAll of %d elements over %d ranks: not equal blocks: %w", send.Len(), c.Size(), ErrInvalidArgument)
+	n := c.Size()
+	if n <= 0 {
+		// No communicator (a nil or zero *local.Comm, say): its own call
+		// says why, before any arithmetic on its size; one that takes the
+		// call anyway is refused here.
+		if err := c.AllToAll(send.Buffer(), recv.Buffer(), 0, DTypeOf[T](), s); err != nil {
+			return err
+		}
+		return fmt.Errorf("comm: AllToAll over a communicator of %d ranks: %w", n, ErrInvalidArgument)
 	}
-	return c.AllToAll(send.Buffer(), recv.Buffer(), send.Len()/c.Size(), DTypeOf[T](), s)
+	if send.Len()%n != 0 {
+		return fmt.Errorf("comm: AllToAll of %d elements over %d ranks: not equal blocks: %w", send.Len(), n, ErrInvalidArgument)
+	}
+	return c.AllToAll(send.Buffer(), recv.Buffer(), send.Len()/n, DTypeOf[T](), s)
 }
 
 // Gather gathers every rank's send (the count is send.Len()) into root's

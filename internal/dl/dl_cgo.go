@@ -36,7 +36,9 @@ type Library struct {
 
 // Open tries each name in order and returns the first library that opens.
 // The error wraps errs.ErrLibraryNotFound and carries dlerror's text for
-// every name tried.
+// every name tried; it ends "library not found" when no name had a file,
+// else "NAME exists but could not be loaded" for the first that had one
+// (not a shared library, not for this machine, a library it needs missing).
 func Open(names ...string) (*Library, error) {
 	if len(names) == 0 {
 		return nil, fmt.Errorf("dl: no library name given: %w", errs.ErrLibraryNotFound)
@@ -56,8 +58,7 @@ func Open(names ...string) (*Library, error) {
 		}
 		why = append(why, dlerror(name))
 	}
-	return nil, fmt.Errorf("dl: cannot open %s (%s): %w",
-		strings.Join(names, ", "), strings.Join(why, "; "), errs.ErrLibraryNotFound)
+	return nil, openError(names, why)
 }
 
 // OpenEnv opens the library that the environment variable env names or, when

@@ -3,7 +3,6 @@ package mpicomm
 import (
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"strings"
 	"sync"
@@ -155,7 +154,7 @@ func (c *Comm) SmallBlockingCollectives() int64 { return c.smallBlocking.Load() 
 // Close; when it fails, MPI stays up for another Open.
 func Open(cfg Config) (*Comm, error) {
 	o := cfg.Options
-	if err := checkOptions(o); err != nil {
+	if err := comm.CheckOptions(o); err != nil { // also for a backend Open called without comm.Open
 		return nil, driver.Wrap(cfg.Backend, "Open", mpi.World().Rank(), err)
 	}
 	if err := mpi.Acquire(); err != nil {
@@ -175,24 +174,6 @@ func Open(cfg Config) (*Comm, error) {
 		}
 	}
 	return c, nil
-}
-
-func checkOptions(o comm.Options) error {
-	switch {
-	case o.ChunkBytes < 0:
-		return fmt.Errorf("chunk of %d bytes: want a positive size, or 0 for the default: %w", o.ChunkBytes, comm.ErrInvalidArgument)
-	case o.ChunkBytes > math.MaxInt32:
-		return fmt.Errorf("chunk of %d bytes: MPI counts stop at %d: %w", o.ChunkBytes, math.MaxInt32, comm.ErrInvalidArgument)
-	case o.NodeBytes < -1:
-		return fmt.Errorf("node path from %d bytes: want a positive size, 0 for the default or -1 for off: %w", o.NodeBytes, comm.ErrInvalidArgument)
-	case o.NodeBytes > math.MaxInt32:
-		return fmt.Errorf("node path from %d bytes: want at most %d: %w", o.NodeBytes, math.MaxInt32, comm.ErrInvalidArgument)
-	case o.StageReduceBytes < -1:
-		return fmt.Errorf("staged reductions from %d bytes: want a positive size, 0 for the default or -1 for off: %w", o.StageReduceBytes, comm.ErrInvalidArgument)
-	case o.Timeout < 0:
-		return fmt.Errorf("timeout %v: want 0 (none) or more: %w", o.Timeout, comm.ErrInvalidArgument)
-	}
-	return nil
 }
 
 // build makes a Comm around base, which it owns from here on (freed on
