@@ -16,17 +16,7 @@ import (
 // communicator's own refusal, wrapping ErrInvalidArgument, where AllToAll
 // divided by the Size first and panicked (integer divide by zero).
 func TestTypedHelpersOnANilOrZeroLocalCommAreRefused(t *testing.T) {
-	dev := devmem.NewHostDevice()
-	x, err := devmem.AllocSlice[float32](dev, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Free()
-	y, err := devmem.AllocSlice[float32](dev, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer y.Free()
+	x, y := twoHostSlices(t)
 	for _, tc := range []struct {
 		name string
 		c    comm.Communicator
@@ -97,4 +87,21 @@ func TestNewGroupRefusesTheThresholdsOpenRefuses(t *testing.T) {
 			}
 		}
 	}
+}
+
+// twoHostSlices are two slices of 4 float32 on a host device, freed when
+// the test ends.
+func twoHostSlices(t *testing.T) (x, y devmem.Slice[float32]) {
+	t.Helper()
+	dev := devmem.NewHostDevice()
+	var err error
+	if x, err = devmem.AllocSlice[float32](dev, 4); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Free() })
+	if y, err = devmem.AllocSlice[float32](dev, 4); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { y.Free() })
+	return x, y
 }
