@@ -161,3 +161,18 @@ func TestBenchPairsOnLocalSayNoCLoopAndNoCollectives(t *testing.T) {
 		t.Errorf("exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// The pairs' table says "as above" only where the pair 0:1, the main
+// table's, is among its pairs, and with -c 0 its footer says nothing was
+// checked instead of "0 OK".
+func TestBenchPairsTableSaysOnlyWhatIsTrue(t *testing.T) {
+	code, out, errOut := benchCLI(t, "bench", "-np", "4", "-pairs", "1:2", "-op", "pingpong", "-b", "8", "-e", "8", "-n", "2", "-noprogress")
+	if code != exitOK || strings.Contains(out, "as above") || !strings.Contains(out, "# baseline: none: the local backend has no library underneath\n") ||
+		!strings.Contains(out, "# Wrong elements of the pairs : 0 OK\n") {
+		t.Errorf("-pairs 1:2: exit %d, want no \"as above\" and a checked footer:\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = benchCLI(t, "bench", "-np", "4", "-pairs", "0:1,1:2", "-op", "pingpong", "-b", "8", "-e", "8", "-n", "2", "-c", "0", "-noprogress")
+	if code != exitOK || strings.Contains(out, "pairs : 0 OK") || !strings.Contains(out, "# Wrong elements of the pairs : not checked (-c 0)\n") {
+		t.Errorf("-c 0: exit %d, want the pairs' footer to say nothing was checked:\n%s%s", code, out, errOut)
+	}
+}
