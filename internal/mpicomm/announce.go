@@ -24,9 +24,11 @@ import (
 // sender's chunks into a slot of its own and drops them (drainStaged), so
 // that the send completes, and fails with comm.ErrMismatch, its buffer
 // untouched, the pair in step for the next message. A message of one chunk
-// needs no header: the receive has room for a header or a whole chunk, so a
-// longer or shorter single message shows in its length (or as MPI's
-// truncation, which also takes the message). The chunks of collectives and
+// needs no header: a receive of one chunk has room for the header too, and
+// a single message shorter than the receive shows in its length, a longer
+// one as MPI's truncation (which also takes the message); a receive of
+// several chunks takes the sender's first message alone into a slot of a
+// whole chunk, the most a single message holds. The chunks of collectives and
 // of the IPC path's fallback (whose control message carries the length) go
 // unannounced.
 
