@@ -512,8 +512,8 @@ func (r *runner) exchange(failure error) (failed []int, msg string, usage bool, 
 
 // failedText says that the failed ranks did what, and why the first one
 // did: "rank 2 could not set up: why", "ranks 1 and 3 could not set up;
-// rank 1: why", "ranks 0-4 and 6 could not set up; rank 0: why" (runs of
-// three or more as ranges, so that thousands of ranks make a short line).
+// rank 1: why", "ranks 0-4 and 6 could not set up; rank 0: why" (runs as
+// ranges, so that thousands of ranks make a short line).
 func failedText(failed []int, what, msg string) string {
 	if len(failed) == 1 {
 		return fmt.Sprintf("rank %d %s: %s", failed[0], what, msg)
@@ -521,34 +521,14 @@ func failedText(failed []int, what, msg string) string {
 	return fmt.Sprintf("ranks %s %s; rank %d: %s", rankList(failed), what, failed[0], msg)
 }
 
-// rankList writes two or more sorted ranks as "1 and 3", "0-4, 6 and 7".
+// rankList writes two or more sorted ranks as "1 and 3", "0-4, 6 and 7-8":
+// devmem.FormatCPUList's runs, joined for a sentence.
 func rankList(ranks []int) string {
-	s := rankRanges(ranks)
+	s := strings.Split(devmem.FormatCPUList(ranks), ",")
 	if len(s) == 1 {
 		return s[0]
 	}
 	return strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
-}
-
-// rankRanges writes sorted ranks as "3", and runs of three or more as
-// "0-4": {0, 1, 2, 3, 4, 6, 7} is "0-4", "6", "7".
-func rankRanges(ranks []int) []string {
-	var s []string
-	for i := 0; i < len(ranks); {
-		j := i
-		for j+1 < len(ranks) && ranks[j+1] == ranks[j]+1 {
-			j++
-		}
-		if j-i >= 2 {
-			s = append(s, fmt.Sprintf("%d-%d", ranks[i], ranks[j]))
-		} else {
-			for _, r := range ranks[i : j+1] {
-				s = append(s, fmt.Sprint(r))
-			}
-		}
-		i = j + 1
-	}
-	return s
 }
 
 // memoryOf reports the bytes free and in total of a device's memory
@@ -601,11 +581,11 @@ func checkMemory(cfg Config, maxSend, maxRecv, n int, dev *devmem.Device, sharer
 	if ok {
 		return nil
 	}
-	perRank, has := "", fmt.Sprintf("the GPU has %s free of %s", gb(free), gb(total))
+	perRank, has := "", fmt.Sprintf("the GPU has %s free of %s", devmem.MemoryText(free), devmem.MemoryText(total))
 	if where == "host memory" {
-		has = fmt.Sprintf("the host has %s available of %s", gb(free), gb(total))
+		has = fmt.Sprintf("the host has %s available of %s", devmem.MemoryText(free), devmem.MemoryText(total))
 		if sharers > 1 {
-			perRank = fmt.Sprintf(" (%s a rank, for the %d ranks of this host)", gb(need/int64(sharers)), sharers)
+			perRank = fmt.Sprintf(" (%s a rank, for the %d ranks of this host)", devmem.MemoryText(need/int64(sharers)), sharers)
 		}
 	}
 	// The largest -e that fits, halving: the sweep's sizes with -f 2.
@@ -625,16 +605,7 @@ func checkMemory(cfg Config, maxSend, maxRecv, n int, dev *devmem.Device, sharer
 	}
 	return fmt.Errorf("a sweep up to -e %s of %s on %d ranks needs %s of %s%s for its buffers "+
 		"(send, receive and host copies), but %s: %s",
-		FormatSize(cfg.MaxBytes), cfg.DType, n, gb(need), where, perRank, has, hint)
-}
-
-// gb writes a byte count in decimal gigabytes, or megabytes below one, as
-// heat's refusal does.
-func gb(n int64) string {
-	if n < 1e9 {
-		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
-	}
-	return fmt.Sprintf("%.1f GB", float64(n)/1e9)
+		FormatSize(cfg.MaxBytes), cfg.DType, n, devmem.MemoryText(need), where, perRank, has, hint)
 }
 
 func (r *runner) close() error {

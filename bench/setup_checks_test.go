@@ -171,7 +171,7 @@ func TestALocalSetUpFailureIsSaidOnceWithItsRanks(t *testing.T) {
 	if code != ExitFail || out.Len() != 0 || errOut.String() != want {
 		t.Errorf("exit %d, stdout %q, stderr\n%s\nwant exit %d and\n%s", code, out.String(), errOut.String(), ExitFail, want)
 	}
-	if got := failedText([]int{0, 1, 2, 3, 5, 7, 8}, "could not set up", "why"); got != "ranks 0-3, 5, 7 and 8 could not set up; rank 0: why" {
+	if got := failedText([]int{0, 1, 2, 3, 5, 7, 8}, "could not set up", "why"); got != "ranks 0-3, 5 and 7-8 could not set up; rank 0: why" {
 		t.Errorf("failedText = %q", got)
 	}
 }

@@ -211,6 +211,15 @@ func (d *Device) Memory() (free, total int, err error) {
 	return HostMemory()
 }
 
+// MemoryText writes a byte count as memory refusals say it: decimal
+// gigabytes, or megabytes below one ("57.6 GB", "12.6 MB").
+func MemoryText(n int64) string {
+	if n < 1e9 {
+		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
+	}
+	return fmt.Sprintf("%.1f GB", float64(n)/1e9)
+}
+
 // HostMemory reports the host's available and total memory in bytes, from
 // /proc/meminfo's MemAvailable and MemTotal.
 func HostMemory() (available, total int, err error) {

@@ -239,23 +239,15 @@ func checkMemory(c comm.Communicator, cfg Config, l layout) error {
 		where = "host memory"
 	}
 	if nodeNeed > need {
-		where = fmt.Sprintf("%s, up to %s a rank for the ranks sharing it", where, gb(need))
+		where = fmt.Sprintf("%s, up to %s a rank for the ranks sharing it", where, devmem.MemoryText(need))
 	}
 	return fmt.Errorf("solver: a %d×%d grid over %d ranks needs %s of %s, but the fullest device has %s free of %s: use a smaller grid, or more GPUs or nodes: %w",
-		cfg.N, cfg.M, c.Size(), gb(nodeNeed), where, gb(free), gb(total), comm.ErrUnsupported)
+		cfg.N, cfg.M, c.Size(), devmem.MemoryText(nodeNeed), where, devmem.MemoryText(free), devmem.MemoryText(total), comm.ErrUnsupported)
 }
 
 // deviceMemory is Device.Memory; tests shrink it to check the refusal
 // without filling the machine.
 var deviceMemory = (*devmem.Device).Memory
-
-// gb writes a byte count in decimal gigabytes, or megabytes below one.
-func gb(n int64) string {
-	if n < 1e9 {
-		return fmt.Sprintf("%.1f MB", float64(n)/1e6)
-	}
-	return fmt.Sprintf("%.1f GB", float64(n)/1e9)
-}
 
 // allMax all-reduces a few int64 values with Max, now.
 func allMax(c comm.Communicator, vals ...int64) ([]int64, error) {
