@@ -43,9 +43,9 @@ func TestCheckContradictoryFlagsAreUsageErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"-np", "2", "-probe=false", "-probe-only"}, "-probe=false and -probe-only: pick one"},
-		{[]string{"-np", "2", "-probe-only", "-run", "AllReduce"}, "-run with -probe-only: it chooses the conformance suite's cases, which -probe-only skips"},
-		{[]string{"-np", "2", "-probe-only", "-short"}, "-short with -probe-only: it chooses"},
-		{[]string{"-np", "2", "-probe-only", "-short", "-run", "Split"}, "-run and -short with -probe-only: they choose"},
+		{[]string{"-np", "2", "-probe-only", "-run", "AllReduce"}, "-run and -short choose the conformance suite's cases, which -probe-only skips"},
+		{[]string{"-np", "2", "-probe-only", "-short"}, "-run and -short choose the conformance suite's cases, which -probe-only skips"},
+		{[]string{"-np", "2", "-probe-only", "-short", "-run", "Split"}, "-run and -short choose the conformance suite's cases, which -probe-only skips"},
 		{[]string{"-np", "100000", "-probe-only"}, "-np 100000: want 1 to 65536 ranks"},
 		{[]string{"-np", "0"}, "-np 0: want 1 to 65536 ranks"},
 	} {

@@ -171,7 +171,7 @@ const usageGrace = 2 * time.Second
 // usageOut is where usage and usage errors go: stderr, or nowhere on a
 // rank other than 0 of a launcher's job of several ranks.
 func usageOut(stderr io.Writer) io.Writer {
-	if job, ok := launcher.FromEnv(); ok && job.MultiRank() && job.Rank > 0 {
+	if rankFromEnv() > 0 {
 		return io.Discard
 	}
 	return stderr
