@@ -95,11 +95,7 @@ func (c *Comm) settledStaged(o *op, t transfer, r *mpi.Request) (keep bool, err 
 	if err = c.wait(o, reqs); err == nil {
 		return false, nil
 	}
-	if done, terr := mpi.Testall(reqs); terr == nil && done {
-		return false, err
-	}
-	c.setBroken(fmt.Errorf("%v stopped half way through the pipeline: %w", t, err))
-	return true, err
+	return c.unsettledOn("the pipeline", t, reqs, err), err
 }
 
 // stagedMessage runs a user's point-to-point transfer through the pipeline:

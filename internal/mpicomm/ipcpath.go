@@ -438,10 +438,16 @@ func (c *Comm) settled(o *op, t transfer, reqs []*mpi.Request) (bool, error) {
 // unsettled is a failed wait's end: whether the cell must be kept because a
 // request is still pending (the communicator is then broken).
 func (c *Comm) unsettled(t transfer, reqs []*mpi.Request, err error) (keep bool) {
+	return c.unsettledOn("the IPC path", t, reqs, err)
+}
+
+// unsettledOn is unsettled for a request of t's on where (the IPC path, the
+// pipeline), which the broken communicator's error names.
+func (c *Comm) unsettledOn(where string, t transfer, reqs []*mpi.Request, err error) (keep bool) {
 	if done, terr := mpi.Testall(reqs); terr == nil && done {
 		return false
 	}
-	c.setBroken(fmt.Errorf("%v stopped half way through the IPC path: %w", t, err))
+	c.setBroken(fmt.Errorf("%v stopped half way through %s: %w", t, where, err))
 	return true
 }
 
