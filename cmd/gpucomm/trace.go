@@ -35,20 +35,17 @@ func init() {
 	register(&command{name: "trace", summary: "merge the ranks' flight records of a hung or failed job and name where they diverge", run: runTrace})
 }
 
-// traceDefaultDir is where the ranks write their records when
-// GPUCOMM_TRACE_SIGNAL alone turned the recorder on: comm/driver's
-// default, relative to each rank's working directory.
-const traceDefaultDir = "gpucomm-trace"
-
 // traceDirDefault is info's line for an unset GPUCOMM_TRACE_DIR while
 // GPUCOMM_TRACE_SIGNAL is set (on: true), which turns the recorder on as
 // the directory does: "no flight recorder" there sat above the signal's
-// "(recording on)", and nothing said where the records go.
+// "(recording on)", and nothing said where the records go
+// (driver.TraceFromEnv's default).
 func traceDirDefault() (effect string, on bool) {
-	if strings.TrimSpace(os.Getenv("GPUCOMM_TRACE_SIGNAL")) == "" {
+	s := driver.TraceFromEnv()
+	if !s.On {
 		return "", false
 	}
-	return "records go to ./" + traceDefaultDir + " (each rank's working directory): GPUCOMM_TRACE_SIGNAL turns the flight recorder on", true
+	return "records go to ./" + s.Dir + " (each rank's working directory): GPUCOMM_TRACE_SIGNAL turns the flight recorder on", true
 }
 
 const traceDescription = `Trace reads the flight records the ranks of a job wrote into DIR and names

@@ -431,10 +431,10 @@ type TraceSettings struct {
 	Signal string // the signal that makes every rank write, as GPUCOMM_TRACE_SIGNAL names it
 }
 
-// traceFromEnv reads GPUCOMM_TRACE_DIR and GPUCOMM_TRACE_SIGNAL: either
+// TraceFromEnv reads GPUCOMM_TRACE_DIR and GPUCOMM_TRACE_SIGNAL: either
 // turns recording on; records go to the directory, else to gpucomm-trace
-// in the working directory.
-func traceFromEnv() TraceSettings {
+// in the working directory (what gpucomm info says of them).
+func TraceFromEnv() TraceSettings {
 	s := TraceSettings{Dir: strings.TrimSpace(os.Getenv("GPUCOMM_TRACE_DIR")), Signal: strings.TrimSpace(os.Getenv("GPUCOMM_TRACE_SIGNAL"))}
 	s.On = s.Dir != "" || s.Signal != ""
 	if s.On && s.Dir == "" {
@@ -447,7 +447,7 @@ func traceFromEnv() TraceSettings {
 // is off. A bad GPUCOMM_TRACE_SIGNAL is reported on standard error once and
 // leaves recording on without a signal.
 func newRecorder(cfg FrontConfig, streamEvents bool) *Recorder {
-	s := traceFromEnv()
+	s := TraceFromEnv()
 	if !s.On {
 		return nil
 	}
